@@ -1,0 +1,160 @@
+package dcsync
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code classifies an [Error]. The first six mirror the error codes of the Java lock and
+// latch libraries; the rest are dcsync's own.
+type Code int
+
+// The error codes. The zero Code is not used.
+const (
+	// Internal is an unexpected failure: a malformed reply, a broken invariant.
+	Internal Code = iota + 1
+	// NotImplemented means the store does not support the operation.
+	NotImplemented
+	// LockUnavailable means the lock is held by someone else.
+	LockUnavailable
+	// TableCreation means the store could not create a table (or set) it needs.
+	TableCreation
+	// Connection means the store could not be reached, or the request's outcome is unknown.
+	Connection
+	// RetriesExhausted means every attempt allowed by the retry policy failed.
+	RetriesExhausted
+	// InvalidArgument means the caller passed bad input; nothing was written.
+	InvalidArgument
+	// NotFound means the latch or lock does not exist (never created, or expired).
+	NotFound
+	// AlreadyExists means a create found the latch already there; its count is unchanged.
+	AlreadyExists
+	// LockLost means the caller no longer holds the lock: its lease lapsed or another
+	// owner holds it. The other owner's lock is left untouched.
+	LockLost
+)
+
+var codeNames = map[Code]string{
+	Internal:         "internal",
+	NotImplemented:   "not implemented",
+	LockUnavailable:  "lock unavailable",
+	TableCreation:    "table creation",
+	Connection:       "connection",
+	RetriesExhausted: "retries exhausted",
+	InvalidArgument:  "invalid argument",
+	NotFound:         "not found",
+	AlreadyExists:    "already exists",
+	LockLost:         "lock lost",
+}
+
+// String returns the code's name, such as "lock unavailable".
+func (c Code) String() string {
+	if s, ok := codeNames[c]; ok {
+		return s
+	}
+	return fmt.Sprintf("code(%d)", int(c))
+}
+
+// Error is the one error type of dcsync. Match it by code with errors.Is against the
+// Err* sentinels, or take it apart with errors.As.
+type Error struct {
+	// Code classifies the failure.
+	Code Code
+	// Op names what failed, such as "latch.CountDown" or "hbase.CheckAndMutate".
+	Op string
+	// Msg says what went wrong, in words.
+	Msg string
+	// Err is the underlying cause, if any.
+	Err error
+}
+
+// Sentinels for errors.Is: errors.Is(err, dcsync.ErrNotFound) is true for every
+// *Error whose Code is NotFound, however deeply wrapped.
+var (
+	ErrInternal         = &Error{Code: Internal}
+	ErrNotImplemented   = &Error{Code: NotImplemented}
+	ErrLockUnavailable  = &Error{Code: LockUnavailable}
+	ErrTableCreation    = &Error{Code: TableCreation}
+	ErrConnection       = &Error{Code: Connection}
+	ErrRetriesExhausted = &Error{Code: RetriesExhausted}
+	ErrInvalidArgument  = &Error{Code: InvalidArgument}
+	ErrNotFound         = &Error{Code: NotFound}
+	ErrAlreadyExists    = &Error{Code: AlreadyExists}
+	ErrLockLost         = &Error{Code: LockLost}
+)
+
+// Error formats the error as "op: code: msg: cause".
+func (e *Error) Error() string {
+	s := e.Code.String()
+	if e.Op != "" {
+		s = e.Op + ": " + s
+	}
+	if e.Msg != "" {
+		s += ": " + e.Msg
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+// Unwrap returns the underlying cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is an *Error with the same Code. It lets errors.Is match
+// the Err* sentinels.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// Errorf returns an *Error with the given code and operation and a formatted message.
+// A %w verb in format wraps its argument as the cause.
+func Errorf(code Code, op, format string, args ...any) error {
+	err := fmt.Errorf(format, args...)
+	e := &Error{Code: code, Op: op, Msg: err.Error()}
+	if u := errors.Unwrap(err); u != nil {
+		e.Msg = trimCause(e.Msg, u.Error())
+		e.Err = u
+	}
+	return e
+}
+
+func trimCause(msg, cause string) string {
+	if len(msg) >= len(cause)+2 && msg[len(msg)-len(cause):] == cause {
+		m := msg[:len(msg)-len(cause)]
+		for len(m) > 0 && (m[len(m)-1] == ' ' || m[len(m)-1] == ':') {
+			m = m[:len(m)-1]
+		}
+		return m
+	}
+	return msg
+}
+
+// Wrap annotates err with op. When err already carries a dcsync code, that code is kept
+// (the Java libraries' "propagate"); otherwise err becomes the cause of a new *Error
+// with the given fallback code. Wrap(nil) is nil.
+func Wrap(err error, fallback Code, op string) error {
+	if err == nil {
+		return nil
+	}
+	code := fallback
+	var e *Error
+	if errors.As(err, &e) {
+		code = e.Code
+	}
+	return &Error{Code: code, Op: op, Err: err}
+}
+
+// CodeOf returns the code of the first *Error in err's chain, Internal when err is not
+// nil but carries no dcsync code, and 0 for nil.
+func CodeOf(err error) Code {
+	if err == nil {
+		return 0
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return Internal
+}

@@ -1,0 +1,107 @@
+package dcsync
+
+import (
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// Limits on ids. Client and farm ids are short identifiers; names are free text.
+const (
+	// MaxIDLen is the longest client or farm id, in bytes.
+	MaxIDLen = 64
+	// MaxNameLen is the longest lock or latch name, in bytes.
+	MaxNameLen = 512
+	// MaxOwnerLen is the longest lock owner id, in bytes.
+	MaxOwnerLen = 128
+	// MinTTL is the shortest lease or latch lifetime.
+	MinTTL = time.Second
+	// MaxTTL is the longest: Aerospike keeps TTLs as 32-bit seconds.
+	MaxTTL = time.Duration(1<<31-1) * time.Second
+)
+
+// ValidateID checks a client or farm id: 1 to MaxIDLen bytes of ASCII letters, digits,
+// '-' and '.'. The Java libraries join ids with '#' and '_' without escaping, so that
+// client "a_b" with latch "c" and client "a" with latch "b_c" share a row; keeping both
+// separators (and everything else unusual) out of client and farm ids makes every
+// stored key decode to exactly one (client, farm, name) triple, on every store.
+func ValidateID(what, id string) error {
+	if id == "" {
+		return Errorf(InvalidArgument, "dcsync.Validate", "%s id is empty", what)
+	}
+	if len(id) > MaxIDLen {
+		return Errorf(InvalidArgument, "dcsync.Validate", "%s id is %d bytes, longer than %d", what, len(id), MaxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
+			return Errorf(InvalidArgument, "dcsync.Validate",
+				"%s id %q has %q at byte %d: only ASCII letters, digits, '-' and '.' are allowed", what, id, rune(c), i)
+		}
+	}
+	return nil
+}
+
+// ValidateName checks a lock or latch name: 1 to MaxNameLen bytes of valid UTF-8 with
+// no control characters. Names may contain '#' and '_': the ids before them in every
+// stored key cannot, so the split stays unambiguous.
+func ValidateName(what, name string) error {
+	if name == "" {
+		return Errorf(InvalidArgument, "dcsync.Validate", "%s name is empty", what)
+	}
+	if len(name) > MaxNameLen {
+		return Errorf(InvalidArgument, "dcsync.Validate", "%s name is %d bytes, longer than %d", what, len(name), MaxNameLen)
+	}
+	if !utf8.ValidString(name) {
+		return Errorf(InvalidArgument, "dcsync.Validate", "%s name %q is not valid UTF-8", what, name)
+	}
+	for i, r := range name {
+		if unicode.IsControl(r) {
+			return Errorf(InvalidArgument, "dcsync.Validate", "%s name %q has control character %U at byte %d", what, name, r, i)
+		}
+	}
+	return nil
+}
+
+// Validate checks every field of k; what is "lock" or "latch", for the message.
+func (k Key) Validate(what string) error {
+	if k.Level != DC && k.Level != XDC {
+		return Errorf(InvalidArgument, "dcsync.Validate", "%s level %d is not DC or XDC", what, int(k.Level))
+	}
+	if err := ValidateID("client", k.Client); err != nil {
+		return err
+	}
+	if err := ValidateID("farm", k.Farm); err != nil {
+		return err
+	}
+	return ValidateName(what, k.Name)
+}
+
+// ValidateTTL checks that ttl lies within [MinTTL, MaxTTL].
+func ValidateTTL(ttl time.Duration) error {
+	if ttl < MinTTL || ttl > MaxTTL {
+		return Errorf(InvalidArgument, "dcsync.Validate", "ttl %v is outside [%v, %v]", ttl, MinTTL, MaxTTL)
+	}
+	return nil
+}
+
+// ValidateCount checks a latch's initial count: it must not be negative.
+func ValidateCount(count int64) error {
+	if count < 0 {
+		return Errorf(InvalidArgument, "dcsync.Validate", "count %d is negative", count)
+	}
+	return nil
+}
+
+// ValidateOwner checks a lock owner id: 1 to MaxOwnerLen printable ASCII bytes.
+func ValidateOwner(owner string) error {
+	if owner == "" || len(owner) > MaxOwnerLen {
+		return Errorf(InvalidArgument, "dcsync.Validate", "owner id must be 1 to %d bytes, got %d", MaxOwnerLen, len(owner))
+	}
+	for i := 0; i < len(owner); i++ {
+		if owner[i] <= ' ' || owner[i] > '~' {
+			return Errorf(InvalidArgument, "dcsync.Validate", "owner id %q has a byte outside printable ASCII at %d", owner, i)
+		}
+	}
+	return nil
+}
