@@ -105,3 +105,30 @@ func ValidateOwner(owner string) error {
 	}
 	return nil
 }
+
+// CheckLock validates a lock request: the key, the owner, and ttl when it is non-zero.
+// Stores call it before any I/O.
+func CheckLock(k Key, owner string, ttl time.Duration) error {
+	if err := k.Validate("lock"); err != nil {
+		return err
+	}
+	if err := ValidateOwner(owner); err != nil {
+		return err
+	}
+	if ttl != 0 {
+		return ValidateTTL(ttl)
+	}
+	return nil
+}
+
+// CheckLatch validates a latch request: the key, and ttl when it is non-zero. Stores
+// call it before any I/O.
+func CheckLatch(k Key, ttl time.Duration) error {
+	if err := k.Validate("latch"); err != nil {
+		return err
+	}
+	if ttl != 0 {
+		return ValidateTTL(ttl)
+	}
+	return nil
+}

@@ -1,0 +1,277 @@
+// Package memory is a dcsync store kept in the memory of one process: for tests, and for
+// applications whose every participant runs in one process. Operations are atomic under
+// one mutex; TTLs are enforced on read and expired entries are swept as they are met.
+package memory
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/dcsync/dcsync"
+)
+
+// Store is an in-process dcsync.Store. The zero value is not usable; call New.
+type Store struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	closed  bool
+	locks   map[lockID]lockEntry
+	fences  map[lockID]uint64 // last token per lock key; never expires
+	latches map[latchID]map[string]cell
+}
+
+type lockID struct {
+	level              dcsync.Level
+	farm, client, name string
+}
+
+type lockEntry struct {
+	dcsync.LockState
+}
+
+type latchID struct{ client, name string }
+
+type cell struct {
+	count   int64
+	expires time.Time
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithClock makes the store read time from now instead of time.Now; for tests.
+func WithClock(now func() time.Time) Option { return func(s *Store) { s.now = now } }
+
+// New returns an empty store.
+func New(opts ...Option) *Store {
+	s := &Store{
+		now:     time.Now,
+		locks:   map[lockID]lockEntry{},
+		fences:  map[lockID]uint64{},
+		latches: map[latchID]map[string]cell{},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+var _ dcsync.Store = (*Store)(nil)
+
+func toLockID(k dcsync.Key) lockID {
+	id := lockID{level: k.Level, farm: k.Farm, client: k.Client, name: k.Name}
+	if k.Level == dcsync.XDC {
+		id.farm = ""
+	}
+	return id
+}
+
+// begin validates and locks the store; the caller must unlock.
+func (s *Store) begin(ctx context.Context, check error) error {
+	if check != nil {
+		return check
+	}
+	if err := ctx.Err(); err != nil {
+		return dcsync.Errorf(dcsync.Connection, "memory", "context done: %w", err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return dcsync.Errorf(dcsync.Connection, "memory", "store is closed")
+	}
+	return nil
+}
+
+// liveLock returns the lock at id if its lease has not lapsed, sweeping it otherwise.
+func (s *Store) liveLock(id lockID, now time.Time) (lockEntry, bool) {
+	e, ok := s.locks[id]
+	if ok && !now.Before(e.Expires) {
+		delete(s.locks, id)
+		return lockEntry{}, false
+	}
+	return e, ok
+}
+
+// AcquireLock implements dcsync.LockStore.
+func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+	if err := s.begin(ctx, dcsync.CheckLock(k, owner, ttl)); err != nil {
+		return dcsync.LockState{}, err
+	}
+	defer s.mu.Unlock()
+	id, now := toLockID(k), s.now()
+	if e, ok := s.liveLock(id, now); ok {
+		return e.LockState, dcsync.Errorf(dcsync.LockUnavailable, "memory.AcquireLock", "%s is held by %s", k, e.Owner)
+	}
+	s.fences[id]++
+	st := dcsync.LockState{Owner: owner, Token: s.fences[id], Expires: now.Add(ttl)}
+	s.locks[id] = lockEntry{st}
+	return st, nil
+}
+
+// RefreshLock implements dcsync.LockStore.
+func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+	if err := s.begin(ctx, dcsync.CheckLock(k, owner, ttl)); err != nil {
+		return dcsync.LockState{}, err
+	}
+	defer s.mu.Unlock()
+	id, now := toLockID(k), s.now()
+	e, ok := s.liveLock(id, now)
+	if !ok || e.Owner != owner {
+		return dcsync.LockState{}, dcsync.Errorf(dcsync.LockLost, "memory.RefreshLock", "%s is not held by %s", k, owner)
+	}
+	e.Expires = now.Add(ttl)
+	s.locks[id] = e
+	return e.LockState, nil
+}
+
+// ReleaseLock implements dcsync.LockStore.
+func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
+	if err := s.begin(ctx, dcsync.CheckLock(k, owner, 0)); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	id := toLockID(k)
+	e, ok := s.liveLock(id, s.now())
+	if !ok || e.Owner != owner {
+		return dcsync.Errorf(dcsync.LockLost, "memory.ReleaseLock", "%s is not held by %s", k, owner)
+	}
+	delete(s.locks, id)
+	return nil
+}
+
+// InspectLock implements dcsync.LockStore.
+func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState, error) {
+	if err := s.begin(ctx, k.Validate("lock")); err != nil {
+		return dcsync.LockState{}, err
+	}
+	defer s.mu.Unlock()
+	e, ok := s.liveLock(toLockID(k), s.now())
+	if !ok {
+		return dcsync.LockState{}, dcsync.Errorf(dcsync.NotFound, "memory.InspectLock", "%s is free", k)
+	}
+	return e.LockState, nil
+}
+
+// liveCells returns the unexpired farm cells of a latch, sweeping expired ones.
+func (s *Store) liveCells(id latchID, now time.Time) map[string]cell {
+	cells := s.latches[id]
+	for farm, c := range cells {
+		if !now.Before(c.expires) {
+			delete(cells, farm)
+		}
+	}
+	if len(cells) == 0 {
+		delete(s.latches, id)
+		return nil
+	}
+	return cells
+}
+
+func exists(cells map[string]cell, k dcsync.Key) bool {
+	if k.Level == dcsync.XDC {
+		return len(cells) > 0
+	}
+	_, ok := cells[k.Farm]
+	return ok
+}
+
+func countAt(cells map[string]cell, k dcsync.Key) int64 {
+	if k.Level == dcsync.DC {
+		return cells[k.Farm].count
+	}
+	var sum int64
+	for _, c := range cells {
+		sum += c.count
+	}
+	return sum
+}
+
+func (s *Store) putCell(id latchID, farm string, c cell) {
+	if s.latches[id] == nil {
+		s.latches[id] = map[string]cell{}
+	}
+	s.latches[id][farm] = c
+}
+
+// CreateLatch implements dcsync.LatchStore.
+func (s *Store) CreateLatch(ctx context.Context, k dcsync.Key, count int64, ttl time.Duration) error {
+	check := dcsync.CheckLatch(k, ttl)
+	if check == nil {
+		check = dcsync.ValidateCount(count)
+	}
+	if err := s.begin(ctx, check); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	id, now := latchID{k.Client, k.Name}, s.now()
+	if exists(s.liveCells(id, now), k) {
+		return dcsync.Errorf(dcsync.AlreadyExists, "memory.CreateLatch", "latch %s exists", k)
+	}
+	s.putCell(id, k.Farm, cell{count: count, expires: now.Add(ttl)})
+	return nil
+}
+
+// EnsureLatch implements dcsync.LatchStore.
+func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration) (bool, error) {
+	if err := s.begin(ctx, dcsync.CheckLatch(k, ttl)); err != nil {
+		return false, err
+	}
+	defer s.mu.Unlock()
+	id, now := latchID{k.Client, k.Name}, s.now()
+	if exists(s.liveCells(id, now), k) {
+		return false, nil
+	}
+	s.putCell(id, k.Farm, cell{count: 0, expires: now.Add(ttl)})
+	return true, nil
+}
+
+// AddLatch implements dcsync.LatchStore.
+func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64, ttl time.Duration) (int64, error) {
+	if err := s.begin(ctx, dcsync.CheckLatch(k, ttl)); err != nil {
+		return 0, err
+	}
+	defer s.mu.Unlock()
+	id, now := latchID{k.Client, k.Name}, s.now()
+	cells := s.liveCells(id, now)
+	if !exists(cells, k) {
+		return 0, dcsync.Errorf(dcsync.NotFound, "memory.AddLatch", "latch %s does not exist", k)
+	}
+	c := cells[k.Farm]
+	c.count += delta
+	c.expires = now.Add(ttl)
+	cells[k.Farm] = c
+	return countAt(cells, k), nil
+}
+
+// ReadLatches implements dcsync.LatchStore.
+func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
+	var check error
+	for _, k := range keys {
+		if check = dcsync.CheckLatch(k, 0); check != nil {
+			break
+		}
+	}
+	if err := s.begin(ctx, check); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	now := s.now()
+	out := make([]dcsync.LatchCount, len(keys))
+	for i, k := range keys {
+		cells := s.liveCells(latchID{k.Client, k.Name}, now)
+		if exists(cells, k) {
+			out[i] = dcsync.LatchCount{Found: true, Count: countAt(cells, k)}
+		}
+	}
+	return out, nil
+}
+
+// Close makes every later call fail with a Connection error.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,292 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/lock"
+)
+
+func locks(t *testing.T, s dcsync.LockStore, farm string, opts ...lock.Option) *lock.Manager {
+	t.Helper()
+	m, err := lock.New(s, client, farm, append([]lock.Option{lock.WithBackoff(5*time.Millisecond, 100*time.Millisecond),
+		lock.WithLogger(quiet)}, opts...)...)
+	must(t, err, "lock.New")
+	return m
+}
+
+func runLock(t *testing.T, h Harness) {
+	t.Run("AcquireReleaseAndTokens", func(t *testing.T) {
+		s := h.open(t)
+		m := locks(t, s, h.Farm)
+		ctx := ctxT(t, time.Minute)
+		name := unique(t)
+		l1, err := m.TryAcquire(ctx, name)
+		must(t, err, "TryAcquire")
+		if l1.Owner() == "" || l1.Token() == 0 {
+			t.Fatalf("lock has owner %q token %d", l1.Owner(), l1.Token())
+		}
+		_, err = m.TryAcquire(ctx, name)
+		wantCode(t, err, dcsync.LockUnavailable, "second TryAcquire")
+		st, err := m.Inspect(ctx, name)
+		must(t, err, "Inspect")
+		if st.Owner != l1.Owner() || st.Token != l1.Token() || !st.Expires.After(time.Now().Add(-time.Minute)) {
+			t.Fatalf("Inspect = %+v, want owner %s token %d", st, l1.Owner(), l1.Token())
+		}
+		must(t, l1.Release(ctx), "Release")
+		_, err = m.Inspect(ctx, name)
+		wantCode(t, err, dcsync.NotFound, "Inspect after release")
+		wantCode(t, l1.Release(ctx), dcsync.LockLost, "second Release")
+		l2, err := m.TryAcquire(ctx, name)
+		must(t, err, "TryAcquire after release")
+		if l2.Token() <= l1.Token() {
+			t.Fatalf("token %d after %d: not increasing", l2.Token(), l1.Token())
+		}
+		if l2.Owner() == l1.Owner() {
+			t.Fatal("two acquisitions share an owner id")
+		}
+		must(t, l2.Release(ctx), "Release")
+	})
+
+	t.Run("LevelsAndFarms", func(t *testing.T) {
+		s := h.open(t)
+		ctx := ctxT(t, time.Minute)
+		name := unique(t)
+		m1, m2 := locks(t, s, h.Farm), locks(t, s, h.OtherFarm)
+		a, err := m1.TryAcquire(ctx, name)
+		must(t, err, "DC lock in farm 1")
+		b, err := m2.TryAcquire(ctx, name)
+		must(t, err, "DC lock of the same name in farm 2 (independent)")
+		x, err := m1.TryAcquire(ctx, name, lock.Level(dcsync.XDC))
+		must(t, err, "XDC lock of the same name (independent of DC locks)")
+		_, err = m2.TryAcquire(ctx, name, lock.Level(dcsync.XDC))
+		wantCode(t, err, dcsync.LockUnavailable, "XDC lock from another farm")
+		for _, l := range []*lock.Lock{a, b, x} {
+			must(t, l.Release(ctx), "Release")
+		}
+		y, err := m2.TryAcquire(ctx, name, lock.Level(dcsync.XDC))
+		must(t, err, "XDC lock from farm 2 after release")
+		if y.Token() <= x.Token() {
+			t.Fatalf("XDC token %d after %d: not increasing across farms", y.Token(), x.Token())
+		}
+		must(t, y.Release(ctx), "Release")
+	})
+
+	t.Run("OnlyTheOwnerReleases", func(t *testing.T) {
+		s := h.open(t)
+		m := locks(t, s, h.Farm)
+		ctx := ctxT(t, time.Minute)
+		name := unique(t)
+		l, err := m.TryAcquire(ctx, name)
+		must(t, err, "TryAcquire")
+		wantCode(t, m.Release(ctx, name, "not-the-owner"), dcsync.LockLost, "Release by another owner")
+		_, err = s.RefreshLock(ctx, l.Key(), "not-the-owner", time.Minute)
+		wantCode(t, err, dcsync.LockLost, "Refresh by another owner")
+		st, err := m.Inspect(ctx, name)
+		must(t, err, "Inspect")
+		if st.Owner != l.Owner() {
+			t.Fatalf("holder changed to %q", st.Owner)
+		}
+		must(t, m.Release(ctx, name, l.Owner()), "Release by owner id")
+	})
+
+	t.Run("LapsedLeaseIsTakenOver", func(t *testing.T) {
+		s := h.open(t)
+		m := locks(t, s, h.Farm)
+		ctx := ctxT(t, time.Minute)
+		name := unique(t)
+		old, err := m.TryAcquire(ctx, name, lock.TTL(time.Second))
+		must(t, err, "TryAcquire")
+		time.Sleep(1500 * time.Millisecond)
+		next, err := m.TryAcquire(ctx, name, lock.TTL(time.Minute))
+		must(t, err, "TryAcquire after the lease lapsed")
+		if next.Token() <= old.Token() {
+			t.Fatalf("token %d after expiry of %d: not increasing", next.Token(), old.Token())
+		}
+		wantCode(t, old.Refresh(ctx), dcsync.LockLost, "old holder's Refresh")
+		wantCode(t, old.Release(ctx), dcsync.LockLost, "old holder's Release")
+		st, err := m.Inspect(ctx, name)
+		must(t, err, "Inspect")
+		if st.Owner != next.Owner() || st.Token != next.Token() {
+			t.Fatalf("the old holder disturbed the new one: %+v", st)
+		}
+		// A lapsed lease nobody took over is lost too.
+		solo, err := m.TryAcquire(ctx, unique(t), lock.TTL(time.Second))
+		must(t, err, "TryAcquire")
+		time.Sleep(1500 * time.Millisecond)
+		wantCode(t, solo.Refresh(ctx), dcsync.LockLost, "Refresh of a lapsed lease")
+		must(t, next.Release(ctx), "Release")
+	})
+
+	t.Run("RefreshExtendsLease", func(t *testing.T) {
+		s := h.open(t)
+		m := locks(t, s, h.Farm)
+		ctx := ctxT(t, time.Minute)
+		name := unique(t)
+		l, err := m.TryAcquire(ctx, name, lock.TTL(2*time.Second))
+		must(t, err, "TryAcquire")
+		before := l.Expires()
+		time.Sleep(1200 * time.Millisecond)
+		must(t, l.Refresh(ctx), "Refresh")
+		if !l.Expires().After(before) {
+			t.Fatalf("Expires did not move: %v then %v", before, l.Expires())
+		}
+		time.Sleep(1200 * time.Millisecond) // past the first lease's end
+		_, err = m.TryAcquire(ctx, name)
+		wantCode(t, err, dcsync.LockUnavailable, "TryAcquire while refreshed lease runs")
+		must(t, l.Release(ctx), "Release")
+	})
+
+	t.Run("KeepAliveHoldsPastTTL", func(t *testing.T) {
+		noLeaks(t)
+		s := h.open(t)
+		m := locks(t, s, h.Farm)
+		ctx := ctxT(t, time.Minute)
+		name := unique(t)
+		l, err := m.TryAcquire(ctx, name, lock.TTL(time.Second))
+		must(t, err, "TryAcquire")
+		kctx := l.KeepAlive(ctx)
+		time.Sleep(2500 * time.Millisecond)
+		if kctx.Err() != nil {
+			t.Fatalf("keep-alive context ended: %v", context.Cause(kctx))
+		}
+		_, err = m.TryAcquire(ctx, name)
+		wantCode(t, err, dcsync.LockUnavailable, "TryAcquire while kept alive")
+		must(t, l.Release(ctx), "Release")
+		<-kctx.Done()
+		if errors.Is(context.Cause(kctx), dcsync.ErrLockLost) {
+			t.Fatalf("Release reported as a lost lease: %v", context.Cause(kctx))
+		}
+		l2, err := m.TryAcquire(ctx, name)
+		must(t, err, "TryAcquire after Release")
+		must(t, l2.Release(ctx), "Release")
+	})
+
+	t.Run("KeepAliveSignalsLoss", func(t *testing.T) {
+		noLeaks(t)
+		ctx := ctxT(t, time.Minute)
+		for _, tc := range []struct {
+			name string
+			err  error
+			// released is what Release returns after the loss: a store that said
+			// "lost" may still hold the record (the spy lied); an outage that outlived
+			// the lease leaves nothing to release.
+			released []dcsync.Code
+		}{
+			{"StoreSaysLost", dcsync.Errorf(dcsync.LockLost, "storetest", "injected"), []dcsync.Code{0, dcsync.LockLost}},
+			{"StoreUnreachable", dcsync.Errorf(dcsync.Connection, "storetest", "injected outage"), []dcsync.Code{dcsync.LockLost}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				spy := newSpy(h.open(t))
+				m := locks(t, spy, h.Farm)
+				l, err := m.TryAcquire(ctx, unique(t), lock.TTL(time.Second))
+				must(t, err, "TryAcquire")
+				spy.failRefresh(tc.err)
+				kctx := l.KeepAlive(ctx)
+				select {
+				case <-kctx.Done():
+				case <-ctx.Done():
+					t.Fatal("keep-alive never reported the lost lease")
+				}
+				if !errors.Is(context.Cause(kctx), dcsync.ErrLockLost) {
+					t.Fatalf("cause = %v, want LockLost", context.Cause(kctx))
+				}
+				spy.failRefresh(nil)
+				if code := dcsync.CodeOf(l.Release(ctx)); !slices.Contains(tc.released, code) {
+					t.Fatalf("Release after loss: code %v, want one of %v", code, tc.released)
+				}
+			})
+		}
+	})
+
+	t.Run("AcquireWaits", func(t *testing.T) {
+		s := h.open(t)
+		m := locks(t, s, h.Farm)
+		ctx := ctxT(t, time.Minute)
+		name := unique(t)
+		held, err := m.TryAcquire(ctx, name)
+		must(t, err, "TryAcquire")
+		_, err = m.Acquire(ctx, name, lock.Wait(200*time.Millisecond))
+		wantCode(t, err, dcsync.LockUnavailable, "Acquire with a short wait")
+		cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err = m.Acquire(cctx, name)
+		cancel()
+		wantCode(t, err, dcsync.LockUnavailable, "Acquire past ctx deadline")
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire past ctx deadline: %v does not match context.DeadlineExceeded", err)
+		}
+		go func() {
+			time.Sleep(300 * time.Millisecond)
+			held.Release(context.Background())
+		}()
+		l, err := m.Acquire(ctx, name, lock.Wait(30*time.Second))
+		must(t, err, "Acquire after the holder releases")
+		if l.Token() <= held.Token() {
+			t.Fatalf("token %d after %d", l.Token(), held.Token())
+		}
+		must(t, l.Release(ctx), "Release")
+	})
+
+	t.Run("ContendersNeverOverlap", func(t *testing.T) {
+		s := h.open(t)
+		ctx := ctxT(t, 3*time.Minute)
+		name := unique(t)
+		const workers, each = 8, 8
+		var (
+			holders atomic.Int32
+			mu      sync.Mutex
+			tokens  []uint64
+			wg      sync.WaitGroup
+		)
+		errs := make(chan error, workers)
+		for w := 0; w < workers; w++ {
+			farm := h.Farm
+			if w%2 == 1 {
+				farm = h.OtherFarm // XDC: one holder across farms
+			}
+			m := locks(t, s, farm, lock.WithLevel(dcsync.XDC))
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < each; i++ {
+					l, err := m.Acquire(ctx, name, lock.TTL(30*time.Second), lock.Wait(2*time.Minute))
+					if err != nil {
+						errs <- err
+						return
+					}
+					if n := holders.Add(1); n != 1 {
+						errs <- errors.New("two holders at once")
+					}
+					mu.Lock()
+					tokens = append(tokens, l.Token())
+					mu.Unlock()
+					time.Sleep(time.Millisecond)
+					holders.Add(-1)
+					if err := l.Release(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if len(tokens) != workers*each {
+			t.Fatalf("%d acquisitions, want %d", len(tokens), workers*each)
+		}
+		for i := 1; i < len(tokens); i++ {
+			if tokens[i] <= tokens[i-1] {
+				t.Fatalf("token %d follows %d: not strictly increasing (%v)", tokens[i], tokens[i-1], tokens)
+			}
+		}
+	})
+}
