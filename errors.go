@@ -85,6 +85,14 @@ var (
 
 // Error formats the error as "op: code: msg: cause".
 func (e *Error) Error() string {
+	var inner *Error
+	if e.Msg == "" && errors.As(e.Err, &inner) && inner.Code == e.Code {
+		// A pure annotation of an error with the same code: say the code once.
+		if e.Op == "" {
+			return e.Err.Error()
+		}
+		return e.Op + ": " + e.Err.Error()
+	}
 	s := e.Code.String()
 	if e.Op != "" {
 		s = e.Op + ": " + s

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/dcsync/dcsync/latch"
+)
+
+type latchFlags struct {
+	count   int64
+	ttl     time.Duration
+	timeout time.Duration
+	poll    time.Duration
+}
+
+func (a *app) latchManager(ctx context.Context, f *latchFlags) (*latch.Manager, []latch.CallOption, error) {
+	if err := a.ids(); err != nil {
+		return nil, nil, err
+	}
+	level, err := a.levelFlag()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := a.open(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := latch.New(s, a.client, a.farm, latch.WithPollInterval(f.poll))
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, []latch.CallOption{latch.Level(level), latch.TTL(f.ttl)}, nil
+}
+
+func newLatchCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: "latch", Short: "Create, count down, count up, read and await distributed latches"}
+	f := &latchFlags{poll: latch.DefaultPollInterval}
+
+	create := &cobra.Command{
+		Use:   "create NAME --count N",
+		Short: "Create a latch with count N (exit 1 if it exists; its count is left alone)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			m, opts, err := a.latchManager(c.Context(), f)
+			if err != nil {
+				return err
+			}
+			_, err = m.CreateCountUpDown(c.Context(), args[0], f.count, opts...)
+			return err
+		},
+	}
+	create.Flags().Int64Var(&f.count, "count", 0, "initial count (>= 0)")
+	_ = create.MarkFlagRequired("count")
+
+	update := func(use, short string, delta int64) *cobra.Command {
+		return &cobra.Command{
+			Use:   use + " NAME",
+			Short: short,
+			Args:  cobra.ExactArgs(1),
+			RunE: func(c *cobra.Command, args []string) error {
+				m, opts, err := a.latchManager(c.Context(), f)
+				if err != nil {
+					return err
+				}
+				l, err := m.GetCountUpDown(args[0], opts...)
+				if err != nil {
+					return err
+				}
+				var n int64
+				if delta < 0 {
+					n, err = l.CountDown(c.Context())
+				} else {
+					n, err = l.CountUp(c.Context())
+				}
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(a.stdout, n)
+				return nil
+			},
+		}
+	}
+	down := update("countdown", "Decrement the count by one and print the count after it", -1)
+	up := update("countup", "Increment the count by one and print the count after it", 1)
+
+	count := &cobra.Command{
+		Use:   "count NAME",
+		Short: "Print the count (the farm's cell for dc, the sum of all farms for xdc)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			m, opts, err := a.latchManager(c.Context(), f)
+			if err != nil {
+				return err
+			}
+			l, err := m.GetCountDown(args[0], opts...)
+			if err != nil {
+				return err
+			}
+			n, err := l.Count(c.Context())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, n)
+			return nil
+		},
+	}
+
+	await := &cobra.Command{
+		Use:   "await NAME [--timeout D]",
+		Short: "Wait until the count is zero or less (exit 4 on timeout)",
+		Long: `Wait until the count is zero or less. On a terminal the remaining count is shown
+live; otherwise each change of the count is printed on a line of its own.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			m, opts, err := a.latchManager(c.Context(), f)
+			if err != nil {
+				return err
+			}
+			l, err := m.GetCountDown(args[0], opts...)
+			if err != nil {
+				return err
+			}
+			ctx := c.Context()
+			if f.timeout > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, f.timeout)
+				defer cancel()
+			}
+			return a.await(ctx, l, f.poll)
+		},
+	}
+	await.Flags().DurationVar(&f.timeout, "timeout", 0, "give up after this long (0: wait for ever)")
+
+	for _, c := range []*cobra.Command{create, down, up, count, await} {
+		addLevelFlag(c, a)
+		c.Flags().DurationVar(&f.ttl, "ttl", latch.DefaultTTL, "latch lifetime, renewed by every update")
+		c.Flags().DurationVar(&f.poll, "poll", latch.DefaultPollInterval, "how often to read the count while waiting")
+		cmd.AddCommand(c)
+	}
+	return cmd
+}
+
+// await waits on l while showing its remaining count.
+func (a *app) await(ctx context.Context, l *latch.CountDownLatch, poll time.Duration) error {
+	tty := false
+	if f, ok := a.stdout.(*os.File); ok {
+		tty = term.IsTerminal(int(f.Fd()))
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Wait(ctx) }()
+	show := func(n int64) {
+		if tty {
+			fmt.Fprintf(a.stdout, "\rremaining: %-12d", n)
+		} else {
+			fmt.Fprintf(a.stdout, "remaining: %d\n", n)
+		}
+	}
+	last := int64(-1 << 63)
+	tick := time.NewTicker(poll)
+	defer tick.Stop()
+	for {
+		if n, err := l.Count(ctx); err == nil && n != last {
+			last = n
+			show(n)
+		}
+		select {
+		case err := <-done:
+			if tty {
+				fmt.Fprintln(a.stdout)
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				return withCode(exitTimeout, fmt.Errorf("await %s: timed out", l.Key().Name))
+			}
+			if err == nil {
+				fmt.Fprintln(a.stdout, "done")
+			}
+			return err
+		case <-tick.C:
+		}
+	}
+}
+

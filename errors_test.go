@@ -1,0 +1,65 @@
+package dcsync_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/dcsync/dcsync"
+)
+
+func TestErrorsMatchByCode(t *testing.T) {
+	base := dcsync.Errorf(dcsync.NotFound, "store.Read", "latch %s does not exist", "x")
+	wrapped := fmt.Errorf("outer: %w", dcsync.Wrap(base, dcsync.Internal, "latch.Count"))
+	if !errors.Is(wrapped, dcsync.ErrNotFound) {
+		t.Fatal("errors.Is lost the NotFound code through wrapping")
+	}
+	if errors.Is(wrapped, dcsync.ErrInternal) {
+		t.Fatal("Wrap replaced the original code with its fallback")
+	}
+	if dcsync.CodeOf(wrapped) != dcsync.NotFound {
+		t.Fatalf("CodeOf = %v", dcsync.CodeOf(wrapped))
+	}
+	var e *dcsync.Error
+	if !errors.As(wrapped, &e) || e.Op != "latch.Count" {
+		t.Fatalf("errors.As = %+v", e)
+	}
+	if got := wrapped.Error(); got != "outer: latch.Count: store.Read: not found: latch x does not exist" {
+		t.Fatalf("message = %q", got)
+	}
+	plain := dcsync.Wrap(context.DeadlineExceeded, dcsync.Connection, "hbase.Get")
+	if dcsync.CodeOf(plain) != dcsync.Connection || !errors.Is(plain, context.DeadlineExceeded) {
+		t.Fatalf("Wrap of a plain error: %v", plain)
+	}
+	cause := errors.New("socket closed")
+	withCause := dcsync.Errorf(dcsync.Connection, "op", "dial %s: %w", "h:1", cause)
+	if !errors.Is(withCause, cause) || withCause.Error() != "op: connection: dial h:1: socket closed" {
+		t.Fatalf("Errorf with %%w: %q", withCause)
+	}
+	if dcsync.CodeOf(nil) != 0 || dcsync.Wrap(nil, dcsync.Internal, "x") != nil {
+		t.Fatal("nil handling")
+	}
+	if dcsync.CodeOf(errors.New("x")) != dcsync.Internal {
+		t.Fatal("uncoded errors are Internal")
+	}
+}
+
+func TestValidateIDs(t *testing.T) {
+	for _, ok := range []string{"a", "svc-payments", "dc1", "phx.v2", "A-Z.0-9"} {
+		if err := dcsync.ValidateID("client", ok); err != nil {
+			t.Errorf("ValidateID(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a_b", "a#b", "a b", "ü", "a/b", string(make([]byte, dcsync.MaxIDLen+1))} {
+		if err := dcsync.ValidateID("client", bad); !errors.Is(err, dcsync.ErrInvalidArgument) {
+			t.Errorf("ValidateID(%q) = %v, want InvalidArgument", bad, err)
+		}
+	}
+	if _, err := dcsync.ParseLevel("XDC"); err != nil {
+		t.Error(err)
+	}
+	if _, err := dcsync.ParseLevel("global"); !errors.Is(err, dcsync.ErrInvalidArgument) {
+		t.Error("ParseLevel accepted global")
+	}
+}
