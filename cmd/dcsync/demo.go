@@ -188,4 +188,3 @@ func (a *app) demoWorker(ctx context.Context, name string, rounds int) error {
 	_, err = l.CountDown(ctx)
 	return err
 }
-

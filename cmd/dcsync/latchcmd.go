@@ -21,14 +21,7 @@ type latchFlags struct {
 }
 
 func (a *app) latchManager(ctx context.Context, f *latchFlags) (*latch.Manager, []latch.CallOption, error) {
-	if err := a.ids(); err != nil {
-		return nil, nil, err
-	}
-	level, err := a.levelFlag()
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := a.open(ctx)
+	s, level, err := a.setup(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -186,4 +179,3 @@ func (a *app) await(ctx context.Context, l *latch.CountDownLatch, poll time.Dura
 		}
 	}
 }
-

@@ -26,14 +26,7 @@ type lockFlags struct {
 }
 
 func (a *app) lockManager(ctx context.Context) (*lock.Manager, []lock.CallOption, error) {
-	if err := a.ids(); err != nil {
-		return nil, nil, err
-	}
-	level, err := a.levelFlag()
-	if err != nil {
-		return nil, nil, err
-	}
-	s, err := a.open(ctx)
+	s, level, err := a.setup(ctx)
 	if err != nil {
 		return nil, nil, err
 	}

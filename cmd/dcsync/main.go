@@ -140,13 +140,18 @@ func (a *app) close() {
 	}
 }
 
-func (a *app) levelFlag() (dcsync.Level, error) { return dcsync.ParseLevel(a.level) }
-
-func (a *app) ids() error {
+// setup checks the client id and --level and opens the store: what every lock and
+// latch command needs first.
+func (a *app) setup(ctx context.Context) (dcsync.Store, dcsync.Level, error) {
 	if a.client == "" {
-		return withCode(exitUsage, errors.New("no client id: pass --client or set DCSYNC_CLIENT"))
+		return nil, 0, withCode(exitUsage, errors.New("no client id: pass --client or set DCSYNC_CLIENT"))
 	}
-	return nil
+	level, err := dcsync.ParseLevel(a.level)
+	if err != nil {
+		return nil, 0, err
+	}
+	s, err := a.open(ctx)
+	return s, level, err
 }
 
 func newRoot(a *app) *cobra.Command {
