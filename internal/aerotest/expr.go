@@ -1,0 +1,506 @@
+package aerotest
+
+import (
+	"fmt"
+	"time"
+)
+
+// Expression op codes (client expression.go).
+const (
+	expEQ          = 1
+	expNE          = 2
+	expGT          = 3
+	expGE          = 4
+	expLT          = 5
+	expLE          = 6
+	expAnd         = 16
+	expOr          = 17
+	expNot         = 18
+	expExclusive   = 19
+	expAdd         = 20
+	expSub         = 21
+	expMul         = 22
+	expDiv         = 23
+	expMod         = 26
+	expAbs         = 27
+	expMin         = 50
+	expMax         = 51
+	expLastUpdate  = 66
+	expSinceUpdate = 67
+	expVoidTime    = 68
+	expTTL         = 69
+	expSetName     = 70
+	expKeyExists   = 71
+	expIsTombstone = 72
+	expKey         = 80
+	expBin         = 81
+	expBinType     = 82
+	expCond        = 123
+	expQuoted      = 126
+)
+
+// Expression value types (ExpType).
+const (
+	etNil    = 0
+	etBool   = 1
+	etInt    = 2
+	etString = 3
+	etList   = 4
+	etMap    = 5
+	etBlob   = 6
+	etFloat  = 7
+	etGeo    = 8
+	etHLL    = 9
+)
+
+// unknownVal is the result of reading a missing bin or a bin of another
+// type; comparisons with it are unknown, and a filter that ends unknown
+// filters the record out.
+type unknownVal struct{}
+
+type exprEnv struct {
+	rec    *record
+	digest [20]byte
+	now    time.Time
+}
+
+// evalFilter evaluates a filter expression against rec.
+func evalFilter(b []byte, env *exprEnv) (bool, *opError) {
+	r := &mpReader{b: b}
+	e, err := parseExpr(r)
+	if err != nil {
+		return false, err
+	}
+	if r.off != len(b) {
+		return false, fail(rcParameter, "filter expression: trailing bytes")
+	}
+	v, err := env.eval(e)
+	if err != nil {
+		return false, err
+	}
+	switch x := v.(type) {
+	case bool:
+		return x, nil
+	case unknownVal:
+		return false, nil
+	}
+	return false, fail(rcParameter, fmt.Sprintf("filter expression is not boolean (%T)", v))
+}
+
+// expr is a parsed expression node: either a literal or an op with args.
+type expr struct {
+	op      int64 // 0 for literals
+	lit     any
+	args    []*expr
+	rawArgs []any // non-expression operands (bin names, types)
+}
+
+func parseExpr(r *mpReader) (*expr, *opError) {
+	if !r.peekIsArray() {
+		v, err := r.decode()
+		if err != nil {
+			return nil, fail(rcParameter, "filter expression: "+err.Error())
+		}
+		return &expr{lit: v}, nil
+	}
+	n, err := r.readArrayLen()
+	if err != nil || n == 0 {
+		return nil, fail(rcParameter, "filter expression: bad array")
+	}
+	opv, err := r.decode()
+	if err != nil {
+		return nil, fail(rcParameter, "filter expression: "+err.Error())
+	}
+	op, ok := opv.(int64)
+	if !ok {
+		return nil, fail(rcParameter, "filter expression: op is not an integer")
+	}
+	e := &expr{op: op}
+	switch op {
+	case expBin: // [81, type, rawname]
+		if n != 3 {
+			return nil, fail(rcParameter, "bin expression arity")
+		}
+		t, err1 := r.decode()
+		name, err2 := r.decodeRaw()
+		if err1 != nil || err2 != nil {
+			return nil, fail(rcParameter, "bin expression operands")
+		}
+		e.rawArgs = []any{t, name}
+		return e, nil
+	case expBinType: // [82, rawname]
+		if n != 2 {
+			return nil, fail(rcParameter, "bin_type expression arity")
+		}
+		name, err := r.decodeRaw()
+		if err != nil {
+			return nil, fail(rcParameter, "bin_type expression operand")
+		}
+		e.rawArgs = []any{name}
+		return e, nil
+	case expKey: // [80, type]
+		if n != 2 {
+			return nil, fail(rcParameter, "key expression arity")
+		}
+		t, err := r.decode()
+		if err != nil {
+			return nil, fail(rcParameter, "key expression operand")
+		}
+		e.rawArgs = []any{t}
+		return e, nil
+	case expQuoted: // [126, list]
+		if n != 2 {
+			return nil, fail(rcParameter, "quoted expression arity")
+		}
+		v, err := r.decode()
+		if err != nil {
+			return nil, fail(rcParameter, "quoted expression operand")
+		}
+		return &expr{lit: v}, nil
+	}
+	for i := 1; i < n; i++ {
+		a, oerr := parseExpr(r)
+		if oerr != nil {
+			return nil, oerr
+		}
+		e.args = append(e.args, a)
+	}
+	return e, nil
+}
+
+func (env *exprEnv) eval(e *expr) (any, *opError) {
+	if e.op == 0 {
+		return e.lit, nil
+	}
+	arity := func(n int) *opError {
+		if len(e.args) != n {
+			return fail(rcParameter, fmt.Sprintf("expression op %d expects %d args, got %d", e.op, n, len(e.args)))
+		}
+		return nil
+	}
+	rec := env.rec
+	switch e.op {
+	case expEQ, expNE, expGT, expGE, expLT, expLE:
+		if err := arity(2); err != nil {
+			return nil, err
+		}
+		a, err := env.eval(e.args[0])
+		if err != nil {
+			return nil, err
+		}
+		b, err := env.eval(e.args[1])
+		if err != nil {
+			return nil, err
+		}
+		if _, u := a.(unknownVal); u {
+			return unknownVal{}, nil
+		}
+		if _, u := b.(unknownVal); u {
+			return unknownVal{}, nil
+		}
+		if typeRank(a) != typeRank(b) {
+			return nil, fail(rcParameter, fmt.Sprintf("expression compares %T with %T", a, b))
+		}
+		c := compareValues(a, b)
+		switch e.op {
+		case expEQ:
+			return c == 0, nil
+		case expNE:
+			return c != 0, nil
+		case expGT:
+			return c > 0, nil
+		case expGE:
+			return c >= 0, nil
+		case expLT:
+			return c < 0, nil
+		}
+		return c <= 0, nil
+
+	case expAnd, expOr:
+		if len(e.args) < 1 {
+			return nil, fail(rcParameter, "and/or without operands")
+		}
+		unknown := false
+		for _, a := range e.args {
+			v, err := env.eval(a)
+			if err != nil {
+				return nil, err
+			}
+			switch x := v.(type) {
+			case bool:
+				if e.op == expAnd && !x {
+					return false, nil
+				}
+				if e.op == expOr && x {
+					return true, nil
+				}
+			case unknownVal:
+				unknown = true
+			default:
+				return nil, fail(rcParameter, "and/or operand is not boolean")
+			}
+		}
+		if unknown {
+			return unknownVal{}, nil
+		}
+		return e.op == expAnd, nil
+
+	case expNot:
+		if err := arity(1); err != nil {
+			return nil, err
+		}
+		v, err := env.eval(e.args[0])
+		if err != nil {
+			return nil, err
+		}
+		switch x := v.(type) {
+		case bool:
+			return !x, nil
+		case unknownVal:
+			return x, nil
+		}
+		return nil, fail(rcParameter, "not operand is not boolean")
+
+	case expExclusive:
+		count := 0
+		for _, a := range e.args {
+			v, err := env.eval(a)
+			if err != nil {
+				return nil, err
+			}
+			switch x := v.(type) {
+			case bool:
+				if x {
+					count++
+				}
+			case unknownVal:
+				return x, nil
+			default:
+				return nil, fail(rcParameter, "exclusive operand is not boolean")
+			}
+		}
+		return count == 1, nil
+
+	case expAdd, expSub, expMul, expDiv, expMod, expMin, expMax, expAbs:
+		return env.arith(e)
+
+	case expBin:
+		t, _ := e.rawArgs[0].(int64)
+		name, _ := e.rawArgs[1].(string)
+		if rec == nil {
+			return unknownVal{}, nil
+		}
+		v, ok := rec.get(name)
+		if !ok || !matchesExpType(v, t) {
+			return unknownVal{}, nil
+		}
+		return v, nil
+
+	case expBinType:
+		name, _ := e.rawArgs[0].(string)
+		if rec == nil {
+			return int64(0), nil
+		}
+		v, ok := rec.get(name)
+		if !ok {
+			return int64(0), nil
+		}
+		return int64(particleTypeOf(v)), nil
+
+	case expKey:
+		t, _ := e.rawArgs[0].(int64)
+		if rec == nil || rec.key == nil {
+			return unknownVal{}, nil
+		}
+		v := rec.key.value()
+		if !matchesExpType(v, t) {
+			return unknownVal{}, nil
+		}
+		return v, nil
+
+	case expKeyExists:
+		return rec != nil && rec.key != nil, nil
+
+	case expSetName:
+		if rec == nil {
+			return "", nil
+		}
+		return rec.set, nil
+
+	case expIsTombstone:
+		return false, nil
+
+	case expLastUpdate:
+		if rec == nil {
+			return int64(0), nil
+		}
+		return rec.lastUpdate.UnixNano(), nil
+
+	case expSinceUpdate:
+		if rec == nil {
+			return int64(0), nil
+		}
+		return env.now.Sub(rec.lastUpdate).Milliseconds(), nil
+
+	case expVoidTime:
+		if rec == nil || rec.voidTime == 0 {
+			return int64(-1), nil
+		}
+		return (int64(rec.voidTime) + citrusleafEpoch) * int64(time.Second), nil
+
+	case expTTL:
+		if rec == nil || rec.voidTime == 0 {
+			return int64(-1), nil
+		}
+		return int64(rec.voidTime) - nowCL(env.now), nil
+
+	case expCond:
+		if len(e.args) < 3 || len(e.args)%2 == 0 {
+			return nil, fail(rcParameter, "cond arity")
+		}
+		for i := 0; i+1 < len(e.args); i += 2 {
+			c, err := env.eval(e.args[i])
+			if err != nil {
+				return nil, err
+			}
+			b, ok := c.(bool)
+			if !ok {
+				return unknownVal{}, nil
+			}
+			if b {
+				return env.eval(e.args[i+1])
+			}
+		}
+		return env.eval(e.args[len(e.args)-1])
+	}
+	return nil, unsupported(fmt.Sprintf("filter expression op %d", e.op))
+}
+
+func matchesExpType(v any, t int64) bool {
+	switch t {
+	case etNil:
+		return v == nil
+	case etBool:
+		_, ok := v.(bool)
+		return ok
+	case etInt:
+		_, ok := v.(int64)
+		return ok
+	case etString:
+		_, ok := v.(string)
+		return ok
+	case etList:
+		_, ok := v.(*listVal)
+		return ok
+	case etMap:
+		_, ok := v.(*mapVal)
+		return ok
+	case etBlob:
+		b, ok := v.(blobVal)
+		return ok && b.ptype == ptBlob
+	case etFloat:
+		_, ok := v.(float64)
+		return ok
+	case etGeo:
+		b, ok := v.(blobVal)
+		return ok && b.ptype == ptGeoJSON
+	case etHLL:
+		b, ok := v.(blobVal)
+		return ok && b.ptype == ptHLL
+	}
+	return false
+}
+
+func (env *exprEnv) arith(e *expr) (any, *opError) {
+	if len(e.args) == 0 {
+		return nil, fail(rcParameter, "arithmetic without operands")
+	}
+	vals := make([]any, 0, len(e.args))
+	for _, a := range e.args {
+		v, err := env.eval(a)
+		if err != nil {
+			return nil, err
+		}
+		if _, u := v.(unknownVal); u {
+			return unknownVal{}, nil
+		}
+		vals = append(vals, v)
+	}
+	switch first := vals[0].(type) {
+	case int64:
+		acc := first
+		if e.op == expAbs {
+			if acc < 0 {
+				acc = -acc
+			}
+			return acc, nil
+		}
+		if len(vals) == 1 && e.op == expSub {
+			return -acc, nil
+		}
+		for _, v := range vals[1:] {
+			x, ok := v.(int64)
+			if !ok {
+				return nil, fail(rcParameter, "arithmetic mixes types")
+			}
+			switch e.op {
+			case expAdd:
+				acc += x
+			case expSub:
+				acc -= x
+			case expMul:
+				acc *= x
+			case expDiv:
+				if x == 0 {
+					return unknownVal{}, nil
+				}
+				acc /= x
+			case expMod:
+				if x == 0 {
+					return unknownVal{}, nil
+				}
+				acc %= x
+			case expMin:
+				acc = min(acc, x)
+			case expMax:
+				acc = max(acc, x)
+			}
+		}
+		return acc, nil
+	case float64:
+		acc := first
+		if e.op == expAbs {
+			if acc < 0 {
+				acc = -acc
+			}
+			return acc, nil
+		}
+		if len(vals) == 1 && e.op == expSub {
+			return -acc, nil
+		}
+		for _, v := range vals[1:] {
+			x, ok := v.(float64)
+			if !ok {
+				return nil, fail(rcParameter, "arithmetic mixes types")
+			}
+			switch e.op {
+			case expAdd:
+				acc += x
+			case expSub:
+				acc -= x
+			case expMul:
+				acc *= x
+			case expDiv:
+				acc /= x
+			case expMin:
+				acc = min(acc, x)
+			case expMax:
+				acc = max(acc, x)
+			default:
+				return nil, unsupported(fmt.Sprintf("float arithmetic op %d", e.op))
+			}
+		}
+		return acc, nil
+	}
+	return nil, fail(rcParameter, "arithmetic on non-numeric value")
+}

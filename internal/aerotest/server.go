@@ -1,0 +1,521 @@
+// Package aerotest is an in-process Aerospike server for tests (in the
+// spirit of miniredis). The official Go client
+// github.com/aerospike/aerospike-client-go/v8 connects to it over loopback
+// TCP and sees a one-node cluster owning all 4096 partitions of every
+// configured namespace. Records live in memory, keyed by digest.
+//
+// Behaviour follows frames captured from a real Aerospike 8.1.2 server
+// (testdata/README.txt, testdata/transcript.jsonl); TestReplayCapture
+// replays that capture and requires byte-identical replies.
+//
+// Supported:
+//   - info: node, build, version, edition, features, cluster-name,
+//     partition-generation, peers-generation, cluster-generation, partitions,
+//     peers-{clear,tls}-{std,alt}, service*, services*, namespaces, replicas,
+//     replicas-all, replicas-master, rack-ids, user-agent-set, statistics,
+//     truncate, truncate-namespace.
+//   - AS_MSG (type 3) and zlib-compressed AS_MSG (type 4) requests:
+//     get (all bins, named bins, header), exists, put with every
+//     RecordExistsAction, generation EQ/GT checks, TTL (0 = namespace default,
+//     -1 never, -2 keep), delete, touch, and operate with READ, WRITE, ADD
+//     (int/float), APPEND, PREPEND, TOUCH, DELETE and CDT map ops without
+//     context (put/put_items/add/replace with write flags CREATE_ONLY,
+//     UPDATE_ONLY, NO_FAIL, PARTIAL; increment; clear; size; set_type; every
+//     get_by_* / remove_by_* selector with all return types and INVERTED).
+//   - filter expressions (field 43): comparisons, and/or/not/exclusive,
+//     bin, bin_type (so ExpBinExists), key, key_exists, set_name, ttl,
+//     void_time, last_update, since_update, is_tombstone, cond, integer and
+//     float arithmetic. A filter that is false or unknown gives FILTERED_OUT.
+//     As on the server, filters are not evaluated when a write creates the
+//     record.
+//   - batch index commands (BatchGet, BatchGetHeader, BatchExists,
+//     BatchGetOperate, BatchOperate with reads, writes and deletes),
+//     including REPEAT rows and a batch-level filter.
+//
+// Anything else (list, bit, HLL and expression ops, nested CDT contexts,
+// UDFs, scans, queries, transactions) is answered with UNSUPPORTED_FEATURE
+// and logged at warn level, never silently ignored.
+package aerotest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Options configures a Server. The zero value is usable.
+type Options struct {
+	// Namespaces served; default ["test"].
+	Namespaces []string
+	// Now is the server clock used for TTLs, void-times and expiry;
+	// default time.Now.
+	Now func() time.Time
+	// Logger receives warnings about unsupported requests and debug
+	// traces; default discards.
+	Logger *slog.Logger
+	// DefaultTTL is the namespace default-ttl applied to writes with TTL 0;
+	// 0 means records never expire (the Aerospike default).
+	DefaultTTL time.Duration
+	// Port to listen on (127.0.0.1 only); 0 picks a free port.
+	Port int
+	// ClusterName answered to the "cluster-name" info command; default "null".
+	ClusterName string
+	// NodeName answered to the "node" info command; default derived from
+	// the port ("BB9" + 12 hex digits), so it survives Restart.
+	NodeName string
+}
+
+// CommandKind classifies an AS_MSG command.
+type CommandKind int
+
+// Command kinds.
+const (
+	// KindRead is a single-record command without the WRITE flag
+	// (Get, GetHeader, Exists, read-only Operate).
+	KindRead CommandKind = iota + 1
+	// KindWrite is a single-record write (Put, Add, Touch, Operate with a write op).
+	KindWrite
+	// KindDelete is a single-record Delete.
+	KindDelete
+	// KindBatch is a batch index command (BatchGet, BatchGetHeader,
+	// BatchExists, BatchGetOperate, BatchRead, BatchOperate).
+	KindBatch
+)
+
+// String returns "read", "write", "delete" or "batch".
+func (k CommandKind) String() string {
+	switch k {
+	case KindRead:
+		return "read"
+	case KindWrite:
+		return "write"
+	case KindDelete:
+		return "delete"
+	case KindBatch:
+		return "batch"
+	}
+	return "unknown"
+}
+
+// Command describes a request, for fault matching in DropResponses.
+type Command struct {
+	Kind      CommandKind
+	Namespace string
+	Set       string
+	// Digest of the record (the first row for batches).
+	Digest [20]byte
+	// Key is the user key when the client sent it (SendKey), else nil.
+	Key any
+	// Write reports whether the command (or any batch row) writes.
+	Write bool
+	// Ops lists the op kinds in request order: "read", "write", "incr",
+	// "touch", "delete", "cdt_read", "cdt_modify", ... (first row for batches).
+	Ops []string
+	// BatchSize is the number of rows of a batch command, 0 otherwise.
+	BatchSize int
+}
+
+// Stats counts what the server has served since Start.
+type Stats struct {
+	Connections  int64 // client connections accepted
+	Info         int64 // info frames answered
+	Reads        int64 // single-record read commands
+	Writes       int64 // single-record write commands (excluding deletes)
+	Deletes      int64 // single-record deletes
+	Batches      int64 // batch commands
+	BatchRecords int64 // rows in batch commands
+	Dropped      int64 // responses dropped by DropResponses
+}
+
+type dropRule struct {
+	remaining int
+	match     func(Command) bool
+}
+
+// Server is an in-process Aerospike server. Create it with Start.
+type Server struct {
+	opts     Options
+	log      *slog.Logger
+	now      func() time.Time
+	nodeName string
+
+	mu         sync.Mutex // guards namespaces and all records
+	namespaces map[string]*namespace
+
+	lmu     sync.Mutex // guards ln, conns, stop, closed
+	ln      net.Listener
+	port    int
+	conns   map[net.Conn]struct{}
+	stop    chan struct{}
+	closed  bool
+	running sync.WaitGroup
+
+	fmu   sync.Mutex // guards drops
+	drops []*dropRule
+	delay atomic.Int64
+
+	stConns, stInfo, stReads, stWrites, stDeletes, stBatches, stBatchRecs, stDropped atomic.Int64
+}
+
+// Start starts a server listening on 127.0.0.1 (Options.Port, or a free port).
+func Start(opts Options) (*Server, error) {
+	if len(opts.Namespaces) == 0 {
+		opts.Namespaces = []string{"test"}
+	}
+	s := &Server{
+		opts:       opts,
+		log:        opts.Logger,
+		now:        opts.Now,
+		namespaces: map[string]*namespace{},
+		conns:      map[net.Conn]struct{}{},
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	for _, n := range opts.Namespaces {
+		if n == "" || len(n) >= 32 {
+			return nil, fmt.Errorf("aerotest: invalid namespace name %q", n)
+		}
+		s.namespaces[n] = &namespace{name: n, records: map[[20]byte]*record{}}
+	}
+	if err := s.listen(opts.Port); err != nil {
+		return nil, err
+	}
+	s.nodeName = opts.NodeName
+	if s.nodeName == "" {
+		s.nodeName = fmt.Sprintf("BB9%012X", s.port)
+	}
+	return s, nil
+}
+
+func (s *Server) listen(port int) error {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("aerotest: listen: %w", err)
+	}
+	s.lmu.Lock()
+	s.ln = ln
+	s.port = ln.Addr().(*net.TCPAddr).Port
+	s.stop = make(chan struct{})
+	stop := s.stop
+	s.running.Add(1)
+	s.lmu.Unlock()
+	go s.acceptLoop(ln, stop)
+	return nil
+}
+
+// Host returns the host the server listens on ("127.0.0.1").
+func (s *Server) Host() string { return "127.0.0.1" }
+
+// Port returns the TCP port the server listens on.
+func (s *Server) Port() int {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	return s.port
+}
+
+// Addr returns "127.0.0.1:port".
+func (s *Server) Addr() string { return net.JoinHostPort(s.Host(), strconv.Itoa(s.Port())) }
+
+// NodeName returns the node name the server reports to the "node" info command.
+func (s *Server) NodeName() string { return s.nodeName }
+
+// Close stops listening, closes all connections and waits for every
+// server goroutine to exit. Records are discarded. Close is idempotent.
+func (s *Server) Close() error {
+	s.lmu.Lock()
+	if s.closed {
+		s.lmu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.lmu.Unlock()
+	s.shutdown()
+	return nil
+}
+
+// shutdown closes the listener and all connections and waits for them.
+func (s *Server) shutdown() {
+	s.lmu.Lock()
+	if s.ln != nil {
+		s.ln.Close()
+		s.ln = nil
+	}
+	if s.stop != nil {
+		close(s.stop)
+		s.stop = nil
+	}
+	for c := range s.conns {
+		c.Close()
+	}
+	s.lmu.Unlock()
+	s.running.Wait()
+}
+
+// Restart simulates a server restart: it stops listening, closes every
+// client connection, waits for in-flight commands, then listens again on the
+// same port. All records are kept.
+func (s *Server) Restart() error {
+	s.lmu.Lock()
+	if s.closed {
+		s.lmu.Unlock()
+		return errors.New("aerotest: Restart on a closed server")
+	}
+	port := s.port
+	s.lmu.Unlock()
+	s.shutdown()
+	var err error
+	for i := 0; i < 50; i++ {
+		if err = s.listen(port); err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
+}
+
+// CloseConnections closes every open client connection; the server keeps
+// listening, so clients reconnect.
+func (s *Server) CloseConnections() {
+	s.lmu.Lock()
+	defer s.lmu.Unlock()
+	for c := range s.conns {
+		c.Close()
+	}
+}
+
+// DropResponses makes the server apply, but not answer, the next n AS_MSG
+// commands for which match returns true (nil matches every command that
+// writes). The client then sees a timeout; for writes InDoubt is true.
+// Rules accumulate; each counts down independently.
+func (s *Server) DropResponses(n int, match func(Command) bool) {
+	if n <= 0 {
+		return
+	}
+	if match == nil {
+		match = func(c Command) bool { return c.Write }
+	}
+	s.fmu.Lock()
+	s.drops = append(s.drops, &dropRule{remaining: n, match: match})
+	s.fmu.Unlock()
+}
+
+// SetDelay delays every response (info and AS_MSG) by d; 0 disables.
+func (s *Server) SetDelay(d time.Duration) { s.delay.Store(int64(d)) }
+
+// Stats returns the command counters.
+func (s *Server) Stats() Stats {
+	return Stats{
+		Connections:  s.stConns.Load(),
+		Info:         s.stInfo.Load(),
+		Reads:        s.stReads.Load(),
+		Writes:       s.stWrites.Load(),
+		Deletes:      s.stDeletes.Load(),
+		Batches:      s.stBatches.Load(),
+		BatchRecords: s.stBatchRecs.Load(),
+		Dropped:      s.stDropped.Load(),
+	}
+}
+
+// RecordCount returns the number of live records in namespace ns.
+func (s *Server) RecordCount(ns string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.namespaces[ns]
+	if n == nil {
+		return 0
+	}
+	now := s.now()
+	count := 0
+	for _, r := range n.records {
+		if !r.expired(now) {
+			count++
+		}
+	}
+	return count
+}
+
+func (s *Server) shouldDrop(c Command) bool {
+	s.fmu.Lock()
+	defer s.fmu.Unlock()
+	for i, r := range s.drops {
+		if r.match(c) {
+			r.remaining--
+			if r.remaining <= 0 {
+				s.drops = append(s.drops[:i:i], s.drops[i+1:]...)
+			}
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) acceptLoop(ln net.Listener, stop chan struct{}) {
+	defer s.running.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s.lmu.Lock()
+		if s.stop != stop {
+			s.lmu.Unlock()
+			c.Close()
+			return
+		}
+		s.conns[c] = struct{}{}
+		s.running.Add(1)
+		s.lmu.Unlock()
+		s.stConns.Add(1)
+		go s.serveConn(c, stop)
+	}
+}
+
+func (s *Server) serveConn(c net.Conn, stop chan struct{}) {
+	defer s.running.Done()
+	defer func() {
+		s.lmu.Lock()
+		delete(s.conns, c)
+		s.lmu.Unlock()
+		c.Close()
+	}()
+	br := bufio.NewReader(c)
+	for {
+		f, err := readFrame(br)
+		if err != nil {
+			return
+		}
+		var out []byte
+		drop := false
+		switch f.typ {
+		case protoTypeInfo:
+			s.stInfo.Add(1)
+			body := s.handleInfo(f.body)
+			out = append(appendProtoHeader(nil, protoTypeInfo, len(body)), body...)
+		case protoTypeMsg:
+			out, drop = s.handleMsg(f.body)
+		default:
+			s.log.Warn("aerotest: unsupported proto type; closing connection", "type", f.typ)
+			return
+		}
+		if d := time.Duration(s.delay.Load()); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-stop:
+				t.Stop()
+				return
+			}
+		}
+		if drop {
+			s.stDropped.Add(1)
+			continue
+		}
+		if _, err := c.Write(out); err != nil {
+			return
+		}
+	}
+}
+
+// handleMsg executes one AS_MSG and returns the reply frames, and whether
+// the reply must be dropped.
+func (s *Server) handleMsg(body []byte) ([]byte, bool) {
+	m, err := parseMsg(body)
+	if err != nil {
+		s.log.Warn("aerotest: malformed AS_MSG", "err", err)
+		return msgFrame(msgHeader{resultCode: rcParameter}, nil), false
+	}
+	if m.hdr.info1&info1Batch != 0 {
+		return s.handleBatch(m)
+	}
+	q, oerr := requestFromMsg(m)
+	if oerr != nil {
+		if oerr.unsupported {
+			s.log.Warn("aerotest: unsupported request", "reason", oerr.reason)
+		}
+		return msgFrame(msgHeader{resultCode: oerr.rc}, nil), false
+	}
+	kind := q.kind()
+	switch kind {
+	case KindRead:
+		s.stReads.Add(1)
+	case KindWrite:
+		s.stWrites.Add(1)
+	case KindDelete:
+		s.stDeletes.Add(1)
+	}
+	cmd := q.describe(kind)
+	s.mu.Lock()
+	res := s.execute(q)
+	s.mu.Unlock()
+	drop := s.shouldDrop(cmd)
+	return msgFrame(msgHeader{resultCode: res.rc, generation: res.gen, ttl: res.voidTime}, res.ops), drop
+}
+
+func (s *Server) handleBatch(m *asMsg) ([]byte, bool) {
+	var batchField []byte
+	var filter []byte
+	for _, f := range m.fields {
+		switch f.typ {
+		case fieldBatch, fieldBatchSet:
+			batchField = f.data
+		case fieldFilterExpr:
+			filter = f.data
+		default:
+			s.log.Warn("aerotest: unsupported batch field", "type", f.typ)
+			return batchErrorFrame(rcUnsupportedFeature), false
+		}
+	}
+	if batchField == nil {
+		return batchErrorFrame(rcParameter), false
+	}
+	rows, err := parseBatch(batchField, filter)
+	if err != nil {
+		var oe *opError
+		if errors.As(err, &oe) {
+			if oe.unsupported {
+				s.log.Warn("aerotest: unsupported batch request", "reason", oe.reason)
+			}
+			return batchErrorFrame(oe.rc), false
+		}
+		s.log.Warn("aerotest: malformed batch", "err", err)
+		return batchErrorFrame(rcParameter), false
+	}
+	s.stBatches.Add(1)
+	s.stBatchRecs.Add(int64(len(rows)))
+	cmd := Command{Kind: KindBatch, BatchSize: len(rows)}
+	if len(rows) > 0 {
+		first := rows[0].req.describe(KindBatch)
+		cmd.Namespace, cmd.Set, cmd.Digest, cmd.Ops, cmd.Key = first.Namespace, first.Set, first.Digest, first.Ops, first.Key
+	}
+	var body []byte
+	for _, row := range rows {
+		if row.req.isWrite() {
+			cmd.Write = true
+		}
+		s.mu.Lock()
+		res := s.execute(row.req)
+		s.mu.Unlock()
+		body = appendMsg(body, msgHeader{resultCode: res.rc, generation: res.gen, ttl: res.voidTime, txnTTL: row.index}, res.ops)
+	}
+	var out []byte
+	if len(body) > 0 {
+		out = appendProtoHeader(out, protoTypeMsg, len(body))
+		out = append(out, body...)
+	}
+	out = append(out, msgFrame(msgHeader{info3: info3Last}, nil)...)
+	return out, s.shouldDrop(cmd)
+}
+
+func batchErrorFrame(rc byte) []byte {
+	return msgFrame(msgHeader{info3: info3Last, resultCode: rc}, nil)
+}

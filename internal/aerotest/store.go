@@ -1,0 +1,118 @@
+package aerotest
+
+import (
+	"time"
+)
+
+// citrusleafEpoch is 2010-01-01T00:00:00Z, the origin of wire void-times.
+const citrusleafEpoch = 1262304000
+
+// maxTTL is the server's default max-ttl (10 years); larger TTLs are rejected.
+const maxTTL = 10 * 365 * 24 * 3600
+
+const (
+	ttlNamespaceDefault = 0
+	ttlNeverExpire      = 0xFFFFFFFF
+	ttlDontUpdate       = 0xFFFFFFFE
+)
+
+const (
+	maxBinNameLen = 15
+	maxSetNameLen = 63
+)
+
+type bin struct {
+	name string
+	val  any
+}
+
+// userKey is the key sent with SendKey (particle type plus particle bytes).
+type userKey struct {
+	ptype byte
+	data  []byte
+}
+
+func (k *userKey) value() any {
+	if k == nil {
+		return nil
+	}
+	v, err := particleToValue(k.ptype, k.data)
+	if err != nil {
+		return nil
+	}
+	return v
+}
+
+type record struct {
+	gen        uint32
+	voidTime   uint32 // seconds since citrusleafEpoch; 0 = never expires
+	lastUpdate time.Time
+	set        string
+	key        *userKey
+	bins       []bin
+}
+
+func (r *record) clone() *record {
+	c := *r
+	c.bins = append([]bin(nil), r.bins...)
+	return &c
+}
+
+func (r *record) binIndex(name string) int {
+	for i := range r.bins {
+		if r.bins[i].name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func (r *record) get(name string) (any, bool) {
+	if i := r.binIndex(name); i >= 0 {
+		return r.bins[i].val, true
+	}
+	return nil, false
+}
+
+// setBin writes a bin; a nil value deletes it.
+func (r *record) setBin(name string, v any) {
+	i := r.binIndex(name)
+	switch {
+	case v == nil && i >= 0:
+		r.bins = append(r.bins[:i:i], r.bins[i+1:]...)
+	case v == nil:
+	case i >= 0:
+		r.bins[i].val = v
+	default:
+		r.bins = append(r.bins, bin{name: name, val: v})
+	}
+}
+
+func nowCL(now time.Time) int64 { return now.Unix() - citrusleafEpoch }
+
+func (r *record) expired(now time.Time) bool {
+	return r.voidTime != 0 && nowCL(now) >= int64(r.voidTime)
+}
+
+func nextGeneration(g uint32) uint32 {
+	g++
+	if g > 0xFFFF {
+		g = 1
+	}
+	return g
+}
+
+type namespace struct {
+	name    string
+	records map[[20]byte]*record
+}
+
+// lookup returns the live record for digest, removing it if expired.
+func (ns *namespace) lookup(d [20]byte, now time.Time) *record {
+	r := ns.records[d]
+	if r != nil && r.expired(now) {
+		delete(ns.records, d)
+		return nil
+	}
+	return r
+}

@@ -1,0 +1,248 @@
+// Package hbaserpc is a small HBase 2.x client speaking HBase's native RPC protocol
+// (protobuf over TCP) directly: ZooKeeper lookup of hbase:meta and the master,
+// region location through hbase:meta with a per-table cache, pipelined connections
+// shared by all goroutines, retries with backoff, nonces for non-idempotent
+// mutations, and the few admin calls a store needs (create, describe, disable,
+// delete a table).
+//
+// Retries: every operation is retried (up to Config.MaxAttempts, with exponential
+// backoff and jitter, all bounded by the caller's context) when the server refused
+// it before applying it (region moved or not serving, server busy, ...) or when it
+// could not be sent; the region location is dropped and looked up again first.
+// When an attempt's outcome is unknown (the connection broke or the RPC timed out
+// after the request was written), only idempotent calls are retried: reads, Put,
+// Delete, and Increment, which carries a nonce (MutationProto.nonce plus the
+// client's nonce group) that every retry of the call reuses, so HBase's nonce
+// manager applies it at most once. CheckAndMutate is not retried then; it fails
+// with a dcsync.Connection error, meaning "outcome unknown".
+//
+// All errors are *dcsync.Error values (Connection, Internal, TableCreation,
+// RetriesExhausted, InvalidArgument); server exceptions are also reachable as
+// *RemoteError through errors.As, and a cancelled or expired context is reachable
+// with errors.Is(err, context.Canceled / context.DeadlineExceeded).
+//
+// The protocol messages are generated from a subset of HBase 2.6's .proto files in
+// the pb subdirectory (see its package doc to regenerate).
+package hbaserpc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"log/slog"
+	mrand "math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dcsync/dcsync"
+)
+
+// Client is a connection to one HBase cluster. It is safe for concurrent use; Close
+// it when done.
+type Client struct {
+	cfg     Config
+	log     *slog.Logger
+	regions *regionCache
+
+	locMu      sync.Mutex
+	metaAddr   string // "" when unknown
+	masterAddr string // "" when unknown
+
+	connMu sync.Mutex
+	conns  map[string]*connSlot
+	closed bool
+
+	nonceGroup uint64
+
+	// Test hooks.
+	dropResponse func(method string) bool // see rpcConn.dropResponse
+	noNonces     bool                     // send no nonces (to show what they prevent)
+}
+
+// connSlot holds the connection to one server for one service; its mutex
+// serialises dialing so concurrent callers share one connection.
+type connSlot struct {
+	mu sync.Mutex
+	c  *rpcConn
+}
+
+// Dial checks the configuration, finds hbase:meta through ZooKeeper, and returns a
+// Client. Connections to region servers and the master are made on first use. It
+// fails with a dcsync.Connection error when ZooKeeper or HBase cannot be reached
+// before ctx ends.
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(cfg)
+	err = c.retry(ctx, "hbase.Dial", true, func(ctx context.Context) error {
+		_, err := c.metaLocation(ctx)
+		return err
+	})
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func newClient(cfg Config) *Client {
+	return &Client{
+		cfg:        cfg,
+		log:        cfg.Logger,
+		regions:    newRegionCache(),
+		conns:      make(map[string]*connSlot),
+		nonceGroup: randUint64(),
+	}
+}
+
+// Close closes every connection, failing calls in flight, and waits for the
+// client's goroutines to exit. The Client cannot be used afterwards.
+func (c *Client) Close() error {
+	c.connMu.Lock()
+	c.closed = true
+	slots := c.conns
+	c.conns = map[string]*connSlot{}
+	c.connMu.Unlock()
+	for _, s := range slots {
+		s.mu.Lock()
+		if s.c != nil {
+			s.c.close(errConnClosed)
+			s.c = nil
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// conn returns a live connection to addr for service, dialing one if needed.
+func (c *Client) conn(ctx context.Context, addr, service string) (*rpcConn, error) {
+	key := service + "@" + addr
+	c.connMu.Lock()
+	if c.closed {
+		c.connMu.Unlock()
+		return nil, dcsync.Errorf(dcsync.Connection, "hbase", "client is closed")
+	}
+	s := c.conns[key]
+	if s == nil {
+		s = &connSlot{}
+		c.conns[key] = s
+	}
+	c.connMu.Unlock()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.c != nil && s.c.alive() {
+		return s.c, nil
+	}
+	if s.c != nil {
+		s.c.close(errConnClosed) // reap the dead one's reader
+		s.c = nil
+	}
+	rc, err := dialConn(ctx, addr, service, c.cfg.User, c.cfg.DialTimeout, c.log)
+	if err != nil {
+		return nil, err
+	}
+	rc.dropResponse = c.dropResponse
+	c.connMu.Lock()
+	closed := c.closed
+	c.connMu.Unlock()
+	if closed {
+		rc.close(errConnClosed)
+		return nil, dcsync.Errorf(dcsync.Connection, "hbase", "client is closed")
+	}
+	s.c = rc
+	return rc, nil
+}
+
+// rpc makes one call to addr, bounded by ctx and the configured RPC timeout.
+func (c *Client) rpc(ctx context.Context, addr, service, method string, req, resp proto.Message) error {
+	rc, err := c.conn(ctx, addr, service)
+	if err != nil {
+		return err
+	}
+	return rc.call(ctx, method, req, resp, c.cfg.RPCTimeout)
+}
+
+// retry runs attempt until it succeeds, fails for good, runs out of attempts, or
+// ctx ends. idempotent says whether an attempt whose outcome is unknown (a lost
+// reply) may be sent again; attempts refused by the server before being applied
+// are always retried.
+func (c *Client) retry(ctx context.Context, op string, idempotent bool, attempt func(context.Context) error) error {
+	var last error
+	for n := 1; ; n++ {
+		err := attempt(ctx)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return dcsync.Errorf(dcsync.Connection, op, "%v: gave up: %w", err, ctx.Err())
+		}
+		last = err
+		switch classify(err) {
+		case kindFatal:
+			return toDcsync(op, err)
+		case kindInDoubt:
+			if !idempotent {
+				return toDcsync(op, err)
+			}
+		case kindCancelled:
+			return toDcsync(op, err)
+		}
+		if n >= c.cfg.MaxAttempts {
+			return dcsync.Errorf(dcsync.RetriesExhausted, op, "%d attempts: %w", n, toDcsync(op, last))
+		}
+		c.log.Debug("hbase: retrying", "op", op, "attempt", n, "err", err)
+		if err := c.sleep(ctx, n); err != nil {
+			return dcsync.Errorf(dcsync.Connection, op, "%v: gave up: %w", last, err)
+		}
+	}
+}
+
+// sleep waits the backoff before attempt n+1: full jitter over an exponentially
+// growing cap.
+func (c *Client) sleep(ctx context.Context, n int) error {
+	capd := c.cfg.BackoffBase << min(n-1, 20)
+	if capd <= 0 || capd > c.cfg.BackoffMax {
+		capd = c.cfg.BackoffMax
+	}
+	d := capd/2 + time.Duration(mrand.Int64N(int64(capd/2)+1))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func asRemote(err error) (*RemoteError, bool) {
+	var re *RemoteError
+	ok := errors.As(err, &re)
+	return re, ok
+}
+
+func randUint64() uint64 {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return mrand.Uint64()
+	}
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// newNonce returns a fresh non-zero nonce (HBase treats 0 as "no nonce").
+func (c *Client) newNonce() uint64 {
+	if c.noNonces {
+		return 0
+	}
+	for {
+		if n := randUint64(); n != 0 {
+			return n
+		}
+	}
+}

@@ -1,0 +1,95 @@
+package hbaserpc
+
+import (
+	"log/slog"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/dcsync/dcsync"
+)
+
+// Config configures a Client. Only ZKQuorum is required; every zero field takes the
+// default documented on it.
+type Config struct {
+	// ZKQuorum lists the ZooKeeper servers as "host:port,host:port".
+	ZKQuorum string
+	// ZKRoot is HBase's root znode (zookeeper.znode.parent). Default "/hbase".
+	ZKRoot string
+	// DialTimeout bounds connecting to ZooKeeper or an HBase server. Default 5s.
+	DialTimeout time.Duration
+	// RPCTimeout bounds one attempt of one RPC when the context allows longer; it is
+	// also sent to the server as the call's timeout. Default 30s.
+	RPCTimeout time.Duration
+	// MaxAttempts bounds the attempts of one operation, the first included. Default 10.
+	MaxAttempts int
+	// BackoffBase is the first retry's backoff; it doubles per attempt up to
+	// BackoffMax, and each wait is drawn at random between half and all of it.
+	// Default 50ms.
+	BackoffBase time.Duration
+	// BackoffMax caps the backoff between attempts. Default 2s.
+	BackoffMax time.Duration
+	// Logger receives debug logs (including ZooKeeper's). Default: discard.
+	Logger *slog.Logger
+	// User is the user name sent in the connection header (SIMPLE auth). Default:
+	// the OS user, or "dcsync".
+	User string
+}
+
+func (c Config) withDefaults() (Config, error) {
+	c.ZKQuorum = strings.TrimSpace(c.ZKQuorum)
+	if c.ZKQuorum == "" {
+		return c, dcsync.Errorf(dcsync.InvalidArgument, "hbase.Dial", "empty ZooKeeper quorum")
+	}
+	if c.ZKRoot == "" {
+		c.ZKRoot = "/hbase"
+	}
+	if !strings.HasPrefix(c.ZKRoot, "/") {
+		c.ZKRoot = "/" + c.ZKRoot
+	}
+	c.ZKRoot = strings.TrimRight(c.ZKRoot, "/")
+	if c.ZKRoot == "" {
+		return c, dcsync.Errorf(dcsync.InvalidArgument, "hbase.Dial", "root znode must not be /")
+	}
+	if c.DialTimeout <= 0 {
+		c.DialTimeout = 5 * time.Second
+	}
+	if c.RPCTimeout <= 0 {
+		c.RPCTimeout = 30 * time.Second
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 10
+	}
+	if c.BackoffBase <= 0 {
+		c.BackoffBase = 50 * time.Millisecond
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 2 * time.Second
+	}
+	if c.BackoffMax < c.BackoffBase {
+		c.BackoffMax = c.BackoffBase
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.User == "" {
+		c.User = "dcsync"
+		if u, err := user.Current(); err == nil && u.Username != "" {
+			c.User = u.Username
+		}
+	}
+	return c, nil
+}
+
+func (c Config) zkServers() []string {
+	var out []string
+	for _, s := range strings.Split(c.ZKQuorum, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			if !strings.Contains(s, ":") {
+				s += ":2181"
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
