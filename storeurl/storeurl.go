@@ -3,6 +3,8 @@
 //
 //	sqlite:///var/lib/app/dcsync.db   one SQLite file (also sqlite:relative/path.db)
 //	memory:                           in this process only
+//	aerospike://HOST:PORT/NAMESPACE   Aerospike (query: latch_set_suffix, lock_set_suffix,
+//	                                  attempts, timeout, retry_delay, op_ids_kept)
 package storeurl
 
 import (
@@ -11,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/store/aerospike"
 	"github.com/dcsync/dcsync/store/memory"
 	"github.com/dcsync/dcsync/store/sqlite"
 )
@@ -33,7 +36,9 @@ func Open(ctx context.Context, raw string) (dcsync.Store, error) {
 		return sqlite.Open(ctx, path)
 	case "memory":
 		return memory.New(), nil
+	case "aerospike":
+		return aerospike.OpenURL(ctx, u)
 	}
 	return nil, dcsync.Errorf(dcsync.InvalidArgument, "storeurl.Open",
-		"store URL %q: unknown scheme %q (want sqlite or memory)", raw, u.Scheme)
+		"store URL %q: unknown scheme %q (want sqlite, memory or aerospike)", raw, u.Scheme)
 }

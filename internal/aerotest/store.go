@@ -91,7 +91,9 @@ func (r *record) setBin(name string, v any) {
 func nowCL(now time.Time) int64 { return now.Unix() - citrusleafEpoch }
 
 func (r *record) expired(now time.Time) bool {
-	return r.voidTime != 0 && nowCL(now) >= int64(r.voidTime)
+	// As the server's as_record_is_expired: void_time < now, in whole seconds, so a
+	// TTL of t seconds lives between t and t+1 seconds.
+	return r.voidTime != 0 && nowCL(now) > int64(r.voidTime)
 }
 
 func nextGeneration(g uint32) uint32 {
