@@ -1,0 +1,84 @@
+# Shared by up, down and java-layout (sourced, not executed).
+# shellcheck shell=bash
+HB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+HB_RUN="$HB_DIR/run"
+HB_TARGET="$HB_DIR/target"
+HB_CP_FILE="$HB_TARGET/classpath.txt"
+HB_STAMP="$HB_TARGET/.build-stamp"
+HB_ZK_PORT="${DCSYNC_HBASE_ZK_PORT:-21818}"
+HB_PID_FILE="$HB_RUN/hbase.pid"
+HB_LOG="$HB_RUN/hbase.log"
+
+# Flags JDK 17 needs for HBase 2.x / Hadoop (same set as bin/hbase adds on JDK 11+).
+HB_JDK_OPTS=(
+  -XX:+IgnoreUnrecognizedVMOptions
+  --add-modules jdk.unsupported
+  --add-opens java.base/java.lang=ALL-UNNAMED
+  --add-opens java.base/java.lang.reflect=ALL-UNNAMED
+  --add-opens java.base/java.nio=ALL-UNNAMED
+  --add-opens java.base/sun.nio.ch=ALL-UNNAMED
+  --add-opens java.base/java.util=ALL-UNNAMED
+  --add-opens java.base/java.util.concurrent=ALL-UNNAMED
+  --add-opens java.base/java.io=ALL-UNNAMED
+  --add-opens java.base/java.net=ALL-UNNAMED
+  --add-opens java.base/jdk.internal.ref=ALL-UNNAMED
+  --add-opens java.base/jdk.internal.misc=ALL-UNNAMED
+  --add-exports java.base/jdk.internal.misc=ALL-UNNAMED
+  --add-exports java.base/sun.net.dns=ALL-UNNAMED
+  --add-exports java.base/sun.net.util=ALL-UNNAMED
+  --add-exports java.security.jgss/sun.security.krb5=ALL-UNNAMED
+  -Dio.netty.tryReflectionSetAccessible=true
+  -Dorg.apache.hbase.thirdparty.io.netty.tryReflectionSetAccessible=true
+  -Djava.net.preferIPv4Stack=true
+  -Dzookeeper.admin.enableServer=false
+)
+
+hb_pid_alive() {
+  local pid
+  [[ -f "$HB_PID_FILE" ]] || return 1
+  pid="$(cat "$HB_PID_FILE" 2>/dev/null)" || return 1
+  [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || return 1
+  # Not a zombie, and really our server (pids get reused).
+  [[ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != "Z" ]] || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'dcsync.testenv.hbase.LocalHBase'
+}
+
+# Builds the Maven project and caches the dependency classpath when anything is stale.
+hb_ensure_built() {
+  local stale=0
+  if [[ ! -f "$HB_STAMP" || ! -s "$HB_CP_FILE" ]]; then
+    stale=1
+  elif [[ -n "$(find "$HB_DIR/pom.xml" "$HB_DIR/src" -newer "$HB_STAMP" -print -quit)" ]]; then
+    stale=1
+  fi
+  [[ $stale == 1 ]] || return 0
+  mkdir -p "$HB_TARGET"
+  (
+    flock 9
+    # Re-check under the lock (another process may have built meanwhile).
+    if [[ -f "$HB_STAMP" && -s "$HB_CP_FILE" && -z "$(find "$HB_DIR/pom.xml" "$HB_DIR/src" -newer "$HB_STAMP" -print -quit)" ]]; then
+      exit 0
+    fi
+    local log="$HB_TARGET/build.log" t0
+    t0=$(date +%s)
+    # shellcheck disable=SC2086
+    if ! (cd "$HB_DIR" && mvn -q -B ${DCSYNC_MVN_OPTS:-} compile dependency:build-classpath \
+        -Dmdep.outputFile="$HB_CP_FILE" >"$log" 2>&1); then
+      echo "testenv/hbase: maven build failed; tail of $log:" >&2
+      tail -n 60 "$log" >&2
+      exit 1
+    fi
+    touch "$HB_STAMP"
+    echo "testenv/hbase: built in $(( $(date +%s) - t0 ))s (log: $log)" >&2
+  ) 9>"$HB_DIR/.build.lock"
+}
+
+hb_classpath() {
+  echo "$HB_TARGET/classes:$(cat "$HB_CP_FILE")"
+}
+
+# Runs the Java interop tool (JavaLayout) with the cached classpath.
+hb_java_layout() {
+  java "${HB_JDK_OPTS[@]}" -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+    -cp "$(hb_classpath)" dcsync.testenv.hbase.JavaLayout "$@"
+}
