@@ -169,7 +169,9 @@ func (w *watcher) loop() {
 		if !ok {
 			return
 		}
-		w.poll(ids, keys)
+		if !w.poll(ids, keys) {
+			return // the poll finished the last waiters
+		}
 		timer.Reset(interval)
 		select {
 		case <-timer.C:
@@ -180,7 +182,10 @@ func (w *watcher) loop() {
 	}
 }
 
-func (w *watcher) poll(ids, keys []dcsync.Key) {
+// poll reads the latches and finishes the waiters it can. It reports whether anybody
+// is still waiting; when nobody is, it marks the loop stopped, under the same lock, so a
+// new waiter starts a new loop.
+func (w *watcher) poll(ids, keys []dcsync.Key) (more bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
 	counts, err := w.store.ReadLatches(ctx, keys)
@@ -189,6 +194,11 @@ func (w *watcher) poll(ids, keys []dcsync.Key) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	defer func() {
+		if more = len(w.latches) > 0; !more {
+			w.running = false
+		}
+	}()
 	if err != nil {
 		if dcsync.CodeOf(err) == dcsync.InvalidArgument {
 			for _, id := range ids {
@@ -209,4 +219,5 @@ func (w *watcher) poll(ids, keys []dcsync.Key) {
 			w.finish(ids[i], nil)
 		}
 	}
+	return
 }

@@ -165,8 +165,17 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts ...CallOption) 
 	}
 	deadline := time.Now().Add(s.wait)
 	backoff := m.minBackoff
+	gaveUp := func(cause error) error {
+		return &dcsync.Error{Code: dcsync.LockUnavailable, Op: "lock.Acquire",
+			Msg: k.String() + " is held; gave up waiting", Err: cause}
+	}
 	for {
 		l, err := m.try(ctx, k, s.ttl)
+		if err != nil && ctx.Err() != nil {
+			// ctx ended, maybe in the middle of a store call: that is the end of
+			// the wait, whatever error the store gave on the way out.
+			return nil, gaveUp(errors.Join(ctx.Err(), err))
+		}
 		if err == nil || !errors.Is(err, dcsync.ErrLockUnavailable) {
 			return l, err
 		}
@@ -180,8 +189,7 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts ...CallOption) 
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, &dcsync.Error{Code: dcsync.LockUnavailable, Op: "lock.Acquire",
-				Msg: k.String() + " is held; gave up waiting", Err: ctx.Err()}
+			return nil, gaveUp(ctx.Err())
 		case <-t.C:
 		}
 	}

@@ -5,6 +5,8 @@
 //	memory:                           in this process only
 //	aerospike://HOST:PORT/NAMESPACE   Aerospike (query: latch_set_suffix, lock_set_suffix,
 //	                                  attempts, timeout, retry_delay, op_ids_kept)
+//	hbase://ZK_HOST:PORT[,ZK_HOST:PORT]  HBase via its ZooKeeper quorum (query: lock_table,
+//	                                  latch_table_suffix, zk_root)
 package storeurl
 
 import (
@@ -14,6 +16,7 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/store/aerospike"
+	"github.com/dcsync/dcsync/store/hbase"
 	"github.com/dcsync/dcsync/store/memory"
 	"github.com/dcsync/dcsync/store/sqlite"
 )
@@ -38,7 +41,9 @@ func Open(ctx context.Context, raw string) (dcsync.Store, error) {
 		return memory.New(), nil
 	case "aerospike":
 		return aerospike.OpenURL(ctx, u)
+	case "hbase":
+		return hbase.OpenURL(ctx, u)
 	}
 	return nil, dcsync.Errorf(dcsync.InvalidArgument, "storeurl.Open",
-		"store URL %q: unknown scheme %q (want sqlite, memory or aerospike)", raw, u.Scheme)
+		"store URL %q: unknown scheme %q (want sqlite, memory, hbase or aerospike)", raw, u.Scheme)
 }

@@ -1,0 +1,50 @@
+package hbase
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/dcsync/dcsync/internal/hbaserpc"
+	"github.com/dcsync/dcsync/store/storetest"
+)
+
+// BenchmarkHBase runs the dcsync benchmarks on the real HBase next to the raw client
+// operations they are built from (the floor), in the same run:
+//
+//	Raw/CheckAndMutate+Delete  if-absent Put of D:L, then a row Delete (acquire+release)
+//	Raw/Increment              one Increment with TTL (count-down)
+//	Raw/Get                    one Get of one cell (count)
+func BenchmarkHBase(b *testing.B) {
+	c := shared(b)
+	s := openStore(b)
+	defer s.Close()
+	storetest.Bench(b, s)
+
+	ctx := context.Background()
+	row := []byte("\x7fbench-raw-" + randHex(4))
+	lockTable, latchTable := s.lockTable, s.latchTable
+	b.Run("Raw/CheckAndMutate+Delete", func(b *testing.B) {
+		storetest.Timed(b, func() error {
+			if _, _, err := c.CheckAndMutate(ctx, lockTable, row, hbaserpc.IfAbsent(famLock, qualLock),
+				&hbaserpc.Put{Values: []hbaserpc.Value{{Family: famLock, Qualifier: qualLock, Value: lockMarker}}, TTL: time.Minute}); err != nil {
+				return err
+			}
+			return c.Delete(ctx, lockTable, &hbaserpc.Delete{Row: row})
+		})
+	})
+	q := []byte("count_dc1")
+	b.Run("Raw/Increment", func(b *testing.B) {
+		storetest.Timed(b, func() error {
+			_, err := c.Increment(ctx, latchTable, &hbaserpc.Increment{Row: row,
+				Deltas: []hbaserpc.Delta{{Family: famLatch, Qualifier: q, Amount: -1}}, TTL: time.Hour})
+			return err
+		})
+	})
+	b.Run("Raw/Get", func(b *testing.B) {
+		storetest.Timed(b, func() error {
+			_, err := c.Get(ctx, latchTable, row, hbaserpc.Column{Family: famLatch, Qualifier: q})
+			return err
+		})
+	})
+}
