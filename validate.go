@@ -132,3 +132,13 @@ func CheckLatch(k Key, ttl time.Duration) error {
 	}
 	return nil
 }
+
+// CheckLease validates a request that starts or extends a lease (acquire, refresh): the
+// key, the owner, and a ttl that must be within [MinTTL, MaxTTL]. Stores call it before
+// any I/O.
+func CheckLease(k Key, owner string, ttl time.Duration) error {
+	if err := CheckLock(k, owner, 0); err != nil {
+		return err
+	}
+	return ValidateTTL(ttl)
+}

@@ -11,8 +11,16 @@ import (
 	"github.com/dcsync/dcsync/layout"
 )
 
-func (s *Store) checkLock(k dcsync.Key, owner string, ttl time.Duration) error {
-	if err := dcsync.CheckLock(k, owner, ttl); err != nil {
+func (s *Store) checkLock(k dcsync.Key, owner string) error {
+	if err := dcsync.CheckLock(k, owner, 0); err != nil {
+		return err
+	}
+	return s.checkKey(k)
+}
+
+// checkLease is checkLock for a request that starts or extends a lease.
+func (s *Store) checkLease(k dcsync.Key, owner string, ttl time.Duration) error {
+	if err := dcsync.CheckLease(k, owner, ttl); err != nil {
 		return err
 	}
 	return s.checkKey(k)
@@ -75,10 +83,7 @@ func ceilMS(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / t
 // is ours. When someone else holds the lock it returns their state and LockUnavailable.
 func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
 	const op = "aerospike.AcquireLock"
-	if err := s.checkLock(k, owner, ttl); err != nil {
-		return dcsync.LockState{}, err
-	}
-	if err := dcsync.ValidateTTL(ttl); err != nil {
+	if err := s.checkLease(k, owner, ttl); err != nil {
 		return dcsync.LockState{}, err
 	}
 	key, fence, err := s.lockKeys(k)
@@ -217,10 +222,7 @@ func (s *Store) abandon(key *as.Key, owner string) {
 // harmless.
 func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
 	const op = "aerospike.RefreshLock"
-	if err := s.checkLock(k, owner, ttl); err != nil {
-		return dcsync.LockState{}, err
-	}
-	if err := dcsync.ValidateTTL(ttl); err != nil {
+	if err := s.checkLease(k, owner, ttl); err != nil {
 		return dcsync.LockState{}, err
 	}
 	key, _, err := s.lockKeys(k)
@@ -262,7 +264,7 @@ func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl
 // retry finds no record, the lock counts as released: it was ours when we sent it.
 func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
 	const op = "aerospike.ReleaseLock"
-	if err := s.checkLock(k, owner, 0); err != nil {
+	if err := s.checkLock(k, owner); err != nil {
 		return err
 	}
 	key, _, err := s.lockKeys(k)

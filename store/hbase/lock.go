@@ -106,10 +106,7 @@ func lost(op string, k dcsync.Key, owner string) error {
 // abandon.
 func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
 	const op = "hbase.AcquireLock"
-	if err := dcsync.CheckLock(k, owner, ttl); err != nil {
-		return dcsync.LockState{}, err
-	}
-	if err := dcsync.ValidateTTL(ttl); err != nil {
+	if err := dcsync.CheckLease(k, owner, ttl); err != nil {
 		return dcsync.LockState{}, err
 	}
 	if err := s.check(op); err != nil {
@@ -293,10 +290,7 @@ func (s *Store) releaseQuiet(row []byte, owner string) {
 // old one means not applied (sent again), another or no owner means LockLost.
 func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
 	const op = "hbase.RefreshLock"
-	if err := dcsync.CheckLock(k, owner, ttl); err != nil {
-		return dcsync.LockState{}, err
-	}
-	if err := dcsync.ValidateTTL(ttl); err != nil {
+	if err := dcsync.CheckLease(k, owner, ttl); err != nil {
 		return dcsync.LockState{}, err
 	}
 	if err := s.check(op); err != nil {

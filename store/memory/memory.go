@@ -96,7 +96,7 @@ func (s *Store) liveLock(id lockID, now time.Time) (lockEntry, bool) {
 
 // AcquireLock implements dcsync.LockStore.
 func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
-	if err := s.begin(ctx, dcsync.CheckLock(k, owner, ttl)); err != nil {
+	if err := s.begin(ctx, dcsync.CheckLease(k, owner, ttl)); err != nil {
 		return dcsync.LockState{}, err
 	}
 	defer s.mu.Unlock()
@@ -112,7 +112,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 
 // RefreshLock implements dcsync.LockStore.
 func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
-	if err := s.begin(ctx, dcsync.CheckLock(k, owner, ttl)); err != nil {
+	if err := s.begin(ctx, dcsync.CheckLease(k, owner, ttl)); err != nil {
 		return dcsync.LockState{}, err
 	}
 	defer s.mu.Unlock()

@@ -184,7 +184,7 @@ func liveLock(ctx context.Context, q interface {
 
 // AcquireLock implements dcsync.LockStore.
 func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
-	if err := dcsync.CheckLock(k, owner, ttl); err != nil {
+	if err := dcsync.CheckLease(k, owner, ttl); err != nil {
 		return dcsync.LockState{}, err
 	}
 	var st dcsync.LockState
@@ -213,7 +213,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 
 // RefreshLock implements dcsync.LockStore.
 func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
-	if err := dcsync.CheckLock(k, owner, ttl); err != nil {
+	if err := dcsync.CheckLease(k, owner, ttl); err != nil {
 		return dcsync.LockState{}, err
 	}
 	var st dcsync.LockState

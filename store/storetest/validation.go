@@ -130,6 +130,10 @@ func runValidation(t *testing.T, h Harness) {
 		wantCode(t, err, dcsync.InvalidArgument, "AcquireLock without owner")
 		_, err = s.AcquireLock(ctx, good, "owner", 10*time.Millisecond)
 		wantCode(t, err, dcsync.InvalidArgument, "AcquireLock ttl 10ms")
+		_, err = s.AcquireLock(ctx, good, "owner", 0)
+		wantCode(t, err, dcsync.InvalidArgument, "AcquireLock ttl 0")
+		_, err = s.RefreshLock(ctx, good, "owner", 0)
+		wantCode(t, err, dcsync.InvalidArgument, "RefreshLock ttl 0")
 		got, err := s.ReadLatches(ctx, []dcsync.Key{good})
 		must(t, err, "ReadLatches")
 		if got[0].Found {
