@@ -120,7 +120,7 @@ type LatchStore interface {
 	// count at k's level after the update. It returns NotFound, and writes nothing, when
 	// the latch does not exist. An update is applied exactly once, also when an attempt
 	// failed in doubt and was retried.
-	AddLatch(ctx context.Context, k Key, delta int64, ttl time.Duration) (int64, error)
+	AddLatch(ctx context.Context, k Key, delta int64) (int64, error)
 	// ReadLatches reads many latches in one round trip where the back end allows it;
 	// result i belongs to keys[i].
 	ReadLatches(ctx context.Context, keys []Key) ([]LatchCount, error)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/dcsync/dcsync"
@@ -46,15 +47,20 @@ func TestErrorsMatchByCode(t *testing.T) {
 }
 
 func TestValidateIDs(t *testing.T) {
-	for _, ok := range []string{"a", "svc-payments", "dc1", "phx.v2", "A-Z.0-9"} {
+	// Every id the Java libraries accept and their docs use, '_' and '#' included.
+	for _, ok := range []string{"a", "svc-payments", "dc1", "phx.v2", "A-Z.0-9", "CLIENT_ID", "MY_SERVICE", "a_b", "a#b", "a b", "ü", "a/b"} {
 		if err := dcsync.ValidateID("client", ok); err != nil {
 			t.Errorf("ValidateID(%q) = %v", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "a_b", "a#b", "a b", "ü", "a/b", string(make([]byte, dcsync.MaxIDLen+1))} {
+	for _, bad := range []string{"", "a\x00b", "a\nb", "\xff", "a\u0085", string(make([]byte, dcsync.MaxIDLen+1))} {
 		if err := dcsync.ValidateID("client", bad); !errors.Is(err, dcsync.ErrInvalidArgument) {
 			t.Errorf("ValidateID(%q) = %v, want InvalidArgument", bad, err)
 		}
+	}
+	// The offending character is named as a character, not as one of its bytes.
+	if err := dcsync.ValidateID("client", "é\x01"); err == nil || !strings.Contains(err.Error(), "U+0001 at byte 2") {
+		t.Errorf("ValidateID(é\\x01) = %v, want U+0001 at byte 2", err)
 	}
 	if _, err := dcsync.ParseLevel("XDC"); err != nil {
 		t.Error(err)

@@ -20,11 +20,17 @@ const (
 	MaxTTL = time.Duration(1<<31-1) * time.Second
 )
 
-// ValidateID checks a client or farm id: 1 to MaxIDLen bytes of ASCII letters, digits,
-// '-' and '.'. The Java libraries join ids with '#' and '_' without escaping, so that
-// client "a_b" with latch "c" and client "a" with latch "b_c" share a row; keeping both
-// separators (and everything else unusual) out of client and farm ids makes every
-// stored key decode to exactly one (client, farm, name) triple, on every store.
+// ValidateID checks a client or farm id: 1 to MaxIDLen bytes of valid UTF-8 without
+// control characters. Every id the Java libraries' own examples use is accepted
+// ("CLIENT_ID", "MY_SERVICE", "dc1"), so a Java service and a Go service can share
+// locks and latches under one id.
+//
+// The Java libraries join ids with '#' and '_' without escaping: client "a_b" with latch
+// "c" and client "a" with latch "b_c" share one HBase latch row. dcsync accepts such ids
+// (refusing them would cut it off from the Java services that use them), keeps the keys
+// only dcsync writes (fencing counters, identity cells) unambiguous with
+// layout.IdentityKey, and detects at write time, where the store allows, that a stored
+// latch belongs to another (client, name): see the stores' docs.
 func ValidateID(what, id string) error {
 	if id == "" {
 		return Errorf(InvalidArgument, "dcsync.Validate", "%s id is empty", what)
@@ -32,19 +38,26 @@ func ValidateID(what, id string) error {
 	if len(id) > MaxIDLen {
 		return Errorf(InvalidArgument, "dcsync.Validate", "%s id is %d bytes, longer than %d", what, len(id), MaxIDLen)
 	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.') {
-			return Errorf(InvalidArgument, "dcsync.Validate",
-				"%s id %q has %q at byte %d: only ASCII letters, digits, '-' and '.' are allowed", what, id, rune(c), i)
+	return checkText(what+" id", id)
+}
+
+// checkText reports invalid UTF-8 or a control character in s, naming the character as
+// it is (a rune, not a byte) and its byte offset.
+func checkText(what, s string) error {
+	if !utf8.ValidString(s) {
+		return Errorf(InvalidArgument, "dcsync.Validate", "%s %q is not valid UTF-8", what, s)
+	}
+	for i, r := range s {
+		if unicode.IsControl(r) {
+			return Errorf(InvalidArgument, "dcsync.Validate", "%s %q has control character %U at byte %d", what, s, r, i)
 		}
 	}
 	return nil
 }
 
 // ValidateName checks a lock or latch name: 1 to MaxNameLen bytes of valid UTF-8 with
-// no control characters. Names may contain '#' and '_': the ids before them in every
-// stored key cannot, so the split stays unambiguous.
+// no control characters. Names may contain '#' and '_' (see ValidateID on what that
+// means for keys shared with the Java libraries).
 func ValidateName(what, name string) error {
 	if name == "" {
 		return Errorf(InvalidArgument, "dcsync.Validate", "%s name is empty", what)
@@ -52,15 +65,7 @@ func ValidateName(what, name string) error {
 	if len(name) > MaxNameLen {
 		return Errorf(InvalidArgument, "dcsync.Validate", "%s name is %d bytes, longer than %d", what, len(name), MaxNameLen)
 	}
-	if !utf8.ValidString(name) {
-		return Errorf(InvalidArgument, "dcsync.Validate", "%s name %q is not valid UTF-8", what, name)
-	}
-	for i, r := range name {
-		if unicode.IsControl(r) {
-			return Errorf(InvalidArgument, "dcsync.Validate", "%s name %q has control character %U at byte %d", what, name, r, i)
-		}
-	}
-	return nil
+	return checkText(what+" name", name)
 }
 
 // Validate checks every field of k; what is "lock" or "latch", for the message.

@@ -206,7 +206,7 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 }
 
 func (l *CountDownLatch) add(ctx context.Context, op string, delta int64) (int64, error) {
-	n, err := l.m.store.AddLatch(ctx, l.key, delta, l.ttl)
+	n, err := l.m.store.AddLatch(ctx, l.key, delta)
 	if err != nil {
 		return 0, dcsync.Wrap(err, dcsync.Internal, op)
 	}

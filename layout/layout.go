@@ -4,14 +4,18 @@
 // service using those libraries see each other's locks and counts because both build
 // keys here the same way.
 //
-// Every encoder has a parser that inverts it. Keys are built only from ids that pass
-// dcsync validation (no '#' or '_' in client and farm ids), and for those ids parsing
-// returns exactly the ids that went in: two distinct (client, farm, name) triples never
-// share a stored key. FuzzLayout checks that.
+// Every encoder has a parser. The Java layouts join ids with '#' and '_' without
+// escaping, and dcsync accepts the ids the Java libraries accept, so a Java key can be
+// shared by two (client, farm, name) triples: client "a_b" with latch "c" and client "a"
+// with latch "b_c" are one HBase latch row. The Ambiguous* functions report when that is
+// possible for a key; the parsers then return the split at the first separator. Keys
+// that only dcsync writes (fencing counters, identity cells) use IdentityKey, which is
+// unambiguous for every input. FuzzLayout checks both.
 package layout
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 
 	"github.com/dcsync/dcsync"
@@ -70,7 +74,13 @@ func HBaseLatchTable(suffix string) string { return HBaseLatchTablePrefix + suff
 // HBaseLatchRow returns the salted row key of a latch.
 func HBaseLatchRow(client, latch string) []byte { return Salt(client + "_" + latch) }
 
-// ParseHBaseLatchRow inverts HBaseLatchRow.
+// AmbiguousHBaseLatchRow reports whether another (client, latch) pair has the same row:
+// when the joined key holds more than one '_'.
+func AmbiguousHBaseLatchRow(client, latch string) bool {
+	return strings.Count(client, "_")+strings.Count(latch, "_") > 0
+}
+
+// ParseHBaseLatchRow splits a latch row at its first '_' (see AmbiguousHBaseLatchRow).
 func ParseHBaseLatchRow(row []byte) (client, latch string, ok bool) {
 	s, ok := Unsalt(row)
 	if !ok {
@@ -109,7 +119,15 @@ func HBaseLockRow(k dcsync.Key) []byte {
 	return Salt("DC#" + k.Farm + "#" + LockID(k.Client, k.Name))
 }
 
-// ParseHBaseLockRow inverts HBaseLockRow. For an XDC row the returned key has no Farm.
+// AmbiguousLockKey reports whether another key has the same Java lock key (HBase row
+// and Aerospike set and user key): when the farm or client id holds a '#'. (A '#' in the
+// name is not ambiguous: the name is always last.)
+func AmbiguousLockKey(k dcsync.Key) bool {
+	return strings.Contains(k.Client, "#") || k.Level == dcsync.DC && strings.Contains(k.Farm, "#")
+}
+
+// ParseHBaseLockRow splits a lock row at the first '#' after its level (and farm), see
+// AmbiguousLockKey. For an XDC row the returned key has no Farm.
 func ParseHBaseLockRow(row []byte) (dcsync.Key, bool) {
 	s, ok := Unsalt(row)
 	if !ok {
@@ -152,7 +170,14 @@ func AerospikeLatchKey(client, latch string) string {
 	return AerospikeLatchPrefix + client + "#" + latch
 }
 
-// ParseAerospikeLatchKey inverts AerospikeLatchKey.
+// AmbiguousAerospikeLatchKey reports whether another (client, latch) pair has the same
+// user key: when the client id holds a '#'.
+func AmbiguousAerospikeLatchKey(client, latch string) bool {
+	return strings.Contains(client, "#")
+}
+
+// ParseAerospikeLatchKey splits a latch key at the first '#' after the prefix (see
+// AmbiguousAerospikeLatchKey).
 func ParseAerospikeLatchKey(key string) (client, latch string, ok bool) {
 	s, ok := strings.CutPrefix(key, AerospikeLatchPrefix)
 	if !ok {
@@ -180,7 +205,7 @@ func AerospikeLockSet(level dcsync.Level, farm, suffix string) string {
 // AerospikeLockKey returns the user key of a lock record: <client>#<lock>.
 func AerospikeLockKey(client, lock string) string { return LockID(client, lock) }
 
-// ParseAerospikeLockKey inverts AerospikeLockKey.
+// ParseAerospikeLockKey splits a lock key at its first '#' (see AmbiguousLockKey).
 func ParseAerospikeLockKey(key string) (client, lock string, ok bool) {
 	return strings.Cut(key, "#")
 }
@@ -207,4 +232,64 @@ func CheckAerospikeKey(k dcsync.Key, latchSuffix, lockSuffix string) error {
 		}
 	}
 	return nil
+}
+
+// IdentityKey encodes k unambiguously for keys that only dcsync writes: the level, then
+// each id with its byte length ("DC:3:dc15:orders7:batch-1"; XDC leaves the farm out).
+// Distinct keys always give distinct strings, whatever their ids hold.
+func IdentityKey(k dcsync.Key) string {
+	var b strings.Builder
+	b.WriteString(k.Level.String())
+	b.WriteByte(':')
+	if k.Level == dcsync.DC {
+		lenPrefixed(&b, k.Farm)
+	}
+	lenPrefixed(&b, k.Client)
+	lenPrefixed(&b, k.Name)
+	return b.String()
+}
+
+func lenPrefixed(b *strings.Builder, s string) {
+	b.WriteString(strconv.Itoa(len(s)))
+	b.WriteByte(':')
+	b.WriteString(s)
+}
+
+// ParseIdentityKey inverts IdentityKey. For an XDC key the returned key has no Farm.
+func ParseIdentityKey(s string) (dcsync.Key, bool) {
+	var k dcsync.Key
+	lv, rest, ok := strings.Cut(s, ":")
+	if !ok {
+		return k, false
+	}
+	switch lv {
+	case "DC":
+		k.Level = dcsync.DC
+		if k.Farm, rest, ok = cutLenPrefixed(rest); !ok {
+			return dcsync.Key{}, false
+		}
+	case "XDC":
+		k.Level = dcsync.XDC
+	default:
+		return k, false
+	}
+	if k.Client, rest, ok = cutLenPrefixed(rest); !ok {
+		return dcsync.Key{}, false
+	}
+	if k.Name, rest, ok = cutLenPrefixed(rest); !ok || rest != "" {
+		return dcsync.Key{}, false
+	}
+	return k, true
+}
+
+func cutLenPrefixed(s string) (field, rest string, ok bool) {
+	ns, rest, ok := strings.Cut(s, ":")
+	if !ok {
+		return "", "", false
+	}
+	n, err := strconv.Atoi(ns)
+	if err != nil || n < 0 || n > len(rest) || strconv.Itoa(n) != ns {
+		return "", "", false
+	}
+	return rest[:n], rest[n:], true
 }

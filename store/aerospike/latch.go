@@ -176,7 +176,8 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 // the update. A retry of an update whose earlier try was applied fails with
 // ELEMENT_EXISTS on the id and changes nothing; the count is then read back. NotFound
 // when the latch does not exist.
-func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64, ttl time.Duration) (int64, error) {
+func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
+	ttl := time.Hour // placeholder until the latch lifetime rule lands (issue 7)
 	const op = "aerospike.AddLatch"
 	if err := dcsync.CheckLatch(k, ttl); err != nil {
 		return 0, err

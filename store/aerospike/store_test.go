@@ -153,7 +153,7 @@ func TestJavaLatchInterop(t *testing.T) {
 	if n := javaCount(t, c, gk, dcsync.DC, "dc1"); n != 3 {
 		t.Fatalf("Java reader sees %d, want 3", n)
 	}
-	if n, err := s.AddLatch(ctx, latchKey(dcsync.XDC, "dc2", "go-latch"), -1, time.Minute); err != nil || n != 2 {
+	if n, err := s.AddLatch(ctx, latchKey(dcsync.XDC, "dc2", "go-latch"), -1); err != nil || n != 2 {
 		t.Fatalf("XDC AddLatch = %d, %v; want 2", n, err)
 	}
 	if n := javaCount(t, c, gk, dcsync.XDC, ""); n != 2 {
@@ -278,7 +278,7 @@ func TestInDoubtLatch(t *testing.T) {
 		for _, drops := range []int{1, 2, 1} {
 			before := srv.Stats().Dropped
 			srv.DropResponses(drops, inSet(latchSet))
-			n, err := s.AddLatch(ctx, k, -1, time.Minute)
+			n, err := s.AddLatch(ctx, k, -1)
 			must(t, err, "AddLatch with lost replies")
 			want--
 			if n != want {
@@ -313,7 +313,7 @@ func TestInDoubtLatch(t *testing.T) {
 	// shows the update applied at most once.
 	k := latchKey(dcsync.DC, "dc1", "latch-DC")
 	srv.DropResponses(100, inSet(latchSet))
-	_, err := s.AddLatch(ctx, k, -1, time.Minute)
+	_, err := s.AddLatch(ctx, k, -1)
 	wantCode(t, err, dcsync.RetriesExhausted, "AddLatch with every reply lost")
 	if !errors.Is(err, dcsync.ErrConnection) {
 		t.Fatalf("exhausted retries do not wrap the connection error: %v", err)
@@ -417,7 +417,7 @@ func TestBadInputDoesNoIO(t *testing.T) {
 		wantCode(t, tc.s.CreateLatch(ctx, tc.k, 1, time.Minute), dcsync.InvalidArgument, "CreateLatch "+what)
 		_, err := tc.s.EnsureLatch(ctx, tc.k, time.Minute)
 		wantCode(t, err, dcsync.InvalidArgument, "EnsureLatch "+what)
-		_, err = tc.s.AddLatch(ctx, tc.k, -1, time.Minute)
+		_, err = tc.s.AddLatch(ctx, tc.k, -1)
 		wantCode(t, err, dcsync.InvalidArgument, "AddLatch "+what)
 		_, err = tc.s.ReadLatches(ctx, []dcsync.Key{latchKey(dcsync.DC, "dc1", "ok"), tc.k})
 		wantCode(t, err, dcsync.InvalidArgument, "ReadLatches "+what)
@@ -432,7 +432,7 @@ func TestBadInputDoesNoIO(t *testing.T) {
 	good := latchKey(dcsync.DC, "dc1", "ok")
 	wantCode(t, s.CreateLatch(ctx, good, -1, time.Minute), dcsync.InvalidArgument, "negative count")
 	wantCode(t, s.CreateLatch(ctx, good, 1, 0), dcsync.InvalidArgument, "zero TTL")
-	_, err := s.AddLatch(ctx, good, 1, time.Millisecond)
+	_, err := s.AddLatch(ctx, good, 1)
 	wantCode(t, err, dcsync.InvalidArgument, "1ms TTL")
 	_, err = s.AcquireLock(ctx, good, "bad owner", time.Minute)
 	wantCode(t, err, dcsync.InvalidArgument, "owner with a space")
@@ -531,7 +531,7 @@ func TestOpIDsAreTrimmed(t *testing.T) {
 		k := latchKey(dcsync.XDC, "dc1", name)
 		must(t, s.CreateLatch(ctx, k, 100, time.Minute), "create")
 		for i := 0; i < 10; i++ {
-			_, err := s.AddLatch(ctx, k, -1, time.Minute)
+			_, err := s.AddLatch(ctx, k, -1)
 			must(t, err, "AddLatch")
 		}
 		rec, err := c.Get(nil, key(t, latchSet, "D_LTCH#"+client+"#"+name))

@@ -180,7 +180,7 @@ func TestAddLatchNoWrite(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	for _, level := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
 		k := key(level, "dc1")
-		_, err := s.AddLatch(ctx, k, -1, time.Minute)
+		_, err := s.AddLatch(ctx, k, -1)
 		wantCode(t, err, dcsync.NotFound, "AddLatch of a missing latch")
 		cells, err := s.client.Get(ctx, s.latchTable, latchRow(k))
 		must(t, err, "Get")
@@ -192,14 +192,14 @@ func TestAddLatchNoWrite(t *testing.T) {
 	must(t, s.CreateLatch(ctx, k, 3, time.Minute), "create DC")
 	other := k
 	other.Farm = "dc2"
-	_, err := s.AddLatch(ctx, other, -1, time.Minute)
+	_, err := s.AddLatch(ctx, other, -1)
 	wantCode(t, err, dcsync.NotFound, "DC AddLatch from another farm")
 	x := other
 	x.Level = dcsync.XDC
-	n, err := s.AddLatch(ctx, x, -5, time.Minute)
+	n, err := s.AddLatch(ctx, x, -5)
 	if err != nil || n != -2 {
 		t.Fatalf("XDC AddLatch from dc2 = %d, %v; want -2", n, err)
 	}
-	_, err = s.AddLatch(ctx, other, 1, time.Minute)
+	_, err = s.AddLatch(ctx, other, 1)
 	must(t, err, "DC AddLatch from dc2 after its XDC update created its cell")
 }

@@ -77,10 +77,10 @@ func TestJavaInteropLatch(t *testing.T) {
 			t.Fatalf("dcsync reads the Java latch as %+v, want DC 5 and XDC 8", got)
 		}
 		wantCode(t, s.CreateLatch(ctx, dc1, 9, time.Minute), dcsync.AlreadyExists, "dcsync create over a Java latch")
-		if n, err := s.AddLatch(ctx, dc1, -1, time.Minute); err != nil || n != 4 {
+		if n, err := s.AddLatch(ctx, dc1, -1); err != nil || n != 4 {
 			t.Fatalf("dcsync count-down of the Java latch = %d, %v; want 4", n, err)
 		}
-		if n, err := s.AddLatch(ctx, xdc, -1, time.Minute); err != nil || n != 6 {
+		if n, err := s.AddLatch(ctx, xdc, -1); err != nil || n != 6 {
 			t.Fatalf("dcsync XDC count-down of the Java latch = %d, %v; want 6", n, err)
 		}
 		javaOK(t, "3", "latch-count", suffix, client, name, "dc1", "dc")
@@ -92,7 +92,7 @@ func TestJavaInteropLatch(t *testing.T) {
 		dc1 := dcsync.Key{Level: dcsync.DC, Client: client, Farm: "dc1", Name: name}
 		must(t, s.CreateLatch(ctx, dc1, 7, time.Minute), "CreateLatch")
 		x2 := dcsync.Key{Level: dcsync.XDC, Client: client, Farm: "dc2", Name: name}
-		if n, err := s.AddLatch(ctx, x2, -2, time.Minute); err != nil || n != 5 {
+		if n, err := s.AddLatch(ctx, x2, -2); err != nil || n != 5 {
 			t.Fatalf("XDC AddLatch from dc2 = %d, %v; want 5", n, err)
 		}
 		javaOK(t, "7", "latch-count", suffix, client, name, "dc1", "dc")

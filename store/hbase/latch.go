@@ -143,7 +143,8 @@ func (s *Store) create(ctx context.Context, op string, k dcsync.Key, count int64
 // Increment conditional on a cell's existence without giving up the nonce's retry
 // safety). At level DC it returns the Increment's result; at XDC it reads the family
 // again and returns the sum.
-func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64, ttl time.Duration) (int64, error) {
+func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
+	ttl := time.Hour // placeholder until the latch lifetime rule lands (issue 7)
 	const op = "hbase.AddLatch"
 	if err := dcsync.CheckLatch(k, ttl); err != nil {
 		return 0, err

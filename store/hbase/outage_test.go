@@ -50,7 +50,7 @@ func TestOutage(t *testing.T) {
 		"RefreshLock": func(ctx context.Context) error { _, err := s.RefreshLock(ctx, k, "owner-1", time.Minute); return err },
 		"ReleaseLock": func(ctx context.Context) error { return s.ReleaseLock(ctx, k, "owner-1") },
 		"InspectLock": func(ctx context.Context) error { _, err := s.InspectLock(ctx, k); return err },
-		"AddLatch":    func(ctx context.Context) error { _, err := s.AddLatch(ctx, k, -1, time.Minute); return err },
+		"AddLatch":    func(ctx context.Context) error { _, err := s.AddLatch(ctx, k, -1); return err },
 		"ReadLatches": func(ctx context.Context) error { _, err := s.ReadLatches(ctx, []dcsync.Key{k}); return err },
 	}
 	for name, op := range ops {

@@ -228,8 +228,8 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 }
 
 // AddLatch implements dcsync.LatchStore.
-func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64, ttl time.Duration) (int64, error) {
-	if err := s.begin(ctx, dcsync.CheckLatch(k, ttl)); err != nil {
+func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
+	if err := s.begin(ctx, dcsync.CheckLatch(k, 0)); err != nil {
 		return 0, err
 	}
 	defer s.mu.Unlock()
@@ -238,9 +238,16 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64, ttl tim
 	if !exists(cells, k) {
 		return 0, dcsync.Errorf(dcsync.NotFound, "memory.AddLatch", "latch %s does not exist", k)
 	}
-	c := cells[k.Farm]
+	c, ok := cells[k.Farm]
+	if !ok {
+		// An XDC update from a farm without a cell yet: the new cell ends with the latch.
+		for _, o := range cells {
+			if o.expires.After(c.expires) {
+				c.expires = o.expires
+			}
+		}
+	}
 	c.count += delta
-	c.expires = now.Add(ttl)
 	cells[k.Farm] = c
 	return countAt(cells, k), nil
 }

@@ -329,8 +329,8 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 }
 
 // AddLatch implements dcsync.LatchStore.
-func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64, ttl time.Duration) (int64, error) {
-	if err := dcsync.CheckLatch(k, ttl); err != nil {
+func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
+	if err := dcsync.CheckLatch(k, 0); err != nil {
 		return 0, err
 	}
 	var after int64
@@ -344,15 +344,20 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64, ttl tim
 			return dcsync.Errorf(dcsync.NotFound, "sqlite.AddLatch", "latch %s does not exist", k)
 		}
 		// The caller's cell may be absent (XDC, first update from this farm) or expired:
-		// either way it starts from zero.
-		var own int64
-		err = tx.QueryRowContext(ctx, `SELECT count FROM dcsync_latch_cells WHERE client = ? AND name = ? AND farm = ? AND expires_ms > ?`,
-			k.Client, k.Name, k.Farm, now.UnixMilli()).Scan(&own)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		// either way it starts from zero, and ends with the latch (the latest end of its
+		// live cells). An update never changes when a latch ends.
+		var own, expiresMS int64
+		err = tx.QueryRowContext(ctx, `SELECT count, expires_ms FROM dcsync_latch_cells WHERE client = ? AND name = ? AND farm = ? AND expires_ms > ?`,
+			k.Client, k.Name, k.Farm, now.UnixMilli()).Scan(&own, &expiresMS)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = tx.QueryRowContext(ctx, `SELECT MAX(expires_ms) FROM dcsync_latch_cells WHERE client = ? AND name = ? AND expires_ms > ?`,
+				k.Client, k.Name, now.UnixMilli()).Scan(&expiresMS)
+		}
+		if err != nil {
 			return err
 		}
 		after = c.Count + delta
-		return putCell(ctx, tx, k, own+delta, now.Add(ttl))
+		return putCell(ctx, tx, k, own+delta, time.UnixMilli(expiresMS))
 	})
 	return after, err
 }

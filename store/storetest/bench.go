@@ -63,7 +63,7 @@ func Bench(b *testing.B, s dcsync.Store) {
 		Timed(b, func() error { _, err := l.CountDown(ctx); return err })
 	})
 	b.Run("LatchCountDown/store", func(b *testing.B) {
-		Timed(b, func() error { _, err := s.AddLatch(ctx, key, -1, latch.DefaultTTL); return err })
+		Timed(b, func() error { _, err := s.AddLatch(ctx, key, -1); return err })
 	})
 	b.Run("LatchCount/dcsync", func(b *testing.B) {
 		Timed(b, func() error { _, err := l.Count(ctx); return err })
@@ -88,7 +88,7 @@ func Bench(b *testing.B, s dcsync.Store) {
 			}()
 			time.Sleep(15 * time.Millisecond) // let the watcher take the waiter in
 			start := time.Now()
-			if _, err := s.AddLatch(ctx, w.Key(), -1, time.Minute); err != nil {
+			if _, err := s.AddLatch(ctx, w.Key(), -1); err != nil {
 				b.Fatal(err)
 			}
 			lat = append(lat, (<-done).Sub(start))

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -184,6 +185,86 @@ func runLatch(t *testing.T, h Harness) {
 		}
 	})
 
+	// The lifetime rule, the same on every store: a latch ends TTL after its creation
+	// (the TTL given to create, or to the get-or-create that created it). Count updates
+	// never move that end, whatever TTL the updating manager has: at level DC each farm's
+	// latch ends on its own; at level XDC the whole latch, every farm's cell, ends with
+	// the creator's.
+	t.Run("LifetimeIsFromCreation", func(t *testing.T) {
+		s := h.open(t)
+		ctx := ctxT(t, time.Minute)
+		name := unique(t)
+		long := h.latches(t, s, h.Farm, latch.WithTTL(time.Hour))
+		l, err := long.CreateCountDown(ctx, name, 3, latch.TTL(2*time.Second))
+		must(t, err, "create with a 2s TTL")
+		// An update through a manager with a 1 h TTL does not extend the latch...
+		if n, err := l.CountDown(ctx); err != nil || n != 2 {
+			t.Fatalf("CountDown = %d, %v; want 2", n, err)
+		}
+		time.Sleep(3500 * time.Millisecond)
+		_, err = l.Count(ctx)
+		wantCode(t, err, dcsync.NotFound, "Count 3.5s after a 2s latch was created and updated")
+		// ... and one through a manager with a 1 s TTL does not shorten it.
+		short := h.latches(t, s, h.Farm, latch.WithTTL(time.Second))
+		l, err = long.CreateCountDown(ctx, name+"-long", 3)
+		must(t, err, "create with a 1h TTL")
+		ls, _ := short.GetCountDown(name + "-long")
+		if n, err := ls.CountDown(ctx); err != nil || n != 2 {
+			t.Fatalf("CountDown (1s manager) = %d, %v; want 2", n, err)
+		}
+		time.Sleep(2500 * time.Millisecond)
+		if n, err := l.Count(ctx); err != nil || n != 2 {
+			t.Fatalf("count of the 1h latch after a 1s manager updated it, 2.5s later = %d, %v; want 2", n, err)
+		}
+	})
+
+	t.Run("XDCLatchEndsWhole", func(t *testing.T) {
+		s := h.open(t)
+		ctx := ctxT(t, time.Minute)
+		name := unique(t)
+		m1, m2 := h.latches(t, s, h.Farm), h.latches(t, s, h.OtherFarm, latch.WithTTL(time.Hour))
+		_, err := m1.CreateCountDown(ctx, name, 3, latch.Level(dcsync.XDC), latch.TTL(2*time.Second))
+		must(t, err, "create XDC with a 2s TTL")
+		x2, _ := m2.GetCountDown(name, latch.Level(dcsync.XDC))
+		for want := int64(2); want >= 1; want-- {
+			if n, err := x2.CountDown(ctx); err != nil || n != want {
+				t.Fatalf("XDC CountDown from farm 2 = %d, %v; want %d", n, err, want)
+			}
+		}
+		// The creator's cell (3) and farm 2's (-2) end together: never a sum of -2.
+		time.Sleep(3500 * time.Millisecond)
+		n, err := x2.Count(ctx)
+		wantCode(t, err, dcsync.NotFound, fmt.Sprintf("XDC Count after the latch ended (count %d)", n))
+		wantCode(t, x2.Wait(ctx), dcsync.NotFound, "XDC Wait after the latch ended")
+	})
+
+	t.Run("DCFarmLifetimesAreIndependent", func(t *testing.T) {
+		s := h.open(t)
+		ctx := ctxT(t, time.Minute)
+		name := unique(t)
+		a, err := h.latches(t, s, h.Farm).CreateCountDown(ctx, name, 5, latch.TTL(time.Hour))
+		must(t, err, "create a 1h DC latch in farm 1")
+		b, err := h.latches(t, s, h.OtherFarm).CreateCountDown(ctx, name, 7, latch.TTL(time.Second))
+		must(t, err, "create a 1s DC latch of the same name in farm 2")
+		time.Sleep(2500 * time.Millisecond)
+		_, err = b.Count(ctx)
+		wantCode(t, err, dcsync.NotFound, "farm 2's 1s latch after 2.5s")
+		if n, err := a.Count(ctx); err != nil || n != 5 {
+			t.Fatalf("farm 1's 1h latch after farm 2's ended = %d, %v; want 5", n, err)
+		}
+		if n, err := a.CountDown(ctx); err != nil || n != 4 {
+			t.Fatalf("farm 1 CountDown = %d, %v; want 4", n, err)
+		}
+		b, err = h.latches(t, s, h.OtherFarm).CreateCountDown(ctx, name, 9, latch.TTL(time.Minute))
+		must(t, err, "re-create farm 2's latch")
+		if n, err := b.Count(ctx); err != nil || n != 9 {
+			t.Fatalf("farm 2 re-created = %d, %v; want 9", n, err)
+		}
+		if n, err := a.Count(ctx); err != nil || n != 4 {
+			t.Fatalf("farm 1 after farm 2 re-created = %d, %v; want 4", n, err)
+		}
+	})
+
 	t.Run("WaitWakesOnLocalCountDown", func(t *testing.T) {
 		noLeaks(t)
 		s := h.open(t)
@@ -231,7 +312,7 @@ func runLatch(t *testing.T, h Harness) {
 		// Count down behind the watcher's back: straight on the store, as another
 		// process would.
 		for _, l := range ls {
-			_, err := s.AddLatch(ctx, l.Key(), -1, time.Hour)
+			_, err := s.AddLatch(ctx, l.Key(), -1)
 			must(t, err, "store AddLatch")
 		}
 		for i := 0; i < 2*n; i++ {
@@ -333,7 +414,7 @@ func runLatch(t *testing.T, h Harness) {
 		must(t, s.CreateLatch(ctx, b, 9, time.Minute), "create b")
 		bOther := b
 		bOther.Farm = h.OtherFarm
-		if n, err := s.AddLatch(ctx, bOther, -4, time.Minute); err != nil || n != 5 {
+		if n, err := s.AddLatch(ctx, bOther, -4); err != nil || n != 5 {
 			t.Fatalf("AddLatch XDC = %d, %v; want 5", n, err)
 		}
 		got, err := s.ReadLatches(ctx, []dcsync.Key{a, missing, b, a})

@@ -81,9 +81,9 @@ func (s *spy) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration) 
 	return s.Store.EnsureLatch(ctx, k, ttl)
 }
 
-func (s *spy) AddLatch(ctx context.Context, k dcsync.Key, delta int64, ttl time.Duration) (int64, error) {
+func (s *spy) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
 	s.count()
-	return s.Store.AddLatch(ctx, k, delta, ttl)
+	return s.Store.AddLatch(ctx, k, delta)
 }
 
 func (s *spy) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
