@@ -74,8 +74,8 @@ func HBaseLatchTable(suffix string) string { return HBaseLatchTablePrefix + suff
 // HBaseLatchRow returns the salted row key of a latch.
 func HBaseLatchRow(client, latch string) []byte { return Salt(client + "_" + latch) }
 
-// AmbiguousHBaseLatchRow reports whether another (client, latch) pair has the same row:
-// when the joined key holds more than one '_'.
+// AmbiguousHBaseLatchRow reports whether another (client, latch) pair can have the same
+// row: when the joined key holds more than one '_' ("a_b"+"c" and "a"+"b_c").
 func AmbiguousHBaseLatchRow(client, latch string) bool {
 	return strings.Count(client, "_")+strings.Count(latch, "_") > 0
 }
@@ -119,11 +119,11 @@ func HBaseLockRow(k dcsync.Key) []byte {
 	return Salt("DC#" + k.Farm + "#" + LockID(k.Client, k.Name))
 }
 
-// AmbiguousLockKey reports whether another key has the same Java lock key (HBase row
-// and Aerospike set and user key): when the farm or client id holds a '#'. (A '#' in the
-// name is not ambiguous: the name is always last.)
+// AmbiguousLockKey reports whether another key can have the same Java lock key (HBase
+// row, Aerospike user key): when its farm (DC), client or name holds a '#'. Client "a#b"
+// with lock "c" and client "a" with lock "b#c" are one lock to the Java libraries.
 func AmbiguousLockKey(k dcsync.Key) bool {
-	return strings.Contains(k.Client, "#") || k.Level == dcsync.DC && strings.Contains(k.Farm, "#")
+	return strings.Contains(k.Client+k.Name, "#") || k.Level == dcsync.DC && strings.Contains(k.Farm, "#")
 }
 
 // ParseHBaseLockRow splits a lock row at the first '#' after its level (and farm), see
@@ -170,10 +170,10 @@ func AerospikeLatchKey(client, latch string) string {
 	return AerospikeLatchPrefix + client + "#" + latch
 }
 
-// AmbiguousAerospikeLatchKey reports whether another (client, latch) pair has the same
-// user key: when the client id holds a '#'.
+// AmbiguousAerospikeLatchKey reports whether another (client, latch) pair can have the
+// same user key: when the client or latch holds a '#' ("a#b"+"c" and "a"+"b#c").
 func AmbiguousAerospikeLatchKey(client, latch string) bool {
-	return strings.Contains(client, "#")
+	return strings.Contains(client+latch, "#")
 }
 
 // ParseAerospikeLatchKey splits a latch key at the first '#' after the prefix (see

@@ -145,7 +145,7 @@ func TestAmbiguity(t *testing.T) {
 	if !AmbiguousHBaseLatchRow("a_b", "c") || !AmbiguousHBaseLatchRow("a", "b_c") || AmbiguousHBaseLatchRow("a", "bc") {
 		t.Fatal("AmbiguousHBaseLatchRow")
 	}
-	if AerospikeLatchKey("a#b", "c") != AerospikeLatchKey("a", "b#c") || !AmbiguousAerospikeLatchKey("a#b", "c") || AmbiguousAerospikeLatchKey("a", "b#c") {
+	if AerospikeLatchKey("a#b", "c") != AerospikeLatchKey("a", "b#c") || !AmbiguousAerospikeLatchKey("a#b", "c") || !AmbiguousAerospikeLatchKey("a", "b#c") || AmbiguousAerospikeLatchKey("a_b", "c") {
 		t.Fatal("AmbiguousAerospikeLatchKey")
 	}
 	k1 := dcsync.Key{Level: dcsync.DC, Farm: "d#1", Client: "c", Name: "n"}
