@@ -218,4 +218,11 @@ func isUsage(err error) bool {
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
 // remaining formats the time until t, rounded to the millisecond.
-func remaining(t time.Time) string { return time.Until(t).Round(time.Millisecond).String() }
+// remaining renders the time left until t; a zero t (a lease whose end the store cannot
+// know, such as a lock a Java client holds) is "unknown".
+func remaining(t time.Time) string {
+	if t.IsZero() {
+		return "unknown"
+	}
+	return time.Until(t).Round(time.Millisecond).String()
+}

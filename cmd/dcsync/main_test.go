@@ -241,3 +241,14 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("demo output:\n%s", out)
 	}
 }
+
+// A lock whose lease end the store cannot know (held by a Java client, which stores no
+// end) prints expires_in=unknown, not a negative duration from the zero time.
+func TestRemainingOfUnknownEnd(t *testing.T) {
+	if got := remaining(time.Time{}); got != "unknown" {
+		t.Fatalf("remaining(zero) = %q, want unknown", got)
+	}
+	if got := remaining(time.Now().Add(time.Hour)); !strings.HasPrefix(got, "59m") && !strings.HasPrefix(got, "1h") {
+		t.Fatalf("remaining(+1h) = %q", got)
+	}
+}

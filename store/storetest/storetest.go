@@ -59,6 +59,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Latch", func(t *testing.T) { runLatch(t, h) })
 	t.Run("Lock", func(t *testing.T) { runLock(t, h) })
 	t.Run("Validation", func(t *testing.T) { runValidation(t, h) })
+	t.Run("IDs", func(t *testing.T) { runIDs(t, h) })
 	t.Run("Processes", func(t *testing.T) {
 		if h.ProcessEnv == nil {
 			t.Skip("store lives in one process; no multi-process cases")
