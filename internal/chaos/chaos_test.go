@@ -1,0 +1,237 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/internal/aerotest"
+	"github.com/dcsync/dcsync/store/memory"
+	"github.com/dcsync/dcsync/storeurl"
+)
+
+func TestMain(m *testing.M) {
+	if IsChild() {
+		ChildMain()
+	}
+	os.Exit(m.Run())
+}
+
+func self() *exec.Cmd { return exec.Command(os.Args[0], "-test.run=^$") }
+
+func unique(t *testing.T) string {
+	return fmt.Sprintf("chaos-%s-%d", filepath.Base(t.Name()), time.Now().UnixNano())
+}
+
+// --- The checker can fail -------------------------------------------------------------
+
+func rec(c, s int, p, k string, tok uint64, d, v int64, o string, at int64) Record {
+	return Record{Client: c, Seq: s, Phase: p, Kind: k, Token: tok, Delta: d, Value: v, Outcome: o, At: at}
+}
+
+func TestCheckerFindsOverlappingHolders(t *testing.T) {
+	good := []Record{
+		rec(1, 1, PhaseCall, KindEnter, 0, 0, 0, "", 0), rec(1, 1, PhaseReturn, KindEnter, 1, 0, 0, OK, 10),
+		rec(1, 1, PhaseCall, KindClaim, 1, 0, 0, "", 20),
+		rec(1, 2, PhaseCall, KindExit, 1, 0, 0, "", 20), rec(1, 2, PhaseReturn, KindExit, 1, 0, 0, OK, 25),
+		rec(2, 1, PhaseCall, KindEnter, 0, 0, 0, "", 5), rec(2, 1, PhaseReturn, KindEnter, 2, 0, 0, OK, 30),
+		rec(2, 1, PhaseCall, KindClaim, 2, 0, 0, "", 40),
+	}
+	if r := CheckLock(good, time.Second); !r.OK {
+		t.Fatalf("sequential holders: %v", r)
+	}
+	// Holder 1 claims at 35, after holder 2's acquisition returned at 30.
+	bad := append(append([]Record(nil), good...), rec(1, 1, PhaseCall, KindClaim, 1, 0, 0, "", 35))
+	if r := CheckLock(bad, time.Second); r.OK {
+		t.Fatalf("overlapping holders passed: %v", r)
+	}
+	// A token that does not increase.
+	back := append([]Record(nil), good[:5]...)
+	back = append(back, rec(2, 1, PhaseCall, KindEnter, 0, 0, 0, "", 26), rec(2, 1, PhaseReturn, KindEnter, 1, 0, 0, OK, 30))
+	if r := CheckLock(back, time.Second); r.OK {
+		t.Fatalf("a repeated token passed: %v", r)
+	}
+	// A killed holder (no exit) holds until its last claim only.
+	killed := []Record{
+		rec(1, 1, PhaseCall, KindEnter, 0, 0, 0, "", 0), rec(1, 1, PhaseReturn, KindEnter, 1, 0, 0, OK, 10),
+		rec(1, 1, PhaseCall, KindClaim, 1, 0, 0, "", 20),
+		rec(2, 1, PhaseCall, KindEnter, 0, 0, 0, "", 25), rec(2, 1, PhaseReturn, KindEnter, 2, 0, 0, OK, 30),
+	}
+	if r := CheckLock(killed, time.Second); !r.OK {
+		t.Fatalf("a killed holder's lock taken after its last claim: %v", r)
+	}
+}
+
+func TestCheckerFindsDoubleAppliedUpdates(t *testing.T) {
+	h := []Record{
+		rec(1, 1, PhaseCall, KindAdd, 0, -1, 0, "", 0), rec(1, 1, PhaseReturn, KindAdd, 0, -1, 0, OK, 10),
+		rec(2, 1, PhaseCall, KindAdd, 0, -1, 0, "", 5), // killed: unknown
+		rec(3, 1, PhaseCall, KindRead, 0, 0, 0, "", 20),
+	}
+	for _, tc := range []struct {
+		read int64
+		ok   bool
+	}{{9, true}, {8, true}, {7, false}, {10, false}} {
+		hist := append(append([]Record(nil), h...), rec(3, 1, PhaseReturn, KindRead, 0, 0, tc.read, OK, 30))
+		if r := CheckLatch(hist, 10, time.Second); r.OK != tc.ok {
+			t.Errorf("final read %d: %v, want ok=%v", tc.read, r, tc.ok)
+		}
+	}
+}
+
+// brokenStore breaks the two guarantees the checker exists for: it grants every
+// acquisition (two holders), and applies every update twice.
+type brokenStore struct {
+	*memory.Store
+	mu    sync.Mutex
+	token uint64
+}
+
+func (b *brokenStore) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.token++
+	return dcsync.LockState{Owner: owner, Token: b.token, Expires: time.Now().Add(ttl)}, nil
+}
+
+func (b *brokenStore) ReleaseLock(context.Context, dcsync.Key, string) error { return nil }
+
+func (b *brokenStore) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
+	if _, err := b.Store.AddLatch(ctx, k, delta); err != nil {
+		return 0, err
+	}
+	return b.Store.AddLatch(ctx, k, delta)
+}
+
+func TestHarnessFindsABrokenStore(t *testing.T) {
+	broken := &brokenStore{Store: memory.New()}
+	rep, err := Scenario{
+		Open:      func(context.Context) (dcsync.Store, error) { return broken, nil },
+		Goroutine: 3, Duration: 2 * time.Second, TTL: time.Second, Level: dcsync.DC, Name: unique(t), Child: self,
+	}.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(rep)
+	if rep.Lock.OK || rep.Latch.OK {
+		t.Fatalf("the checker passed a store that grants every lock and applies every update twice:\n%v", rep)
+	}
+}
+
+// --- The stores under faults -------------------------------------------------------------
+
+// real returns the address in env, or skips (fails under CI=true) when it is unset.
+func real(t *testing.T, env, what string) string {
+	addr := os.Getenv(env)
+	if addr == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set: the chaos run needs a real %s (scripts/test starts one)", env, what)
+		}
+		t.Skipf("%s is not set: no real %s to run against", env, what)
+	}
+	return addr
+}
+
+func runScenario(t *testing.T, sc Scenario) {
+	t.Helper()
+	if sc.Duration == 0 {
+		sc.Duration = 8 * time.Second
+	}
+	if sc.TTL == 0 {
+		sc.TTL = time.Second
+	}
+	if sc.Level == 0 {
+		sc.Level = dcsync.XDC
+	}
+	sc.Name = unique(t)
+	sc.Child = self
+	rep, err := sc.Run(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One line per store for docs/reliability.md.
+	t.Logf("chaos %s: %v", t.Name(), rep)
+	if rep.Violations() != 0 {
+		t.Fatalf("%d violation(s):\n%v", rep.Violations(), rep)
+	}
+	if rep.Acquisitions == 0 || rep.LatchOps == 0 {
+		t.Fatalf("the run did nothing: %v", rep)
+	}
+}
+
+func TestChaosMemory(t *testing.T) {
+	s := memory.New()
+	runScenario(t, Scenario{
+		Open:      func(context.Context) (dcsync.Store, error) { return s, nil },
+		Goroutine: 4,
+	})
+}
+
+func TestChaosSQLite(t *testing.T) {
+	url := "sqlite://" + filepath.Join(t.TempDir(), "chaos.db")
+	runScenario(t, Scenario{
+		Open:      func(ctx context.Context) (dcsync.Store, error) { return storeurl.Open(ctx, url) },
+		StoreURL:  url,
+		Goroutine: 2, Processes: 2, Pause: true, Kill: true,
+	})
+}
+
+func TestChaosAerospike(t *testing.T) {
+	addr := real(t, "DCSYNC_AEROSPIKE", "Aerospike server")
+	ns := os.Getenv("DCSYNC_AEROSPIKE_NAMESPACE")
+	if ns == "" {
+		ns = "test"
+	}
+	url := "aerospike://" + addr + "/" + ns
+	runScenario(t, Scenario{
+		Open:      func(ctx context.Context) (dcsync.Store, error) { return storeurl.Open(ctx, url) },
+		StoreURL:  url,
+		Goroutine: 2, Processes: 2, Pause: true, Kill: true,
+	})
+}
+
+// TestChaosAerospikeDroppedReplies runs against the in-process server, the one place a
+// reply can be dropped after the write was applied (the client sees a timeout, in doubt),
+// and a server restarted under load.
+func TestChaosAerospikeDroppedReplies(t *testing.T) {
+	srv, err := aerotest.Start(aerotest.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	url := "aerospike://" + srv.Addr() + "/test?timeout=150ms&attempts=8"
+	runScenario(t, Scenario{
+		Open:      func(ctx context.Context) (dcsync.Store, error) { return storeurl.Open(ctx, url) },
+		Goroutine: 4,
+		Fault: func(r *rand.Rand) string {
+			if r.IntN(4) == 0 {
+				srv.CloseConnections()
+				return "connections-reset"
+			}
+			srv.DropResponses(1+r.IntN(2), nil)
+			return "dropped-reply"
+		},
+		FaultEvery: 300 * time.Millisecond,
+	})
+}
+
+func TestChaosHBase(t *testing.T) {
+	zk := real(t, "DCSYNC_HBASE_ZK", "HBase")
+	url := "hbase://" + zk
+	runScenario(t, Scenario{
+		Open:      func(ctx context.Context) (dcsync.Store, error) { return storeurl.Open(ctx, url) },
+		StoreURL:  url,
+		Goroutine: 2, Processes: 2, Pause: true, Kill: true,
+		Duration: 10 * time.Second,
+	})
+}
+
+var _ = strconv.Itoa

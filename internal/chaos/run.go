@@ -1,0 +1,333 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/latch"
+	"github.com/dcsync/dcsync/lock"
+	"github.com/dcsync/dcsync/storeurl"
+)
+
+// Scenario is one run: workers on one lock and one latch of one store, with faults.
+type Scenario struct {
+	// Open opens the store for the goroutine workers (and the set-up and final read).
+	Open func(ctx context.Context) (dcsync.Store, error)
+	// StoreURL, when set, is what child processes open (storeurl); Processes of each
+	// kind are started.
+	StoreURL  string
+	Goroutine int // lock workers and latch workers in this process (each)
+	Processes int // lock workers and latch workers as child processes (each)
+	Duration  time.Duration
+	TTL       time.Duration // lock lease (>= 1 s)
+	Level     dcsync.Level  // the latch's level
+	// Pause and Kill enable the process faults: SIGSTOP a child past the lease then
+	// SIGCONT it; SIGKILL a child and start another.
+	Pause, Kill bool
+	// Fault, when set, is called about every FaultEvery with a random source; it
+	// injects a store-level fault (a dropped reply, a restart) and returns its name.
+	Fault      func(r *rand.Rand) string
+	FaultEvery time.Duration
+	// Name prefixes the lock and latch names (unique per run).
+	Name string
+	// Child is the command that runs ChildMain (normally the test binary itself).
+	Child func() *exec.Cmd
+}
+
+// Report is what a run did and what the checker found.
+type Report struct {
+	Acquisitions   int
+	LatchOps       int
+	Faults         map[string]int
+	Lock, Latch    Result
+	Records        int
+	FinalCount     int64
+	InitialCount   int64
+	ProcessesStart int
+}
+
+// Violations is the number of histories that are not linearizable (0, 1 or 2).
+func (r Report) Violations() int {
+	n := 0
+	if !r.Lock.OK {
+		n++
+	}
+	if !r.Latch.OK {
+		n++
+	}
+	return n
+}
+
+func (r Report) String() string {
+	return fmt.Sprintf("acquisitions=%d latch_ops=%d records=%d faults=%v processes=%d\n  lock:  %s\n  latch: %s (count %d -> %d)",
+		r.Acquisitions, r.LatchOps, r.Records, r.Faults, r.ProcessesStart, r.Lock, r.Latch, r.InitialCount, r.FinalCount)
+}
+
+const initialCount = 1000
+
+// latchPause spaces a latch worker's operations.
+const latchPause = 5 * time.Millisecond
+
+// Environment of a child process.
+const (
+	envChild  = "DCSYNC_CHAOS_CHILD" // "lock" or "latch"
+	envURL    = "DCSYNC_CHAOS_URL"
+	envName   = "DCSYNC_CHAOS_NAME"
+	envClient = "DCSYNC_CHAOS_CLIENT"
+	envTTL    = "DCSYNC_CHAOS_TTL"
+	envLevel  = "DCSYNC_CHAOS_LEVEL"
+)
+
+func lockWorker(client int, m *lock.Manager, name string, ttl time.Duration, out Sink) LockWorker {
+	return LockWorker{Client: client, Locks: m, Name: name, TTL: ttl, Margin: ttl/10 + 20*time.Millisecond,
+		Slices: 8, Slice: 15 * time.Millisecond, Out: out}
+}
+
+// IsChild reports whether this process was started as a chaos worker.
+func IsChild() bool { return os.Getenv(envChild) != "" }
+
+// ChildMain runs a worker as a child process: it writes its records to stdout until
+// stdin closes or it is signalled, and exits.
+func ChildMain() {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }()
+	store, err := storeurl.Open(ctx, os.Getenv(envURL))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos child:", err)
+		os.Exit(1)
+	}
+	defer store.Close()
+	client, _ := strconv.Atoi(os.Getenv(envClient))
+	ttl, _ := time.ParseDuration(os.Getenv(envTTL))
+	level, _ := dcsync.ParseLevel(os.Getenv(envLevel))
+	out := JSONLines(os.Stdout)
+	farm := "dc" + strconv.Itoa(client%2+1)
+	quiet := slog.New(slog.DiscardHandler)
+	switch os.Getenv(envChild) {
+	case "lock":
+		m, err := lock.New(store, "chaos", "dc1", lock.WithLogger(quiet))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos child:", err)
+			os.Exit(1)
+		}
+		lockWorker(client, m, os.Getenv(envName), ttl, out).Run(ctx)
+	case "latch":
+		m, err := latch.New(store, "chaos", farm, latch.WithLogger(quiet))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos child:", err)
+			os.Exit(1)
+		}
+		LatchWorker{Client: client, Latches: m, Name: os.Getenv(envName), Level: level, Out: out, Pause: latchPause}.Run(ctx)
+	}
+	os.Exit(0)
+}
+
+type child struct {
+	kind  string
+	cmd   *exec.Cmd
+	stdin io.Closer
+	done  chan struct{}
+}
+
+// Run runs the scenario and checks its history.
+func (sc Scenario) Run(ctx context.Context) (Report, error) {
+	rep := Report{Faults: map[string]int{}, InitialCount: initialCount}
+	store, err := sc.Open(ctx)
+	if err != nil {
+		return rep, err
+	}
+	defer store.Close()
+	quiet := slog.New(slog.DiscardHandler)
+	lockName, latchName := sc.Name+"-lock", sc.Name+"-latch"
+	setup, err := latch.New(store, "chaos", "dc1", latch.WithLogger(quiet), latch.WithTTL(time.Hour))
+	if err != nil {
+		return rep, err
+	}
+	if _, err := setup.CreateCountUpDown(ctx, latchName, initialCount, latch.Level(sc.Level)); err != nil {
+		return rep, fmt.Errorf("create the latch: %w", err)
+	}
+
+	var log Log
+	runCtx, stop := context.WithTimeout(ctx, sc.Duration)
+	defer stop()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	client := 0
+	nextClient := func() int { mu.Lock(); defer mu.Unlock(); client++; return client }
+
+	for i := 0; i < sc.Goroutine; i++ {
+		lm, err := lock.New(store, "chaos", "dc1", lock.WithLogger(quiet))
+		if err != nil {
+			return rep, err
+		}
+		farm := "dc" + strconv.Itoa(i%2+1)
+		tm, err := latch.New(store, "chaos", farm, latch.WithLogger(quiet))
+		if err != nil {
+			return rep, err
+		}
+		lw := lockWorker(nextClient(), lm, lockName, sc.TTL, log.Add)
+		tw := LatchWorker{Client: nextClient(), Latches: tm, Name: latchName, Level: sc.Level, Out: log.Add, Pause: latchPause}
+		wg.Add(2)
+		go func() { defer wg.Done(); n := lw.Run(runCtx); mu.Lock(); rep.Acquisitions += n; mu.Unlock() }()
+		go func() { defer wg.Done(); n := tw.Run(runCtx); mu.Lock(); rep.LatchOps += n; mu.Unlock() }()
+	}
+
+	var children []*child
+	start := func(kind string) (*child, error) {
+		cmd := sc.Child()
+		cmd.Env = append(os.Environ(), envChild+"="+kind, envURL+"="+sc.StoreURL, envClient+"="+strconv.Itoa(nextClient()),
+			envTTL+"="+sc.TTL.String(), envLevel+"="+sc.Level.String())
+		name := lockName
+		if kind == "latch" {
+			name = latchName
+		}
+		cmd.Env = append(cmd.Env, envName+"="+name)
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		c := &child{kind: kind, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+		go func() { _ = log.Collect(stdout); _ = cmd.Wait(); close(c.done) }()
+		mu.Lock()
+		children = append(children, c)
+		rep.ProcessesStart++
+		mu.Unlock()
+		return c, nil
+	}
+	if sc.StoreURL != "" {
+		for i := 0; i < sc.Processes; i++ {
+			for _, kind := range []string{"lock", "latch"} {
+				if _, err := start(kind); err != nil {
+					return rep, err
+				}
+			}
+		}
+	}
+
+	// Faults, until the run ends.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+		every := sc.FaultEvery
+		if every == 0 {
+			every = 700 * time.Millisecond
+		}
+		for sleep(runCtx, every/2+time.Duration(r.Int64N(int64(every)))) {
+			mu.Lock()
+			live := []*child{}
+			for _, c := range children {
+				select {
+				case <-c.done:
+				default:
+					live = append(live, c)
+				}
+			}
+			mu.Unlock()
+			var options []string
+			if sc.Pause && len(live) > 0 {
+				options = append(options, "pause")
+			}
+			if sc.Kill && len(live) > 0 {
+				options = append(options, "kill")
+			}
+			if sc.Fault != nil {
+				options = append(options, "store")
+			}
+			if len(options) == 0 {
+				continue
+			}
+			switch options[r.IntN(len(options))] {
+			case "pause":
+				c := live[r.IntN(len(live))]
+				_ = c.cmd.Process.Signal(syscall.SIGSTOP)
+				sleep(context.Background(), sc.TTL+time.Duration(300+r.IntN(700))*time.Millisecond)
+				_ = c.cmd.Process.Signal(syscall.SIGCONT)
+				mu.Lock()
+				rep.Faults["pause"]++
+				mu.Unlock()
+			case "kill":
+				c := live[r.IntN(len(live))]
+				kind := c.kind
+				_ = c.cmd.Process.Kill()
+				<-c.done
+				mu.Lock()
+				rep.Faults["kill"]++
+				mu.Unlock()
+				if runCtx.Err() == nil {
+					_, _ = start(kind)
+				}
+			case "store":
+				name := sc.Fault(r)
+				mu.Lock()
+				rep.Faults[name]++
+				mu.Unlock()
+			}
+		}
+	}()
+
+	<-runCtx.Done()
+	mu.Lock()
+	all := append([]*child(nil), children...)
+	mu.Unlock()
+	wg.Wait()
+	for _, c := range all {
+		_ = c.cmd.Process.Signal(syscall.SIGCONT)
+		_ = c.stdin.Close()
+	}
+	for _, c := range all {
+		select {
+		case <-c.done:
+		case <-time.After(30 * time.Second):
+			_ = c.cmd.Process.Kill()
+			<-c.done
+		}
+	}
+
+	// A final read, after every worker has stopped, closes the latch history.
+	fin, err := setup.GetCountUpDown(latchName, latch.Level(sc.Level))
+	if err != nil {
+		return rep, err
+	}
+	seq := 1
+	call := now()
+	n, err := fin.Count(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("final read: %w", err)
+	}
+	rep.FinalCount = n
+	log.Add(Record{Client: 0, Seq: seq, Phase: PhaseCall, Kind: KindRead, At: call})
+	log.Add(Record{Client: 0, Seq: seq, Phase: PhaseReturn, Kind: KindRead, Value: n, Outcome: OK, At: now()})
+
+	records := log.Records()
+	rep.Records = len(records)
+	for _, r := range records {
+		if r.Client > sc.Goroutine*2 && r.Kind == KindEnter && r.Phase == PhaseReturn && r.Outcome == OK {
+			rep.Acquisitions++
+		}
+		if r.Client > sc.Goroutine*2 && (r.Kind == KindAdd || r.Kind == KindRead) && r.Phase == PhaseCall {
+			rep.LatchOps++
+		}
+	}
+	rep.Lock = CheckLock(records, time.Minute)
+	rep.Latch = CheckLatch(records, initialCount, time.Minute)
+	return rep, nil
+}
