@@ -3,8 +3,8 @@ module github.com/dcsync/dcsync
 go 1.26.0
 
 require (
-	github.com/anishathalye/porcupine v1.3.1
 	github.com/aerospike/aerospike-client-go/v8 v8.5.0
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/go-zookeeper/zk v1.0.4
 	github.com/spf13/cobra v1.10.2
 	go.uber.org/goleak v1.3.0
@@ -14,7 +14,6 @@ require (
 )
 
 require (
-	github.com/anishathalye/porcupine v1.3.1
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
