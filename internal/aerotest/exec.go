@@ -1,6 +1,7 @@
 package aerotest
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"time"
@@ -12,6 +13,7 @@ type request struct {
 	generation                 uint32
 	ttl                        uint32
 	ns, set                    string
+	hasSet                     bool
 	hasDigest                  bool
 	digest                     [20]byte
 	key                        *userKey
@@ -74,6 +76,7 @@ func (q *request) applyFields(fields []wireField) *opError {
 			q.ns = string(f.data)
 		case fieldSet:
 			q.set = string(f.data)
+			q.hasSet = true
 		case fieldDigest:
 			if len(f.data) != 20 {
 				return fail(rcParameter, "digest field is not 20 bytes")
@@ -110,6 +113,9 @@ func (s *Server) execute(q *request) result {
 	return res
 }
 
+// metaOf is the generation and void-time an error reply carries: the server
+// reports the record's metadata once it has found the record
+// (write.c write_master, read.c read_local: "Set non-zero values").
 func metaOf(r *record) result {
 	if r == nil {
 		return result{}
@@ -122,114 +128,261 @@ func (s *Server) executeLocked(q *request, now time.Time) (result, *opError) {
 	if ns == nil {
 		return result{}, fail(rcInvalidNamespace, "unknown namespace "+q.ns)
 	}
+	switch {
+	case !q.isWrite():
+		return s.read(q, ns, now)
+	case q.isDelete():
+		return s.deleteRecord(q, ns, now)
+	}
+	return s.write(q, ns, now)
+}
+
+// validBinName is the server's as_bin_name_check: fewer than 16 bytes, no NUL.
+func validBinName(name string) bool {
+	return len(name) <= maxBinNameLen && !bytes.ContainsRune([]byte(name), 0)
+}
+
+// setNameMatches is the server's set-name check for an existing record
+// (rw_utils.c set_name_check, set_name_check_on_update). A read or delete
+// may omit the set; a write that omits it must target a record in no set.
+func (q *request) setNameMatches(r *record, write bool) bool {
+	if q.set == "" {
+		return !write || r.set == ""
+	}
+	return r.set == q.set
+}
+
+// keyMatches is the server's check of a sent key against a stored one
+// (rw_utils.c check_msg_key).
+func (q *request) keyMatches(r *record) bool {
+	if q.key == nil || r.key == nil {
+		return true
+	}
+	return q.key.ptype == r.key.ptype && bytes.Equal(q.key.data, r.key.data)
+}
+
+// isReadAll reports whether o is the read-all op (rw_utils.h op_is_read_all).
+func (q *request) isReadAll(o wireOp) bool {
+	return o.op == opRead && o.name == "" && q.info1&info1GetAll != 0
+}
+
+// writePolicies checks a write's ops before the record is looked up, as the
+// server's write_master_policies does (write.c), and reports whether the
+// write must not create the record and whether it replaces it.
+func (q *request) writePolicies() (mustNotCreate, replace bool, err *opError) {
+	if len(q.ops) == 0 {
+		return false, false, fail(rcParameter, "write: no bin ops")
+	}
+	mustNotCreate = q.info3&(info3UpdateOnly|info3ReplaceOnl) != 0
+	replace = q.info3&(info3CreateOrRe|info3ReplaceOnl) != 0
+	respondAll := q.info2&info2RespondAll != 0
+	var hasRead, hasReadAll, generates bool
 	for _, o := range q.ops {
-		if len(o.name) > maxBinNameLen {
-			return result{}, fail(rcBinNameTooLong, "bin name too long: "+o.name)
+		if o.op == opTouch {
+			if replace {
+				return false, false, fail(rcParameter, "touch op with record-level replace")
+			}
+			mustNotCreate = true
+			continue
 		}
+		if !validBinName(o.name) {
+			return false, false, fail(rcBinNameTooLong, "bad bin name "+o.name)
+		}
+		switch {
+		case o.op == opWrite:
+			if o.ptype == ptNull && replace {
+				return false, false, fail(rcParameter, "bin delete with record-level replace")
+			}
+		case o.op == opIncr || o.op == opAppend || o.op == opPrepend:
+			if replace {
+				return false, false, fail(rcParameter, "modify op with record-level replace")
+			}
+		case o.op == opDelete:
+			if replace {
+				return false, false, fail(rcParameter, "delete-all op with record-level replace")
+			}
+		case q.isReadAll(o):
+			if respondAll {
+				return false, false, fail(rcParameter, "read-all op with respond-all-ops flag")
+			}
+			if hasReadAll {
+				return false, false, fail(rcParameter, "more than one read-all op")
+			}
+			hasRead, hasReadAll = true, true
+		case o.op == opRead, o.op == opBitRead, o.op == opHLLRead, o.op == opCDTRead, o.op == opExpRead:
+			hasRead, generates = true, true
+		case o.op == opBitModify:
+			if replace {
+				return false, false, fail(rcParameter, "bits modify op with record-level replace")
+			}
+		case o.op == opHLLModify, o.op == opCDTModify:
+			if replace {
+				return false, false, fail(rcParameter, opName(o.op)+" op with record-level replace")
+			}
+			generates = true
+		}
+	}
+	if hasRead && q.info1&info1Read == 0 {
+		return false, false, fail(rcParameter, "read op without the read flag")
+	}
+	if hasReadAll && generates {
+		// The real server's log: "read-all op can't mix with ops that generate response bins".
+		return false, false, fail(rcParameter, "read-all op mixed with ops that generate response bins")
+	}
+	if q.info1&info1GetAll != 0 && !hasReadAll {
+		return false, false, fail(rcParameter, "get-all flag without a read-all op")
+	}
+	return mustNotCreate, replace, nil
+}
+
+// validTTL is the server's is_valid_ttl (rw_utils.h).
+func validTTL(ttl uint32) bool {
+	return ttl <= maxTTL || ttl == ttlNeverExpire || ttl == ttlDontUpdate
+}
+
+// ttlDisallowed is the server's is_ttl_disallowed for a namespace without nsup.
+func (s *Server) ttlDisallowed(ns *namespace, ttl uint32) bool {
+	if !ns.nsupDisabled {
+		return false
+	}
+	return (int32(ttl) > 0) || (ttl == ttlNamespaceDefault && s.opts.DefaultTTL > 0)
+}
+
+// write executes a command with the WRITE flag and without DELETE, following
+// the order of the server's write_master (write.c).
+func (s *Server) write(q *request, ns *namespace, now time.Time) (result, *opError) {
+	mustNotCreate, replace, err := q.writePolicies()
+	if err != nil {
+		return result{}, err
 	}
 	rec := ns.lookup(q.digest, now)
-
-	if !q.isWrite() {
-		return s.read(q, rec, now)
+	if rec == nil && mustNotCreate {
+		return result{}, fail(rcKeyNotFound, "write: not found")
 	}
-	if q.ttl != ttlNamespaceDefault && q.ttl != ttlNeverExpire && q.ttl != ttlDontUpdate && q.ttl > maxTTL {
-		return result{}, fail(rcParameter, fmt.Sprintf("ttl %d exceeds max-ttl", q.ttl))
+	meta := metaOf(rec)
+	if rec != nil && q.info2&info2CreateOnly != 0 {
+		return meta, fail(rcKeyExists, "create-only: exists")
 	}
-
 	// Generation check: a missing record has generation 0.
-	var cur uint32
-	if rec != nil {
-		cur = rec.gen
+	if err := q.checkGeneration(rec); err != nil {
+		return meta, err
 	}
-	if q.info2&info2Generation != 0 && q.generation != cur {
-		return metaOf(rec), fail(rcGeneration, "generation mismatch")
-	}
-	if q.info2&info2GenGT != 0 && q.generation <= cur {
-		return metaOf(rec), fail(rcGeneration, "generation not greater")
-	}
-
-	if q.isDelete() {
-		if rec == nil {
-			return result{}, fail(rcKeyNotFound, "delete: not found")
-		}
-		if err := s.applyFilter(q, rec, now); err != nil {
-			return metaOf(rec), err
-		}
-		delete(ns.records, q.digest)
-		return result{}, nil
-	}
-
-	replace := q.info3&(info3CreateOrRe|info3ReplaceOnl) != 0
 	if rec == nil {
-		if q.info3&(info3UpdateOnly|info3ReplaceOnl) != 0 {
-			return result{}, fail(rcKeyNotFound, "update-only: not found")
+		if len(q.set) > maxSetNameLen {
+			return result{}, fail(rcParameter, "set name too long")
 		}
 	} else {
-		if q.info2&info2CreateOnly != 0 {
-			return metaOf(rec), fail(rcKeyExists, "create-only: exists")
+		if !q.setNameMatches(rec, true) {
+			return meta, fail(rcParameter, "set name mismatch")
 		}
 		// The server does not evaluate filters on a record being created.
 		if err := s.applyFilter(q, rec, now); err != nil {
-			return metaOf(rec), err
+			return meta, err
 		}
+		if !q.keyMatches(rec) {
+			return meta, fail(rcKeyMismatch, "key mismatch")
+		}
+	}
+	ttl := q.ttl
+	if ttl == ttlDontUpdate && rec == nil {
+		ttl = ttlNamespaceDefault
+	}
+	if !validTTL(ttl) {
+		return meta, fail(rcParameter, fmt.Sprintf("invalid ttl %d", ttl))
+	}
+	if s.ttlDisallowed(ns, ttl) {
+		return meta, fail(rcForbidden, "ttl on a namespace with nsup-period 0")
 	}
 
 	var work *record
 	if rec == nil {
-		// Like the server, the set name is validated when a record is created.
-		if len(q.set) > maxSetNameLen {
-			return result{}, fail(rcParameter, "set name too long")
-		}
 		work = &record{set: q.set}
 	} else {
 		work = rec.clone()
 	}
 	if replace {
-		for _, o := range q.ops {
-			if o.op != opWrite {
-				return metaOf(rec), fail(rcParameter, "replace with non-write op "+opName(o.op))
-			}
-		}
 		work.bins = nil
 	}
-	if q.key != nil {
+	if q.key != nil && work.key == nil {
 		work.key = q.key
 	}
-
-	respondAll := q.info2&info2RespondAll != 0
-	var out []replyOp
-	for _, o := range q.ops {
-		ro, err := s.applyOp(q, work, rec == nil, o, respondAll)
-		if err != nil {
-			return metaOf(rec), err
-		}
-		out = append(out, ro...)
+	resp, err := s.applyWriteOps(q, work)
+	if err != nil {
+		return meta, err
 	}
 
 	if len(work.bins) == 0 {
-		// A write leaving no bins deletes the record (or creates nothing).
-		if rec != nil {
-			delete(ns.records, q.digest)
+		// A write leaving no bins deletes the record; on a record that did
+		// not exist that is "not found" (write.c write_master_apply).
+		if rec == nil || len(rec.bins) == 0 {
+			return meta, fail(rcKeyNotFound, "write leaves no bins on a missing record")
 		}
-		return result{ops: out}, nil
+		if q.info2&info2DurableDel != 0 {
+			return meta, fail(rcEnterpriseOnly, "durable delete is an enterprise feature")
+		}
+		delete(ns.records, q.digest)
+		// Deletes don't return metadata.
+		return result{ops: resp}, nil
 	}
 
-	switch q.ttl {
+	switch ttl {
 	case ttlDontUpdate:
-		if rec == nil {
-			work.voidTime = s.defaultVoidTime(now)
-		}
 	case ttlNamespaceDefault:
 		work.voidTime = s.defaultVoidTime(now)
 	case ttlNeverExpire:
 		work.voidTime = 0
 	default:
-		work.voidTime = uint32(nowCL(now) + int64(q.ttl))
+		work.voidTime = uint32(nowCL(now) + int64(ttl))
+	}
+	var cur uint32
+	if rec != nil {
+		cur = rec.gen
 	}
 	work.gen = nextGeneration(cur)
 	work.lastUpdate = now
 	ns.records[q.digest] = work
-	return result{gen: work.gen, voidTime: work.voidTime, ops: out}, nil
+	return result{gen: work.gen, voidTime: work.voidTime, ops: resp}, nil
+}
+
+func (q *request) checkGeneration(rec *record) *opError {
+	var cur uint32
+	if rec != nil {
+		cur = rec.gen
+	}
+	if q.info2&info2Generation != 0 && q.generation != cur {
+		return fail(rcGeneration, "generation mismatch")
+	}
+	if q.info2&info2GenGT != 0 && q.generation <= cur {
+		return fail(rcGeneration, "generation not greater")
+	}
+	return nil
+}
+
+// deleteRecord executes a delete, as the server's as_delete_start and
+// delete_master/drop_master do (delete.c). Delete replies never carry
+// metadata.
+func (s *Server) deleteRecord(q *request, ns *namespace, now time.Time) (result, *opError) {
+	if q.info2&info2DurableDel != 0 {
+		return result{}, fail(rcEnterpriseOnly, "durable delete is an enterprise feature")
+	}
+	rec := ns.lookup(q.digest, now)
+	if rec == nil {
+		return result{}, fail(rcKeyNotFound, "delete: not found")
+	}
+	if !q.setNameMatches(rec, false) {
+		return result{}, fail(rcParameter, "set name mismatch")
+	}
+	if err := q.checkGeneration(rec); err != nil {
+		return result{}, err
+	}
+	if err := s.applyFilter(q, rec, now); err != nil {
+		return result{}, err
+	}
+	if !q.keyMatches(rec) {
+		return result{}, fail(rcKeyMismatch, "key mismatch")
+	}
+	delete(ns.records, q.digest)
+	return result{}, nil
 }
 
 func (s *Server) defaultVoidTime(now time.Time) uint32 {
@@ -253,178 +406,225 @@ func (s *Server) applyFilter(q *request, rec *record, now time.Time) *opError {
 	return nil
 }
 
-func allBins(op byte, r *record) []replyOp {
+func allBins(r *record) []replyOp {
 	out := make([]replyOp, 0, len(r.bins))
 	for _, b := range r.bins {
-		out = append(out, replyOp{op: op, name: b.name, val: b.val})
+		out = append(out, replyOp{op: opRead, name: b.name, val: b.val})
 	}
 	return out
 }
 
-// read executes a command without the WRITE flag.
-func (s *Server) read(q *request, rec *record, now time.Time) (result, *opError) {
+// read executes a command without the WRITE flag, as the server's
+// read_local does (read.c).
+func (s *Server) read(q *request, ns *namespace, now time.Time) (result, *opError) {
+	rec := ns.lookup(q.digest, now)
 	if rec == nil {
 		return result{}, fail(rcKeyNotFound, "read: not found")
 	}
-	if err := s.applyFilter(q, rec, now); err != nil {
-		return metaOf(rec), err
-	}
 	res := metaOf(rec)
-	noBins := q.info1&info1NoBinData != 0
-	if len(q.ops) == 0 {
-		if q.info1&info1GetAll != 0 && !noBins {
-			res.ops = allBins(opRead, rec)
-		}
+	if !q.setNameMatches(rec, false) {
+		return res, fail(rcParameter, "set name mismatch")
+	}
+	if err := s.applyFilter(q, rec, now); err != nil {
+		return res, err
+	}
+	if !q.keyMatches(rec) {
+		return res, fail(rcKeyMismatch, "key mismatch")
+	}
+	if q.info1&info1NoBinData != 0 {
 		return res, nil
+	}
+	if q.info1&info1GetAll != 0 {
+		// Read-all answers every bin and ignores the ops: a read-only operate
+		// of GetOp with map reads returns only the bins.
+		res.ops = allBins(rec)
+		return res, nil
+	}
+	if len(q.ops) == 0 {
+		return res, fail(rcParameter, "read: no bin ops")
 	}
 	respondAll := q.info2&info2RespondAll != 0
 	for _, o := range q.ops {
-		switch o.op {
-		case opRead, opCDTRead:
-			ro, err := s.applyOp(q, rec, false, o, respondAll)
-			if err != nil {
-				return res, err
-			}
-			res.ops = append(res.ops, ro...)
-		case opExpRead, opBitRead, opHLLRead:
-			return res, unsupported("read op " + opName(o.op))
-		default:
-			return res, fail(rcParameter, "write op "+opName(o.op)+" in a read command")
+		if !validBinName(o.name) {
+			return res, fail(rcBinNameTooLong, "bad bin name "+o.name)
+		}
+		ro, ok, err := s.readOp(rec, o, respondAll)
+		if err != nil {
+			return res, err
+		}
+		if ok && (respondAll || ro.val != nil) {
+			res.ops = append(res.ops, ro)
 		}
 	}
 	return res, nil
 }
 
-// applyOp applies one op to work (the working copy of the record) and
-// returns the reply ops it produces.
-func (s *Server) applyOp(q *request, work *record, created bool, o wireOp, respondAll bool) ([]replyOp, *opError) {
-	null := func() []replyOp {
-		if respondAll {
-			return []replyOp{{op: o.op, name: o.name}}
+// readOp is the server's process_bin_read_op (rw_utils.c) for the read ops
+// aerotest models. ok is false when the op found no bin and RESPOND_ALL_OPS
+// is not set (READ_OP_RESULT_NOT_FOUND): then it produces no reply entry.
+func (s *Server) readOp(rec *record, o wireOp, respondAll bool) (ro replyOp, ok bool, err *opError) {
+	switch o.op {
+	case opRead, opCDTRead:
+		cur, found := rec.get(o.name)
+		if !found {
+			return replyOp{op: o.op, name: o.name}, respondAll, nil
 		}
+		if o.op == opRead {
+			return replyOp{op: opRead, name: o.name, val: cur}, true, nil
+		}
+		_, res, _, err := applyCDT(o, cur)
+		if err != nil {
+			return replyOp{}, false, err
+		}
+		return replyOp{op: o.op, name: o.name, val: res}, true, nil
+	case opExpRead, opBitRead, opHLLRead:
+		return replyOp{}, false, unsupported("read op " + opName(o.op))
+	}
+	return replyOp{}, false, fail(rcParameter, "unsupported read op "+opName(o.op))
+}
+
+// applyWriteOps applies a write's ops to work (the working copy of the
+// record) in order and returns the reply ops, as the server's
+// write_master_bin_ops_loop does (write.c).
+func (s *Server) applyWriteOps(q *request, work *record) ([]replyOp, *opError) {
+	respondAll := q.info2&info2RespondAll != 0
+	var out []replyOp
+	empty := func(o wireOp) {
+		if respondAll {
+			out = append(out, replyOp{op: o.op, name: o.name})
+		}
+	}
+	for _, o := range q.ops {
+		switch {
+		case o.op == opTouch:
+			// Touch only refreshes metadata: no reply entry, even with
+			// RESPOND_ALL_OPS.
+		case o.op == opWrite:
+			v, err := particleToValue(o.ptype, o.data)
+			if err != nil {
+				return nil, fail(rcParameter, "write: "+err.Error())
+			}
+			if v, err = normalizeValue(v); err != nil {
+				return nil, fail(rcServerError, "write: "+err.Error())
+			}
+			work.setBin(o.name, v)
+			empty(o)
+		case o.op == opIncr:
+			if err := opAdd(work, o); err != nil {
+				return nil, err
+			}
+			empty(o)
+		case o.op == opAppend || o.op == opPrepend:
+			if err := opConcat(work, o); err != nil {
+				return nil, err
+			}
+			empty(o)
+		case o.op == opDelete:
+			work.bins = nil
+			empty(o)
+		case q.isReadAll(o):
+			out = append(out, allBins(work)...)
+		case o.op == opRead || o.op == opCDTRead:
+			ro, ok, err := s.readOp(work, o, respondAll)
+			if err != nil {
+				return nil, err
+			}
+			// In a write, a CDT read always answers (write.c: "respond_all_ops ||
+			// result_bin != NULL || op != READ").
+			if ok && (respondAll || ro.val != nil || o.op != opRead) {
+				out = append(out, ro)
+			}
+		case o.op == opCDTModify:
+			cur, _ := work.get(o.name)
+			nv, res, changed, err := applyCDT(o, cur)
+			if err != nil {
+				return nil, err
+			}
+			if changed {
+				work.setBin(o.name, nv)
+			}
+			if respondAll || res != nil {
+				out = append(out, replyOp{op: o.op, name: o.name, val: res})
+			}
+		case o.op == opExpRead, o.op == opExpModify, o.op == opBitRead, o.op == opBitModify, o.op == opHLLRead, o.op == opHLLModify:
+			return nil, unsupported("op " + opName(o.op))
+		default:
+			return nil, fail(rcParameter, fmt.Sprintf("unknown bin op %d", o.op))
+		}
+	}
+	return out, nil
+}
+
+// opAdd applies an INCR op.
+func opAdd(work *record, o wireOp) *opError {
+	delta, err := particleToValue(o.ptype, o.data)
+	if err != nil {
+		return fail(rcParameter, "add: "+err.Error())
+	}
+	cur, ok := work.get(o.name)
+	switch d := delta.(type) {
+	case int64:
+		if !ok {
+			work.setBin(o.name, d)
+			return nil
+		}
+		c, isInt := cur.(int64)
+		if !isInt {
+			return fail(rcBinTypeError, "add: bin "+o.name+" is not an integer")
+		}
+		work.setBin(o.name, c+d)
+	case float64:
+		if !ok {
+			work.setBin(o.name, d)
+			return nil
+		}
+		c, isFloat := cur.(float64)
+		if !isFloat {
+			return fail(rcBinTypeError, "add: bin "+o.name+" is not a float")
+		}
+		sum := c + d
+		if math.IsInf(sum, 0) || math.IsNaN(sum) {
+			return fail(rcParameter, "add: float overflow")
+		}
+		work.setBin(o.name, sum)
+	default:
+		return fail(rcParameter, "add: value is not numeric")
+	}
+	return nil
+}
+
+// opConcat applies an APPEND or PREPEND op.
+func opConcat(work *record, o wireOp) *opError {
+	v, err := particleToValue(o.ptype, o.data)
+	if err != nil {
+		return fail(rcParameter, "append: "+err.Error())
+	}
+	cur, ok := work.get(o.name)
+	if !ok {
+		work.setBin(o.name, v)
 		return nil
 	}
-	switch o.op {
-	case opRead:
-		if o.name == "" {
-			if q.info1&info1NoBinData != 0 {
-				return nil, nil
-			}
-			return allBins(opRead, work), nil
+	join := func(a, b string) string {
+		if o.op == opAppend {
+			return a + b
 		}
-		v, ok := work.get(o.name)
-		if !ok && !respondAll {
-			return nil, nil
-		}
-		return []replyOp{{op: opRead, name: o.name, val: v}}, nil
-
-	case opWrite:
-		v, err := particleToValue(o.ptype, o.data)
-		if err != nil {
-			return nil, fail(rcParameter, "write: "+err.Error())
-		}
-		work.setBin(o.name, v)
-		return null(), nil
-
-	case opIncr:
-		delta, err := particleToValue(o.ptype, o.data)
-		if err != nil {
-			return nil, fail(rcParameter, "add: "+err.Error())
-		}
-		cur, ok := work.get(o.name)
-		switch d := delta.(type) {
-		case int64:
-			if !ok {
-				work.setBin(o.name, d)
-				break
-			}
-			c, isInt := cur.(int64)
-			if !isInt {
-				return nil, fail(rcBinTypeError, "add: bin "+o.name+" is not an integer")
-			}
-			work.setBin(o.name, c+d)
-		case float64:
-			if !ok {
-				work.setBin(o.name, d)
-				break
-			}
-			c, isFloat := cur.(float64)
-			if !isFloat {
-				return nil, fail(rcBinTypeError, "add: bin "+o.name+" is not a float")
-			}
-			sum := c + d
-			if math.IsInf(sum, 0) || math.IsNaN(sum) {
-				return nil, fail(rcParameter, "add: float overflow")
-			}
-			work.setBin(o.name, sum)
-		default:
-			return nil, fail(rcParameter, "add: value is not numeric")
-		}
-		return null(), nil
-
-	case opAppend, opPrepend:
-		v, err := particleToValue(o.ptype, o.data)
-		if err != nil {
-			return nil, fail(rcParameter, "append: "+err.Error())
-		}
-		cur, ok := work.get(o.name)
-		if !ok {
-			work.setBin(o.name, v)
-			return null(), nil
-		}
-		join := func(a, b string) string {
-			if o.op == opAppend {
-				return a + b
-			}
-			return b + a
-		}
-		switch x := v.(type) {
-		case string:
-			c, isStr := cur.(string)
-			if !isStr {
-				return nil, fail(rcBinTypeError, "append: bin is not a string")
-			}
-			work.setBin(o.name, join(c, x))
-		case blobVal:
-			c, isBlob := cur.(blobVal)
-			if !isBlob || c.ptype != ptBlob || x.ptype != ptBlob {
-				return nil, fail(rcBinTypeError, "append: bin is not a blob")
-			}
-			work.setBin(o.name, blobVal{ptype: ptBlob, b: join(c.b, x.b)})
-		default:
-			return nil, fail(rcParameter, "append: value is not a string or blob")
-		}
-		return null(), nil
-
-	case opTouch:
-		if created {
-			return nil, fail(rcKeyNotFound, "touch: not found")
-		}
-		return null(), nil
-
-	case opDelete:
-		work.bins = nil
-		return null(), nil
-
-	case opCDTRead, opCDTModify:
-		cur, ok := work.get(o.name)
-		if !ok {
-			cur = nil
-		}
-		nv, res, changed, err := applyCDT(o, cur, s)
-		if err != nil {
-			return nil, err
-		}
-		if changed {
-			work.setBin(o.name, nv)
-		}
-		if res == nil && !respondAll {
-			return nil, nil
-		}
-		return []replyOp{{op: o.op, name: o.name, val: res}}, nil
-
-	case opExpRead, opExpModify, opBitRead, opBitModify, opHLLRead, opHLLModify:
-		return nil, unsupported("op " + opName(o.op))
+		return b + a
 	}
-	return nil, unsupported(fmt.Sprintf("op type %d", o.op))
+	switch x := v.(type) {
+	case string:
+		c, isStr := cur.(string)
+		if !isStr {
+			return fail(rcBinTypeError, "append: bin is not a string")
+		}
+		work.setBin(o.name, join(c, x))
+	case blobVal:
+		c, isBlob := cur.(blobVal)
+		if !isBlob || c.ptype != ptBlob || x.ptype != ptBlob {
+			return fail(rcBinTypeError, "append: bin is not a blob")
+		}
+		work.setBin(o.name, blobVal{ptype: ptBlob, b: join(c.b, x.b)})
+	default:
+		return fail(rcParameter, "append: value is not a string or blob")
+	}
+	return nil
 }

@@ -303,10 +303,58 @@ func (r *mpReader) mapN(n int) (any, error) {
 		}
 		m.pairs = append(m.pairs, mapPair{k, v})
 	}
-	if m.flags&1 != 0 {
-		m.sortByKey()
-	}
 	return m, nil
+}
+
+// normalizeValue rewrites a value received from a client as the server's
+// cdt_untrusted_rewrite does (cdt.c): every map, at any depth, is stored
+// sorted by key (an unordered one is sorted, a key-ordered one must arrive
+// sorted), duplicate map keys are refused, and an ordered list must arrive
+// sorted. So a map read back comes out in key order whatever order the
+// client sent.
+func normalizeValue(v any) (any, error) {
+	switch x := v.(type) {
+	case *listVal:
+		out := &listVal{flags: x.flags, items: make([]any, len(x.items))}
+		for i, it := range x.items {
+			n, err := normalizeValue(it)
+			if err != nil {
+				return nil, err
+			}
+			out.items[i] = n
+			if i > 0 && x.flags&1 != 0 && compareValues(out.items[i-1], n) > 0 {
+				return nil, errors.New("list not ordered as expected")
+			}
+		}
+		return out, nil
+	case *mapVal:
+		out := &mapVal{flags: x.flags, pairs: make([]mapPair, len(x.pairs))}
+		for i, p := range x.pairs {
+			k, err := normalizeValue(p.k)
+			if err != nil {
+				return nil, err
+			}
+			val, err := normalizeValue(p.v)
+			if err != nil {
+				return nil, err
+			}
+			out.pairs[i] = mapPair{k, val}
+		}
+		sorted := sort.SliceIsSorted(out.pairs, func(i, j int) bool { return compareValues(out.pairs[i].k, out.pairs[j].k) < 0 })
+		if !sorted {
+			if x.flags&1 != 0 {
+				return nil, errors.New("map not ordered as expected")
+			}
+			out.sortByKey()
+		}
+		for i := 1; i < len(out.pairs); i++ {
+			if keyEq(out.pairs[i-1].k, out.pairs[i].k) {
+				return nil, errors.New("map has duplicate keys")
+			}
+		}
+		return out, nil
+	}
+	return v, nil
 }
 
 // decodeMsgpack decodes exactly one value from b.
@@ -626,14 +674,13 @@ func (m *mapVal) clone() *mapVal {
 	return &mapVal{flags: m.flags, pairs: append([]mapPair(nil), m.pairs...)}
 }
 
-// put inserts or replaces k; key-ordered maps stay sorted.
+// put inserts or replaces k. Maps are kept sorted by key whatever their
+// order flag: the server inserts into an unordered map at the key's sorted
+// position while the map is in key order (particle_map.c
+// packed_map_find_key_maybe_unordered), and every map it stores is.
 func (m *mapVal) put(k, v any) {
 	if i := m.find(k); i >= 0 {
 		m.pairs[i].v = v
-		return
-	}
-	if m.flags&1 == 0 {
-		m.pairs = append(m.pairs, mapPair{k, v})
 		return
 	}
 	i := sort.Search(len(m.pairs), func(i int) bool { return compareValues(m.pairs[i].k, k) > 0 })

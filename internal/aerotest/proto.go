@@ -1,8 +1,6 @@
 package aerotest
 
 import (
-	"bytes"
-	"compress/zlib"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -114,7 +112,8 @@ type frame struct {
 	body []byte
 }
 
-// readFrame reads one proto frame, inflating compressed AS_MSG frames.
+// readFrame reads one proto frame. A compressed AS_MSG (type 4) is returned
+// as is: Community Edition does not decompress requests.
 func readFrame(r io.Reader) (frame, error) {
 	var h [8]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
@@ -134,22 +133,7 @@ func readFrame(r io.Reader) (frame, error) {
 	if _, err := io.ReadFull(r, body); err != nil {
 		return frame{}, err
 	}
-	f := frame{typ: h[1], body: body}
-	if f.typ == protoTypeMsgZlib {
-		if len(body) < 8 {
-			return frame{}, errors.New("short compressed frame")
-		}
-		zr, err := zlib.NewReader(bytes.NewReader(body[8:]))
-		if err != nil {
-			return frame{}, fmt.Errorf("compressed frame: %w", err)
-		}
-		inner, err := io.ReadAll(io.LimitReader(zr, maxFrameBodyLength))
-		if err != nil {
-			return frame{}, fmt.Errorf("compressed frame: %w", err)
-		}
-		return readFrame(bytes.NewReader(inner))
-	}
-	return f, nil
+	return frame{typ: h[1], body: body}, nil
 }
 
 func appendProtoHeader(b []byte, typ byte, n int) []byte {
@@ -176,6 +160,12 @@ func parseMsg(body []byte) (*asMsg, error) {
 	p := body[msgHeaderSize:]
 	var err error
 	m.fields, p, err = parseFields(p, int(h.nFields))
+	if err != nil && h.nOps == 0 {
+		// The v8 client overstates the size of a batch field that follows a
+		// filter field by the filter's size; the server reads the batch by
+		// its own counts, so accept a last field that runs past the message.
+		m.fields, p, err = parseFieldsLenient(body[msgHeaderSize:], int(h.nFields))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -198,6 +188,30 @@ func parseFields(p []byte, n int) ([]wireField, []byte, error) {
 		sz := int(binary.BigEndian.Uint32(p))
 		if sz < 1 || 4+sz > len(p) {
 			return nil, nil, errors.New("bad field size")
+		}
+		fs = append(fs, wireField{typ: p[4], data: p[5 : 4+sz]})
+		p = p[4+sz:]
+	}
+	return fs, p, nil
+}
+
+// parseFieldsLenient is parseFields with the last field's size clamped to
+// the bytes left.
+func parseFieldsLenient(p []byte, n int) ([]wireField, []byte, error) {
+	fs := make([]wireField, 0, n)
+	for i := 0; i < n; i++ {
+		if len(p) < 5 {
+			return nil, nil, errors.New("truncated field header")
+		}
+		sz := int(binary.BigEndian.Uint32(p))
+		if sz < 1 {
+			return nil, nil, errors.New("bad field size")
+		}
+		if 4+sz > len(p) {
+			if i != n-1 {
+				return nil, nil, errors.New("bad field size")
+			}
+			sz = len(p) - 4
 		}
 		fs = append(fs, wireField{typ: p[4], data: p[5 : 4+sz]})
 		p = p[4+sz:]

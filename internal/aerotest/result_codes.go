@@ -13,12 +13,15 @@ const (
 	rcBinTypeError       = 12
 	rcRecordTooBig       = 13
 	rcUnsupportedFeature = 16
+	rcKeyBusy            = 14
 	rcBinNotFound        = 17
 	rcKeyMismatch        = 19
 	rcInvalidNamespace   = 20
 	rcBinNameTooLong     = 21
+	rcForbidden          = 22
 	rcElementNotFound    = 23
 	rcElementExists      = 24
+	rcEnterpriseOnly     = 25
 	rcOpNotApplicable    = 26
 	rcFilteredOut        = 27
 )

@@ -69,7 +69,23 @@ type Options struct {
 	// NodeName answered to the "node" info command; default derived from
 	// the port ("BB9" + 12 hex digits), so it survives Restart.
 	NodeName string
+	// NsupDisabled lists namespaces (of Namespaces) configured with
+	// nsup-period 0 and without allow-ttl-without-nsup: as on the real
+	// server, every write that would give a record a TTL fails with
+	// FAIL_FORBIDDEN (22).
+	NsupDisabled []string
+	// TransactionPendingLimit is the namespace transaction-pending-limit: a
+	// write or delete that finds more than this many others already waiting
+	// behind the one executing on its record fails with KEY_BUSY (14), as on
+	// the real server. 0 means the server default, 20; negative disables
+	// the check. Writes are normally instantaneous here, so queues only form
+	// under SetWriteHold or PauseWrites.
+	TransactionPendingLimit int
 }
+
+// defaultTransactionPendingLimit is the server's default
+// transaction-pending-limit (namespace.c).
+const defaultTransactionPendingLimit = 20
 
 // CommandKind classifies an AS_MSG command.
 type CommandKind int
@@ -131,6 +147,8 @@ type Stats struct {
 	Batches      int64 // batch commands
 	BatchRecords int64 // rows in batch commands
 	Dropped      int64 // responses dropped by DropResponses
+	KeyBusy      int64 // writes refused with KEY_BUSY (single commands and batch rows)
+	Compressed   int64 // compressed requests refused with ENTERPRISE_ONLY
 }
 
 type dropRule struct {
@@ -156,11 +174,34 @@ type Server struct {
 	closed  bool
 	running sync.WaitGroup
 
-	fmu   sync.Mutex // guards drops
+	fmu   sync.Mutex // guards drops and pauses
 	drops []*dropRule
+	pause []*pauseRule
 	delay atomic.Int64
+	hold  atomic.Int64
 
-	stConns, stInfo, stReads, stWrites, stDeletes, stBatches, stBatchRecs, stDropped atomic.Int64
+	hmu sync.Mutex // guards hot
+	hot map[hotKey]*hotRecord
+
+	stConns, stInfo, stReads, stWrites, stDeletes, stBatches, stBatchRecs, stDropped, stKeyBusy, stCompressed atomic.Int64
+}
+
+// hotKey identifies a record for the hot-key model.
+type hotKey struct {
+	ns     string
+	digest [20]byte
+}
+
+// hotRecord models the server's rw_request hash entry of a record: the
+// writes in flight on it (one executing, the rest waiting, in order).
+type hotRecord struct {
+	n  int        // writes executing or waiting; guarded by Server.hmu
+	mu sync.Mutex // held by the executing write
+}
+
+type pauseRule struct {
+	match func(Command) bool
+	done  chan struct{}
 }
 
 // Start starts a server listening on 127.0.0.1 (Options.Port, or a free port).
@@ -174,6 +215,7 @@ func Start(opts Options) (*Server, error) {
 		now:        opts.Now,
 		namespaces: map[string]*namespace{},
 		conns:      map[net.Conn]struct{}{},
+		hot:        map[hotKey]*hotRecord{},
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -186,6 +228,13 @@ func Start(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("aerotest: invalid namespace name %q", n)
 		}
 		s.namespaces[n] = &namespace{name: n, records: map[[20]byte]*record{}}
+	}
+	for _, n := range opts.NsupDisabled {
+		ns := s.namespaces[n]
+		if ns == nil {
+			return nil, fmt.Errorf("aerotest: NsupDisabled names %q, which is not in Namespaces", n)
+		}
+		ns.nsupDisabled = true
 	}
 	if err := s.listen(opts.Port); err != nil {
 		return nil, err
@@ -312,6 +361,107 @@ func (s *Server) DropResponses(n int, match func(Command) bool) {
 // SetDelay delays every response (info and AS_MSG) by d; 0 disables.
 func (s *Server) SetDelay(d time.Duration) { s.delay.Store(int64(d)) }
 
+// SetWriteHold makes every single-record write and delete (and every
+// writing batch row) hold its record for d before it executes, as a slow
+// write on a real server does; other writes to the record queue behind it
+// and, beyond the transaction-pending-limit, fail with KEY_BUSY. 0 disables.
+func (s *Server) SetWriteHold(d time.Duration) { s.hold.Store(int64(d)) }
+
+// PauseWrites makes the writes and deletes for which match returns true
+// (nil matches every write) stop, holding their record, once they reach
+// the head of their record's queue, until release is called. Writes that
+// arrive meanwhile queue behind them as on a real server, which makes
+// KEY_BUSY deterministic in tests. release is idempotent.
+func (s *Server) PauseWrites(match func(Command) bool) (release func()) {
+	if match == nil {
+		match = func(Command) bool { return true }
+	}
+	r := &pauseRule{match: match, done: make(chan struct{})}
+	s.fmu.Lock()
+	s.pause = append(s.pause, r)
+	s.fmu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.fmu.Lock()
+			for i, p := range s.pause {
+				if p == r {
+					s.pause = append(s.pause[:i:i], s.pause[i+1:]...)
+					break
+				}
+			}
+			s.fmu.Unlock()
+			close(r.done)
+		})
+	}
+}
+
+func (s *Server) pendingLimit() int {
+	switch l := s.opts.TransactionPendingLimit; {
+	case l < 0:
+		return -1
+	case l == 0:
+		return defaultTransactionPendingLimit
+	default:
+		return l
+	}
+}
+
+// enterWrite queues a write on its record as the server's
+// rw_request_hash_insert does (rw_request_hash.c handle_hot_key): with more
+// than the pending limit already waiting it fails with KEY_BUSY (busy is
+// true); otherwise it waits for its turn, applies any hold or pause, and
+// returns the function that ends its turn.
+func (s *Server) enterWrite(cmd Command, stop chan struct{}) (leave func(), busy bool) {
+	key := hotKey{ns: cmd.Namespace, digest: cmd.Digest}
+	s.hmu.Lock()
+	h := s.hot[key]
+	if h == nil {
+		h = &hotRecord{}
+		s.hot[key] = h
+	}
+	if limit := s.pendingLimit(); limit >= 0 && h.n-1 > limit {
+		s.hmu.Unlock()
+		s.stKeyBusy.Add(1)
+		return nil, true
+	}
+	h.n++
+	s.hmu.Unlock()
+	h.mu.Lock()
+	leave = func() {
+		h.mu.Unlock()
+		s.hmu.Lock()
+		h.n--
+		if h.n == 0 {
+			delete(s.hot, key)
+		}
+		s.hmu.Unlock()
+	}
+	if d := time.Duration(s.hold.Load()); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-stop:
+			t.Stop()
+		}
+	}
+	s.fmu.Lock()
+	var waits []chan struct{}
+	for _, p := range s.pause {
+		if p.match(cmd) {
+			waits = append(waits, p.done)
+		}
+	}
+	s.fmu.Unlock()
+	for _, w := range waits {
+		select {
+		case <-w:
+		case <-stop:
+		}
+	}
+	return leave, false
+}
+
 // Stats returns the command counters.
 func (s *Server) Stats() Stats {
 	return Stats{
@@ -323,6 +473,8 @@ func (s *Server) Stats() Stats {
 		Batches:      s.stBatches.Load(),
 		BatchRecords: s.stBatchRecs.Load(),
 		Dropped:      s.stDropped.Load(),
+		KeyBusy:      s.stKeyBusy.Load(),
+		Compressed:   s.stCompressed.Load(),
 	}
 }
 
@@ -402,7 +554,13 @@ func (s *Server) serveConn(c net.Conn, stop chan struct{}) {
 			body := s.handleInfo(f.body)
 			out = append(appendProtoHeader(nil, protoTypeInfo, len(body)), body...)
 		case protoTypeMsg:
-			out, drop = s.handleMsg(f.body)
+			out, drop = s.handleMsg(f.body, stop)
+		case protoTypeMsgZlib:
+			// Community Edition refuses compressed requests
+			// (proto_ce.c as_proto_uncompress): a plain reply, no LAST flag,
+			// even for a batch.
+			s.stCompressed.Add(1)
+			out = msgFrame(msgHeader{resultCode: rcEnterpriseOnly}, nil)
 		default:
 			s.log.Warn("aerotest: unsupported proto type; closing connection", "type", f.typ)
 			return
@@ -428,14 +586,14 @@ func (s *Server) serveConn(c net.Conn, stop chan struct{}) {
 
 // handleMsg executes one AS_MSG and returns the reply frames, and whether
 // the reply must be dropped.
-func (s *Server) handleMsg(body []byte) ([]byte, bool) {
+func (s *Server) handleMsg(body []byte, stop chan struct{}) ([]byte, bool) {
 	m, err := parseMsg(body)
 	if err != nil {
 		s.log.Warn("aerotest: malformed AS_MSG", "err", err)
 		return msgFrame(msgHeader{resultCode: rcParameter}, nil), false
 	}
 	if m.hdr.info1&info1Batch != 0 {
-		return s.handleBatch(m)
+		return s.handleBatch(m, stop)
 	}
 	q, oerr := requestFromMsg(m)
 	if oerr != nil {
@@ -454,6 +612,13 @@ func (s *Server) handleMsg(body []byte) ([]byte, bool) {
 		s.stDeletes.Add(1)
 	}
 	cmd := q.describe(kind)
+	if q.isWrite() {
+		leave, busy := s.enterWrite(cmd, stop)
+		if busy {
+			return msgFrame(msgHeader{resultCode: rcKeyBusy}, nil), false
+		}
+		defer leave()
+	}
 	s.mu.Lock()
 	res := s.execute(q)
 	s.mu.Unlock()
@@ -461,7 +626,7 @@ func (s *Server) handleMsg(body []byte) ([]byte, bool) {
 	return msgFrame(msgHeader{resultCode: res.rc, generation: res.gen, ttl: res.voidTime}, res.ops), drop
 }
 
-func (s *Server) handleBatch(m *asMsg) ([]byte, bool) {
+func (s *Server) handleBatch(m *asMsg, stop chan struct{}) ([]byte, bool) {
 	var batchField []byte
 	var filter []byte
 	for _, f := range m.fields {
@@ -499,12 +664,23 @@ func (s *Server) handleBatch(m *asMsg) ([]byte, bool) {
 	}
 	var body []byte
 	for _, row := range rows {
+		var res result
 		if row.req.isWrite() {
 			cmd.Write = true
+			leave, busy := s.enterWrite(row.req.describe(KindBatch), stop)
+			if busy {
+				res = result{rc: rcKeyBusy}
+			} else {
+				s.mu.Lock()
+				res = s.execute(row.req)
+				s.mu.Unlock()
+				leave()
+			}
+		} else {
+			s.mu.Lock()
+			res = s.execute(row.req)
+			s.mu.Unlock()
 		}
-		s.mu.Lock()
-		res := s.execute(row.req)
-		s.mu.Unlock()
 		body = appendMsg(body, msgHeader{resultCode: res.rc, generation: res.gen, ttl: res.voidTime, txnTTL: row.index}, res.ops)
 	}
 	var out []byte

@@ -74,12 +74,17 @@ func (r *record) get(name string) (any, bool) {
 	return nil, false
 }
 
-// setBin writes a bin; a nil value deletes it.
+// setBin writes a bin; a nil value deletes it. New bins go last; a deleted
+// bin's slot takes the last bin, as the server's as_bin_remove does, so the
+// order of bins in read-all replies matches the server's.
 func (r *record) setBin(name string, v any) {
 	i := r.binIndex(name)
 	switch {
 	case v == nil && i >= 0:
-		r.bins = append(r.bins[:i:i], r.bins[i+1:]...)
+		bins := append([]bin(nil), r.bins...)
+		last := len(bins) - 1
+		bins[i] = bins[last]
+		r.bins = bins[:last]
 	case v == nil:
 	case i >= 0:
 		r.bins[i].val = v
@@ -107,6 +112,9 @@ func nextGeneration(g uint32) uint32 {
 type namespace struct {
 	name    string
 	records map[[20]byte]*record
+	// nsupDisabled models nsup-period 0 without allow-ttl-without-nsup:
+	// writes that would give a record a TTL fail with FAIL_FORBIDDEN.
+	nsupDisabled bool
 }
 
 // lookup returns the live record for digest, removing it if expired.
