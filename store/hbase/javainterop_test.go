@@ -380,3 +380,158 @@ func TestJavaContentionDcsyncReleaseHidesNoPut(t *testing.T) {
 		t.Errorf("a dcsync release hid a newer Java Put: %s", v)
 	}
 }
+
+// lifetimeSample is what each side read at one moment of a latch's life.
+type lifetimeSample struct {
+	at        time.Duration // since the latch's creation
+	dcsync    dcsync.LatchCount
+	java      int64
+	javaFound bool
+}
+
+// watchLatch reads the latch from both sides every 200ms until until (since created),
+// and returns the samples.
+func watchLatch(t *testing.T, ctx context.Context, e jiEnv, k dcsync.Key, j javaclients.HBaseLatch, created time.Time, until time.Duration) []lifetimeSample {
+	t.Helper()
+	var out []lifetimeSample
+	for time.Since(created) < until {
+		var s lifetimeSample
+		s.at = time.Since(created).Round(10 * time.Millisecond)
+		got, err := e.s.ReadLatches(ctx, []dcsync.Key{k})
+		must(t, err, "ReadLatches")
+		s.dcsync = got[0]
+		n, err := e.tool.HBaseLatchCount(ctx, j, level(k.Level))
+		if err != nil {
+			if je := javaErr(t, err, "Java getCount"); !je.Missing() {
+				t.Fatalf("Java getCount: %v", je)
+			}
+		} else {
+			s.java, s.javaFound = n, true
+		}
+		out = append(out, s)
+		time.Sleep(200 * time.Millisecond)
+	}
+	return out
+}
+
+// checkLifetime asserts that every dcsync read is the exact count (want) or NotFound
+// (never a stale count from an older cell version, never an XDC sum without the
+// creator's cell), that dcsync saw the latch end by endBy (since creation) and that it
+// stayed gone; it logs when each side saw the latch end.
+func checkLifetime(t *testing.T, samples []lifetimeSample, want int64, ttl, endBy time.Duration) {
+	t.Helper()
+	var dcsyncEnd, javaEnd time.Duration
+	gone := false
+	for _, s := range samples {
+		switch {
+		case s.dcsync.Found && gone:
+			t.Errorf("at +%v dcsync reads %d after the latch had ended: it came back", s.at, s.dcsync.Count)
+		case s.dcsync.Found && s.dcsync.Count != want:
+			t.Errorf("at +%v dcsync reads %d, want %d or NotFound", s.at, s.dcsync.Count, want)
+		case s.dcsync.Found && s.at > endBy:
+			t.Errorf("at +%v dcsync still reads the latch; it must have ended by +%v", s.at, endBy)
+		case !s.dcsync.Found && !gone:
+			gone, dcsyncEnd = true, s.at
+		}
+		if !s.javaFound && javaEnd == 0 {
+			javaEnd = s.at
+		}
+	}
+	t.Logf("created with TTL %v: dcsync saw it end at +%v (must by +%v), Java at +%v (0: still there at +%v); Java read%s",
+		ttl, dcsyncEnd, endBy.Round(10*time.Millisecond), javaEnd, samples[len(samples)-1].at, javaTrace(samples))
+}
+
+func javaTrace(samples []lifetimeSample) string {
+	var b []byte
+	last := ""
+	for _, s := range samples {
+		v := "missing"
+		if s.javaFound {
+			v = itoa(s.java)
+		}
+		if v != last {
+			b = append(b, (" +" + s.at.String() + "=" + v)...)
+			last = v
+		}
+	}
+	return string(b)
+}
+
+func itoa(n int64) string {
+	if n < 0 {
+		return "-" + itoa(-n)
+	}
+	if n < 10 {
+		return string(rune('0' + n))
+	}
+	return itoa(n/10) + string(rune('0'+n%10))
+}
+
+// TestJavaLatchLifetime: what Java updates do to a dcsync latch's lifetime and vice
+// versa. The rule dcsync keeps: a latch ends TTL after its creation and dcsync's updates
+// never move that end. The Java library's updates are Increments without a TTL, which
+// HBase answers by carrying the cell's TTL forward FROM THE UPDATE: a Java update
+// extends the farm cell it touches to update time + TTL, and a Java update of a farm
+// cell that does not exist yet (XDC, another farm) creates a cell with NO TTL at all.
+// Asserted: dcsync never reads anything but the exact count or NotFound (no older cell
+// version resurfacing, no XDC sum without the creator's cell), it sees the latch end by
+// the latest of creation + TTL and (DC) the last Java update + TTL, plus 1s for polling,
+// and a latch it saw end does not come back. Logged: when each side saw the latch end.
+func TestJavaLatchLifetime(t *testing.T) {
+	e := javaEnv(t)
+	ctx := jiCtx(t, 3*time.Minute)
+	const ttl = 3 * time.Second
+	const slack = time.Second
+	const client = "MY_SERVICE"
+
+	t.Run("DcsyncCreatesJavaAndDcsyncCountDown", func(t *testing.T) {
+		name := "life_" + randHex(3)
+		k := dcsync.Key{Level: dcsync.DC, Client: client, Farm: "dc1", Name: name}
+		j := javaclients.HBaseLatch{Suffix: e.latchSuffix, Client: client, Latch: name, Farm: "dc1"}
+		must(t, e.s.CreateLatch(ctx, k, 3, ttl), "dcsync create")
+		created := time.Now()
+		time.Sleep(500 * time.Millisecond)
+		must(t, e.tool.HBaseLatchCountDown(ctx, j), "Java count-down at +0.5s")
+		lastJava := time.Since(created)
+		time.Sleep(2*time.Second - time.Since(created))
+		if n, err := e.s.AddLatch(ctx, k, -1); err != nil || n != 1 {
+			t.Fatalf("dcsync count-down at +2s = %d, %v; want 1", n, err)
+		}
+		checkLifetime(t, watchLatch(t, ctx, e, k, j, created, lastJava+ttl+slack+1500*time.Millisecond), 1, ttl, lastJava+ttl+slack)
+	})
+
+	t.Run("JavaCreatesDcsyncAndJavaCountDown", func(t *testing.T) {
+		name := "life_" + randHex(3)
+		k := dcsync.Key{Level: dcsync.DC, Client: client, Farm: "dc1", Name: name}
+		j := javaclients.HBaseLatch{Suffix: e.latchSuffix, Client: client, Latch: name, Farm: "dc1"}
+		must(t, e.tool.HBaseLatchCreate(ctx, j, 3, ttl), "Java create")
+		created := time.Now()
+		time.Sleep(500 * time.Millisecond)
+		if n, err := e.s.AddLatch(ctx, k, -1); err != nil || n != 2 {
+			t.Fatalf("dcsync count-down at +0.5s = %d, %v; want 2", n, err)
+		}
+		time.Sleep(time.Second - time.Since(created))
+		must(t, e.tool.HBaseLatchCountDown(ctx, j), "Java count-down at +1s")
+		lastJava := time.Since(created)
+		checkLifetime(t, watchLatch(t, ctx, e, k, j, created, lastJava+ttl+slack+1500*time.Millisecond), 1, ttl, lastJava+ttl+slack)
+	})
+
+	t.Run("XDCDcsyncCreatesJavaCountsDownFromAnotherFarm", func(t *testing.T) {
+		// The Java count-down from dc2 creates C:count_dc2 = -1 with no TTL: it outlives
+		// the latch. dcsync must not read a sum without the creator's cell: the latch
+		// ends whole at creation + TTL.
+		name := "life_" + randHex(3)
+		k := dcsync.Key{Level: dcsync.XDC, Client: client, Farm: "dc1", Name: name}
+		j2 := javaclients.HBaseLatch{Suffix: e.latchSuffix, Client: client, Latch: name, Farm: "dc2"}
+		must(t, e.s.CreateLatch(ctx, k, 3, ttl), "dcsync XDC create")
+		created := time.Now()
+		time.Sleep(500 * time.Millisecond)
+		must(t, e.tool.HBaseLatchCountDown(ctx, j2), "Java count-down from dc2")
+		k3 := k
+		k3.Farm = "dc3"
+		if n, err := e.s.AddLatch(ctx, k3, -1); err != nil || n != 1 {
+			t.Fatalf("dcsync count-down from dc3 = %d, %v; want 1", n, err)
+		}
+		checkLifetime(t, watchLatch(t, ctx, e, k, j2, created, ttl+slack+1500*time.Millisecond), 1, ttl, ttl+slack)
+	})
+}
