@@ -19,22 +19,22 @@ import (
 	"github.com/dcsync/dcsync/lock"
 )
 
-// jiEnv is a Java tool and a dcsync store on tables of their own (created by the Java
+// jcEnv is a Java tool and a dcsync store on tables of their own (created by the Java
 // library's own initialisation; dropped when the run ends).
-type jiEnv struct {
+type jcEnv struct {
 	tool        *javaclients.Tool
 	s           *Store
 	lockTable   string
 	latchSuffix string
 }
 
-func javaEnv(t *testing.T) jiEnv {
+func jcStart(t *testing.T) jcEnv {
 	t.Helper()
 	zk := zkQuorum(t)
 	c := shared(t)
 	tool := javaclients.Require(t, javaclients.Config{HBaseZK: zk})
 	run := randHex(4)
-	e := jiEnv{tool: tool, lockTable: "dcsync_ji_locks_" + run, latchSuffix: "dcsync_ji_" + run}
+	e := jcEnv{tool: tool, lockTable: "dcsync_ji_locks_" + run, latchSuffix: "dcsync_ji_" + run}
 	noteTables(e.lockTable, "D_LTCH_"+e.latchSuffix)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -51,14 +51,14 @@ func javaEnv(t *testing.T) jiEnv {
 	return e
 }
 
-func jiCtx(t *testing.T, d time.Duration) context.Context {
+func jcCtx(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-// javaErr returns err as a Java library failure, failing the test when it is not one.
-func javaErr(t *testing.T, err error, what string) *javaclients.Error {
+// jcJavaErr returns err as a Java library failure, failing the test when it is not one.
+func jcJavaErr(t *testing.T, err error, what string) *javaclients.Error {
 	t.Helper()
 	var je *javaclients.Error
 	if !errors.As(err, &je) {
@@ -67,14 +67,14 @@ func javaErr(t *testing.T, err error, what string) *javaclients.Error {
 	return je
 }
 
-func level(l dcsync.Level) string { return l.String() }
+func jcLevel(l dcsync.Level) string { return l.String() }
 
-// TestJavaLatchInterop: latches created on one side are counted on the other, at DC and
+// TestJavaClientsLatch: latches created on one side are counted on the other, at DC and
 // XDC, with ids from the Java docs (CLIENT_ID, MY_SERVICE) and ids that contain the Java
 // separators; counts agree exactly.
-func TestJavaLatchInterop(t *testing.T) {
-	e := javaEnv(t)
-	ctx := jiCtx(t, 3*time.Minute)
+func TestJavaClientsLatch(t *testing.T) {
+	e := jcStart(t)
+	ctx := jcCtx(t, 3*time.Minute)
 	for _, client := range []string{"CLIENT_ID", "MY_SERVICE", "svc-a"} {
 		t.Run(client, func(t *testing.T) {
 			t.Run("JavaCreatesDcsyncCounts", func(t *testing.T) {
@@ -174,7 +174,7 @@ func TestJavaLatchInterop(t *testing.T) {
 		j := javaclients.HBaseLatch{Suffix: e.latchSuffix, Client: "CLIENT_ID", Latch: name, Farm: "dc1"}
 		for _, lv := range []string{"DC", "XDC"} {
 			_, err := e.tool.HBaseLatchCount(ctx, j, lv)
-			if je := javaErr(t, err, "Java getCount of a missing latch"); !je.Missing() {
+			if je := jcJavaErr(t, err, "Java getCount of a missing latch"); !je.Missing() {
 				t.Fatalf("Java getCount %s of a missing latch: %v, want the library's NullPointerException", lv, je)
 			}
 		}
@@ -198,17 +198,17 @@ func TestJavaLatchInterop(t *testing.T) {
 	})
 }
 
-// TestJavaLockInterop: a Java-held lock excludes dcsync and vice versa; dcsync's release
+// TestJavaClientsLock: a Java-held lock excludes dcsync and vice versa; dcsync's release
 // never removes a Java holder's lock; Java's release (an unconditional row delete)
 // removes a dcsync holder's lock, and dcsync reports that as LockLost.
-func TestJavaLockInterop(t *testing.T) {
-	e := javaEnv(t)
-	ctx := jiCtx(t, 3*time.Minute)
+func TestJavaClientsLock(t *testing.T) {
+	e := jcStart(t)
+	ctx := jcCtx(t, 3*time.Minute)
 	for _, lv := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
 		for _, client := range []string{"CLIENT_ID", "MY_SERVICE"} {
-			t.Run(level(lv)+"/"+client, func(t *testing.T) {
+			t.Run(jcLevel(lv)+"/"+client, func(t *testing.T) {
 				name := "l_" + randHex(3)
-				j := javaclients.HBaseLock{Table: e.lockTable, Level: level(lv), Farm: "dc1", Client: client, Lock: name}
+				j := javaclients.HBaseLock{Table: e.lockTable, Level: jcLevel(lv), Farm: "dc1", Client: client, Lock: name}
 				k := dcsync.Key{Level: lv, Client: client, Farm: "dc1", Name: name}
 				m, err := lock.New(e.s, client, "dc1", lock.WithLevel(lv), lock.WithTTL(time.Minute))
 				must(t, err, "lock.New")
@@ -229,7 +229,7 @@ func TestJavaLockInterop(t *testing.T) {
 				_, err = m.TryAcquire(ctx, name)
 				wantCode(t, err, dcsync.LockUnavailable, "dcsync acquire of a Java-held lock")
 				wantCode(t, m.Release(ctx, name, "someone"), dcsync.LockLost, "dcsync release of a Java-held lock")
-				if je := javaErr(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "second Java acquire"); !je.Unavailable() {
+				if je := jcJavaErr(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "second Java acquire"); !je.Unavailable() {
 					t.Fatalf("second Java acquire after a dcsync release: %v, want LOCK_UNAVAILABLE (the Java holder's lock must survive)", je)
 				}
 				st, err := m.Inspect(ctx, name)
@@ -242,7 +242,7 @@ func TestJavaLockInterop(t *testing.T) {
 				// dcsync holds: Java cannot take it.
 				l, err := m.TryAcquire(ctx, name)
 				must(t, err, "dcsync acquire after the Java release")
-				if je := javaErr(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire of a dcsync-held lock"); !je.Unavailable() {
+				if je := jcJavaErr(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire of a dcsync-held lock"); !je.Unavailable() {
 					t.Fatalf("Java acquire of a dcsync-held lock: %v, want LOCK_UNAVAILABLE", je)
 				}
 				must(t, l.Release(ctx), "dcsync release")
@@ -264,9 +264,9 @@ func TestJavaLockInterop(t *testing.T) {
 	}
 }
 
-// contentionTime is how long each contention run lasts: DCSYNC_JAVA_CONTENTION (a Go
+// jcContentionTime is how long each contention run lasts: DCSYNC_JAVA_CONTENTION (a Go
 // duration), 15s by default.
-func contentionTime(t *testing.T) time.Duration {
+func jcContentionTime(t *testing.T) time.Duration {
 	d := 15 * time.Second
 	if v := os.Getenv("DCSYNC_JAVA_CONTENTION"); v != "" {
 		var err error
@@ -277,15 +277,15 @@ func contentionTime(t *testing.T) time.Duration {
 	return d
 }
 
-// contend runs 3 dcsync workers and javaThreads Java workers (pausing javaPause after
-// each release) on one DC lock of MY_SERVICE in dc1 for contentionTime, and checks what
+// jcContend runs 3 dcsync workers and javaThreads Java workers (pausing javaPause after
+// each release) on one DC lock of MY_SERVICE in dc1 for jcContentionTime, and checks what
 // dcsync guarantees whoever else contends: no two dcsync holders overlap unless one was
 // told (its release returned LockLost because a Java release deleted its lock), and
 // fencing tokens increase from one dcsync hold to the next.
-func contend(t *testing.T, e jiEnv, javaThreads int, javaPause time.Duration) javaclients.MixedResult {
+func jcContend(t *testing.T, e jcEnv, javaThreads int, javaPause time.Duration) javaclients.MixedResult {
 	t.Helper()
-	d := contentionTime(t)
-	ctx := jiCtx(t, d+3*time.Minute)
+	d := jcContentionTime(t)
+	ctx := jcCtx(t, d+3*time.Minute)
 	name := "contended_" + randHex(3)
 	const client, farm = "MY_SERVICE", "dc1"
 	ttl := time.Minute // never lapses during a run: every overlap is an exclusion failure
@@ -325,9 +325,9 @@ func contend(t *testing.T, e jiEnv, javaThreads int, javaPause time.Duration) ja
 	return res
 }
 
-// TestJavaMixedContention: several Java threads and several dcsync workers contend for
+// TestJavaClientsContention: several Java threads and several dcsync workers contend for
 // ONE lock; every hold is timed on this host's wall clock and overlapping holds are
-// counted by pair type. contend asserts dcsync's guarantees; the overlaps involving Java
+// counted by pair type. jcContend asserts dcsync's guarantees; the overlaps involving Java
 // holders are logged: they are the Java library's own and cannot be prevented by
 // dcsync. A Java acquire is a Put stamped with the Java client's clock and a Java release
 // an unconditional row Delete stamped with the server's clock, so a Java Put in the same
@@ -335,9 +335,9 @@ func contend(t *testing.T, e jiEnv, javaThreads int, javaPause time.Duration) ja
 // holds a lock everyone else sees free, and when it releases, its Delete removes the lock
 // of whoever took it meanwhile, which lets the next one in: once it starts, nearly every
 // hold overlaps another while Java threads keep contending.
-func TestJavaMixedContention(t *testing.T) {
-	e := javaEnv(t)
-	res := contend(t, e, 3, 0)
+func TestJavaClientsContention(t *testing.T) {
+	e := jcStart(t)
+	res := jcContend(t, e, 3, 0)
 	r := res.Report
 	if n := r.Pairs["dcsync/java"] + r.Pairs["java/java"]; n > 0 {
 		t.Logf("NOT a dcsync failure: %d overlapping pairs involved a Java holder (dcsync/java %d, java/java %d); "+
@@ -346,7 +346,7 @@ func TestJavaMixedContention(t *testing.T) {
 	}
 }
 
-// TestJavaContentionDcsyncReleaseHidesNoPut: ONE Java thread, which pauses after each
+// TestJavaClientsReleaseHidesNoJavaPut: ONE Java thread, which pauses after each
 // release (so its own Delete cannot hide its next Put), contends with dcsync workers.
 // Then a Java Put can only be hidden by a dcsync release. A release Delete stamped with
 // the server's current time hides every Java Put stamped up to that millisecond, and the
@@ -360,9 +360,9 @@ func TestJavaMixedContention(t *testing.T) {
 // holder's cells and falls under its delete marker; and with clock skew between a Java
 // client and the region server, a Put stamped in the past can fall under any recent
 // marker. Both come from the Java library stamping its Put with a client clock.
-func TestJavaContentionDcsyncReleaseHidesNoPut(t *testing.T) {
-	e := javaEnv(t)
-	res := contend(t, e, 1, 3*time.Millisecond)
+func TestJavaClientsReleaseHidesNoJavaPut(t *testing.T) {
+	e := jcStart(t)
+	res := jcContend(t, e, 1, 3*time.Millisecond)
 	stale, unexplained := javaclients.HiddenJavaPuts(res.Holds)
 	t.Logf("hidden Java Puts: %d stamped before the preceding dcsync hold began (the Java library's stale client timestamp), %d otherwise",
 		len(stale), len(unexplained))
@@ -381,28 +381,28 @@ func TestJavaContentionDcsyncReleaseHidesNoPut(t *testing.T) {
 	}
 }
 
-// lifetimeSample is what each side read at one moment of a latch's life.
-type lifetimeSample struct {
+// jcSample is what each side read at one moment of a latch's life.
+type jcSample struct {
 	at        time.Duration // since the latch's creation
 	dcsync    dcsync.LatchCount
 	java      int64
 	javaFound bool
 }
 
-// watchLatch reads the latch from both sides every 200ms until until (since created),
+// jcWatch reads the latch from both sides every 200ms until until (since created),
 // and returns the samples.
-func watchLatch(t *testing.T, ctx context.Context, e jiEnv, k dcsync.Key, j javaclients.HBaseLatch, created time.Time, until time.Duration) []lifetimeSample {
+func jcWatch(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, j javaclients.HBaseLatch, created time.Time, until time.Duration) []jcSample {
 	t.Helper()
-	var out []lifetimeSample
+	var out []jcSample
 	for time.Since(created) < until {
-		var s lifetimeSample
+		var s jcSample
 		s.at = time.Since(created).Round(10 * time.Millisecond)
 		got, err := e.s.ReadLatches(ctx, []dcsync.Key{k})
 		must(t, err, "ReadLatches")
 		s.dcsync = got[0]
-		n, err := e.tool.HBaseLatchCount(ctx, j, level(k.Level))
+		n, err := e.tool.HBaseLatchCount(ctx, j, jcLevel(k.Level))
 		if err != nil {
-			if je := javaErr(t, err, "Java getCount"); !je.Missing() {
+			if je := jcJavaErr(t, err, "Java getCount"); !je.Missing() {
 				t.Fatalf("Java getCount: %v", je)
 			}
 		} else {
@@ -414,11 +414,11 @@ func watchLatch(t *testing.T, ctx context.Context, e jiEnv, k dcsync.Key, j java
 	return out
 }
 
-// checkLifetime asserts that every dcsync read is the exact count (want) or NotFound
+// jcCheckLifetime asserts that every dcsync read is the exact count (want) or NotFound
 // (never a stale count from an older cell version, never an XDC sum without the
 // creator's cell), that dcsync saw the latch end by endBy (since creation) and that it
 // stayed gone; it logs when each side saw the latch end.
-func checkLifetime(t *testing.T, samples []lifetimeSample, want int64, ttl, endBy time.Duration) {
+func jcCheckLifetime(t *testing.T, samples []jcSample, want int64, ttl, endBy time.Duration) {
 	t.Helper()
 	var dcsyncEnd, javaEnd time.Duration
 	gone := false
@@ -438,16 +438,16 @@ func checkLifetime(t *testing.T, samples []lifetimeSample, want int64, ttl, endB
 		}
 	}
 	t.Logf("created with TTL %v: dcsync saw it end at +%v (must by +%v), Java at +%v (0: still there at +%v); Java read%s",
-		ttl, dcsyncEnd, endBy.Round(10*time.Millisecond), javaEnd, samples[len(samples)-1].at, javaTrace(samples))
+		ttl, dcsyncEnd, endBy.Round(10*time.Millisecond), javaEnd, samples[len(samples)-1].at, jcTrace(samples))
 }
 
-func javaTrace(samples []lifetimeSample) string {
+func jcTrace(samples []jcSample) string {
 	var b []byte
 	last := ""
 	for _, s := range samples {
 		v := "missing"
 		if s.javaFound {
-			v = itoa(s.java)
+			v = jcItoa(s.java)
 		}
 		if v != last {
 			b = append(b, (" +" + s.at.String() + "=" + v)...)
@@ -457,17 +457,17 @@ func javaTrace(samples []lifetimeSample) string {
 	return string(b)
 }
 
-func itoa(n int64) string {
+func jcItoa(n int64) string {
 	if n < 0 {
-		return "-" + itoa(-n)
+		return "-" + jcItoa(-n)
 	}
 	if n < 10 {
 		return string(rune('0' + n))
 	}
-	return itoa(n/10) + string(rune('0'+n%10))
+	return jcItoa(n/10) + string(rune('0'+n%10))
 }
 
-// TestJavaLatchLifetime: what Java updates do to a dcsync latch's lifetime and vice
+// TestJavaClientsLatchLifetime: what Java updates do to a dcsync latch's lifetime and vice
 // versa. The rule dcsync keeps: a latch ends TTL after its creation and dcsync's updates
 // never move that end. The Java library's updates are Increments without a TTL, which
 // HBase answers by carrying the cell's TTL forward FROM THE UPDATE: a Java update
@@ -477,9 +477,9 @@ func itoa(n int64) string {
 // version resurfacing, no XDC sum without the creator's cell), it sees the latch end by
 // the latest of creation + TTL and (DC) the last Java update + TTL, plus 1s for polling,
 // and a latch it saw end does not come back. Logged: when each side saw the latch end.
-func TestJavaLatchLifetime(t *testing.T) {
-	e := javaEnv(t)
-	ctx := jiCtx(t, 3*time.Minute)
+func TestJavaClientsLatchLifetime(t *testing.T) {
+	e := jcStart(t)
+	ctx := jcCtx(t, 3*time.Minute)
 	const ttl = 3 * time.Second
 	const slack = time.Second
 	const client = "MY_SERVICE"
@@ -497,7 +497,7 @@ func TestJavaLatchLifetime(t *testing.T) {
 		if n, err := e.s.AddLatch(ctx, k, -1); err != nil || n != 1 {
 			t.Fatalf("dcsync count-down at +2s = %d, %v; want 1", n, err)
 		}
-		checkLifetime(t, watchLatch(t, ctx, e, k, j, created, lastJava+ttl+slack+1500*time.Millisecond), 1, ttl, lastJava+ttl+slack)
+		jcCheckLifetime(t, jcWatch(t, ctx, e, k, j, created, lastJava+ttl+slack+1500*time.Millisecond), 1, ttl, lastJava+ttl+slack)
 	})
 
 	t.Run("JavaCreatesDcsyncAndJavaCountDown", func(t *testing.T) {
@@ -513,7 +513,7 @@ func TestJavaLatchLifetime(t *testing.T) {
 		time.Sleep(time.Second - time.Since(created))
 		must(t, e.tool.HBaseLatchCountDown(ctx, j), "Java count-down at +1s")
 		lastJava := time.Since(created)
-		checkLifetime(t, watchLatch(t, ctx, e, k, j, created, lastJava+ttl+slack+1500*time.Millisecond), 1, ttl, lastJava+ttl+slack)
+		jcCheckLifetime(t, jcWatch(t, ctx, e, k, j, created, lastJava+ttl+slack+1500*time.Millisecond), 1, ttl, lastJava+ttl+slack)
 	})
 
 	t.Run("XDCDcsyncCreatesJavaCountsDownFromAnotherFarm", func(t *testing.T) {
@@ -532,6 +532,6 @@ func TestJavaLatchLifetime(t *testing.T) {
 		if n, err := e.s.AddLatch(ctx, k3, -1); err != nil || n != 1 {
 			t.Fatalf("dcsync count-down from dc3 = %d, %v; want 1", n, err)
 		}
-		checkLifetime(t, watchLatch(t, ctx, e, k, j2, created, ttl+slack+1500*time.Millisecond), 1, ttl, ttl+slack)
+		jcCheckLifetime(t, jcWatch(t, ctx, e, k, j2, created, ttl+slack+1500*time.Millisecond), 1, ttl, ttl+slack)
 	})
 }
