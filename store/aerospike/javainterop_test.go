@@ -437,6 +437,27 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 		jcCheckLifetime(t, jcWatch(t, ctx, e, k, j, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
 	})
 
+	t.Run("JavaUpdateInAnotherFarmResetsTheRecord", func(t *testing.T) {
+		// DC latches of one name in every farm share one Java record. A Java service in
+		// dc2 with a 2s TTL that counts down its own DC latch resets the record's TTL to
+		// 2s: dcsync's 30s latch in dc1 ends with it. dcsync cannot prevent a Java
+		// write; it must only never read a wrong count. Logged: when it ended.
+		name := "life_" + jcHex(3)
+		k := dcsync.Key{Level: dcsync.DC, Client: client, Farm: "dc1", Name: name}
+		jTTL := 2 * time.Second
+		j2 := e.latch(client, name, "dc2", jTTL)
+		jcMust(t, e.s.CreateLatch(ctx, k, 3, 30*time.Second), "dcsync create dc1 (30s)")
+		created := time.Now()
+		jcMust(t, e.tool.AerospikeLatchGetOrCreate(ctx, j2), "Java getOrCreate dc2")
+		jcMust(t, e.tool.AerospikeLatchCountUp(ctx, j2), "Java count-up dc2 (record TTL reset to 2s)")
+		j1 := e.latch(client, name, "dc1", jTTL)
+		samples := jcWatch(t, ctx, e, k, j1, created, 4*time.Second)
+		jcCheckLifetime(t, samples, 3, 30*time.Second, 30*time.Second)
+		if last := samples[len(samples)-1]; !last.dcsync.Found {
+			t.Logf("the Java dc2 update (record TTL %v) ended dcsync's 30s dc1 latch: the Java layout's one record per name", jTTL)
+		}
+	})
+
 	t.Run("XDCDcsyncCreatesJavaCountsDownFromAnotherFarm", func(t *testing.T) {
 		name := "life_" + jcHex(3)
 		k := dcsync.Key{Level: dcsync.XDC, Client: client, Farm: "dc1", Name: name}
