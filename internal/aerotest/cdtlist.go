@@ -167,43 +167,23 @@ func applyListOp(code int, args []any, cur any, modify bool) (any, any, bool, *o
 		if idx < 0 {
 			return nil, nil, false, fail(rcOpNotApplicable, "cdt list increment: index out of bounds")
 		}
-		var delta any = int64(1)
-		if len(args) > 1 && args[1] != nil {
+		var delta, cur any
+		if len(args) > 1 {
 			delta = args[1]
 		}
-		var cur any
 		if idx < n {
 			cur = items()[idx]
 		}
-		var nv any
-		switch d := delta.(type) {
-		case int64:
-			switch c := cur.(type) {
-			case nil:
-				nv = d
-			case int64:
-				nv = c + d
-			default:
-				return bad("element is not an integer")
-			}
-		case float64:
-			switch c := cur.(type) {
-			case nil:
-				nv = d
-			case float64:
-				nv = c + d
-			default:
-				return bad("element is not a float")
-			}
-		default:
-			return bad("delta is not numeric")
+		nv, err := calcDelta(cur, delta)
+		if err != nil {
+			return bad(err.Error())
 		}
 		if ordered {
 			return nil, nil, false, unsupported("cdt list increment on an ordered list")
 		}
-		nl, _, _, err := listSetAt(newList, items(), false, idx, nv, 0)
-		if err != nil {
-			return nil, nil, false, err
+		nl, _, _, oerr := listSetAt(newList, items(), false, idx, nv, 0)
+		if oerr != nil {
+			return nil, nil, false, oerr
 		}
 		return nl, nv, true, nil
 

@@ -250,37 +250,19 @@ func mapOp(code int, name string, args []any, m *mapVal) (any, any, bool, *opErr
 			nm = m.clone()
 		}
 		k := args[0]
-		var delta any = int64(1)
-		if len(args) > 1 && args[1] != nil {
+		var delta, cur any
+		if len(args) > 1 {
 			delta = args[1]
 		}
-		var nv any
-		i := nm.find(k)
-		switch d := delta.(type) {
-		case int64:
-			if code == mapDecrement {
-				d = -d
-			}
-			if i < 0 {
-				nv = d
-			} else if c, ok := nm.pairs[i].v.(int64); ok {
-				nv = c + d
-			} else {
-				return bad("value is not an integer")
-			}
-		case float64:
-			if code == mapDecrement {
-				d = -d
-			}
-			if i < 0 {
-				nv = d
-			} else if c, ok := nm.pairs[i].v.(float64); ok {
-				nv = c + d
-			} else {
-				return bad("value is not a float")
-			}
-		default:
-			return bad("delta is not numeric")
+		if code == mapDecrement {
+			delta = negate(delta)
+		}
+		if i := nm.find(k); i >= 0 {
+			cur = nm.pairs[i].v
+		}
+		nv, err := calcDelta(cur, delta)
+		if err != nil {
+			return bad(err.Error())
 		}
 		nm.put(k, nv)
 		return nm, nv, true, nil
@@ -1595,4 +1577,46 @@ func (mc *mapCtx) buildIndexResultByMask(rd *resultData, mask []bool, count int)
 		return
 	}
 	mc.buildIndexResultByEleIdx(rd, maskIdxs(mask)[:count], 0)
+}
+
+// calcDelta is the server's cdt_calc_delta (cdt.c): cur plus delta, where
+// cur is nil for a missing element and delta nil for 1; the element's type
+// wins (a float delta added to an integer is truncated first).
+func calcDelta(cur, delta any) (any, error) {
+	var di int64 = 1
+	var df = 1.0
+	isFloat := false
+	switch d := delta.(type) {
+	case nil:
+	case int64:
+		di, df = d, float64(d)
+	case float64:
+		di, df, isFloat = int64(d), d, true
+	default:
+		return nil, fmt.Errorf("delta is not numeric")
+	}
+	switch c := cur.(type) {
+	case nil:
+		if isFloat {
+			return df, nil
+		}
+		return di, nil
+	case int64:
+		return c + di, nil
+	case float64:
+		return c + df, nil
+	}
+	return nil, fmt.Errorf("element is not numeric")
+}
+
+func negate(delta any) any {
+	switch d := delta.(type) {
+	case nil:
+		return int64(-1)
+	case int64:
+		return -d
+	case float64:
+		return -d
+	}
+	return delta
 }

@@ -661,11 +661,11 @@ func (m *mapVal) sortedPairs() []mapPair {
 	return ps
 }
 
+// find returns the index of key k, or -1. Stored maps are sorted by key.
 func (m *mapVal) find(k any) int {
-	for i, p := range m.pairs {
-		if typeRank(p.k) == typeRank(k) && compareValues(p.k, k) == 0 {
-			return i
-		}
+	i := sort.Search(len(m.pairs), func(i int) bool { return compareValues(m.pairs[i].k, k) >= 0 })
+	if i < len(m.pairs) && keyEq(m.pairs[i].k, k) {
+		return i
 	}
 	return -1
 }
