@@ -24,11 +24,10 @@ package aerospike
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"net/url"
 	"strconv"
@@ -46,7 +45,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultLatchSetSuffix = "distributed_latch"
-	DefaultLockSetSuffix  = "dlm"
+	DefaultLockSetSuffix  = "distributed_lock"
 	DefaultAttempts       = 5
 	DefaultRetryDelay     = 10 * time.Millisecond
 	DefaultTimeout        = time.Second
@@ -54,11 +53,21 @@ const (
 )
 
 // Bin and set names dcsync adds to the Java layout. All bin names fit Aerospike's
-// 15-byte limit.
+// 15-byte limit, and none contains "count#", which the Java latch library's XDC read
+// looks for (AerospikeLatchStorage.java:113-114).
 const (
-	// OpsBin is the latch record's map of recent update ids (key-ordered; keys are
-	// time-prefixed ids, values 1).
-	OpsBin = "dcsync_ops"
+	// OpsBin is the latch record's list of the ids of its latest updates (16-byte
+	// blobs), in the order the server applied them; it keeps Config.OpIDsKept.
+	OpsBin = "dcsync_oplog"
+	// EndsBin is the latch record's map from farm id to the end of that farm's cell, in
+	// ms since the Unix epoch by the server's clock.
+	EndsBin = "dcsync_ends"
+	// IdentityBin is the (client, latch) a latch record belongs to, or the key a lock
+	// record belongs to: layout.IdentityKey, unambiguous where the Java key is not.
+	IdentityBin = "dcsync_id"
+	// AtBin is the server's time (ms since the Unix epoch) of a latch record's last XDC
+	// update: the reply to that update judges which cells have ended by it.
+	AtBin = "dcsync_at"
 	// OwnerBin is the lock record's owner id (a string).
 	OwnerBin = "dcsync_owner"
 	// TokenBin is the lock record's fencing token (an integer).
@@ -82,11 +91,17 @@ type Config struct {
 	// the Java default).
 	LatchSetSuffix string
 	// LockSetSuffix names the lock sets DC#<farm>#<suffix> and XDC#<suffix> (default
-	// "dlm").
+	// "distributed_lock", the name the DLM docs use).
 	LockSetSuffix string
 	// Attempts is the number of tries per operation (default 5, the Java default).
+	// Replies that say the server refused the command because it is busy (KEY_BUSY:
+	// too many writes queued on one record; DEVICE_OVERLOAD; no free connection) do not
+	// count: nothing was applied, and they are retried until ctx ends or for at most
+	// Attempts × Timeout.
 	Attempts int
-	// RetryDelay is the pause between tries (default 10ms).
+	// RetryDelay is the pause before the second try (default 10ms). Later pauses
+	// double, up to 8 × RetryDelay, each shortened by a random part of up to half
+	// (jitter) so that writers contending for one record spread out.
 	RetryDelay time.Duration
 	// Timeout bounds each try: the client's socket and total timeout (default 1s).
 	Timeout time.Duration
@@ -314,7 +329,9 @@ func (s *Store) lockKeys(k dcsync.Key) (lock, fence *as.Key, err error) {
 	if aerr != nil {
 		return nil, nil, dcsync.Errorf(dcsync.Internal, "aerospike.Key", "lock key: %w", aerr)
 	}
-	fk, aerr := as.NewKey(s.cfg.Namespace, FenceSetPrefix+set, user)
+	// The fence record's key is only dcsync's: unambiguous, so two locks whose Java keys
+	// collide still have fences of their own.
+	fk, aerr := as.NewKey(s.cfg.Namespace, FenceSetPrefix+set, layout.IdentityKey(k))
 	if aerr != nil {
 		return nil, nil, dcsync.Errorf(dcsync.Internal, "aerospike.Key", "fence key: %w", aerr)
 	}
@@ -326,6 +343,9 @@ func ttlSeconds(ttl time.Duration) uint32 {
 	return uint32((ttl + time.Second - 1) / time.Second)
 }
 
+// ceilMS rounds d up to whole milliseconds: a lease or latch never ends early.
+func ceilMS(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
+
 // expires converts a record's remaining TTL to an absolute time (zero: never).
 func expires(now time.Time, exp uint32) time.Time {
 	if exp == 0 || exp >= as.TTLDontUpdate {
@@ -334,13 +354,21 @@ func expires(now time.Time, exp uint32) time.Time {
 	return now.Add(time.Duration(exp) * time.Second)
 }
 
-// newOpID returns a fresh update id: 16 hex digits of the wall clock in ns, then 16
-// random hex digits, so ids sort by time (trimming keeps the newest) and never repeat.
-func newOpID() string {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], uint64(time.Now().UnixNano()))
-	_, _ = rand.Read(b[8:])
-	return hex.EncodeToString(b[:])
+// newOpID returns a fresh update id: 16 random bytes. Ids carry no clock: the record
+// keeps them in the order the server applied them (see OpsBin).
+func newOpID() []byte {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return b
+}
+
+// serverNow is the server's clock, in ms since the Unix epoch, inside an expression:
+// the record's last-update time (ns) plus the ms since then. In a write's ops, the
+// record's last-update time is already the write's own and since_update is 0; in a
+// filter or a read it is the record's stored one. Either way the sum is the server's
+// current time (checked on the real server, 8.1). Aerospike has no "now" expression.
+func serverNow() *as.Expression {
+	return as.ExpNumAdd(as.ExpNumDiv(as.ExpLastUpdate(), as.ExpIntVal(int64(time.Millisecond))), as.ExpSinceUpdate())
 }
 
 // ---- policies ----
@@ -403,6 +431,9 @@ func hasCode(err error, codes ...types.ResultCode) bool {
 // transient reports whether err is worth another attempt: the network, a timeout, or
 // a busy or briefly unavailable server.
 func transient(err error) bool {
+	if errors.Is(err, errTryAgain) {
+		return true
+	}
 	rc, ok := resultCode(err)
 	if !ok {
 		return false
@@ -415,31 +446,49 @@ func transient(err error) bool {
 	return rc < 0 && rc != types.SERIALIZE_ERROR && rc != types.PARSE_ERROR && rc != types.TYPE_NOT_SUPPORTED
 }
 
+// busy reports whether err says the command was refused for load: too many commands
+// queued on one record (KEY_BUSY, beyond the namespace's transaction-pending-limit,
+// 20 by default), an overloaded device, or no free connection in the client's pool.
+// Nothing was applied. Such replies are retried with backoff and do not count as tries.
+func busy(err error) bool {
+	return hasCode(err, types.KEY_BUSY, types.XDR_KEY_BUSY, types.DEVICE_OVERLOAD, types.NO_AVAILABLE_CONNECTIONS_TO_NODE)
+}
+
 // surelyNotApplied reports whether a failed write certainly did not reach the record:
 // the client never sent it, or the server refused it.
 func surelyNotApplied(err error) bool {
+	if errors.Is(err, errTryAgain) || busy(err) {
+		return true
+	}
 	var ae *as.AerospikeError
 	if errors.As(err, &ae) && ae.InDoubt {
 		return false
 	}
-	rc, _ := resultCode(err)
-	switch rc {
-	case types.KEY_BUSY, types.DEVICE_OVERLOAD, types.PARTITION_UNAVAILABLE, types.SERVER_MEM_ERROR,
-		types.XDR_KEY_BUSY, types.NO_AVAILABLE_CONNECTIONS_TO_NODE, types.INVALID_NODE_ERROR, types.MAX_ERROR_RATE:
-		return true
-	}
-	return false
+	return hasCode(err, types.PARTITION_UNAVAILABLE, types.SERVER_MEM_ERROR, types.INVALID_NODE_ERROR, types.MAX_ERROR_RATE)
 }
+
+// errTryAgain makes retry try again (counted as a try, never in doubt): an operation
+// found the record in a state that changed under it.
+var errTryAgain = errors.New("the record changed; trying again")
 
 // serverError maps an Aerospike error that is not one of an operation's expected
 // outcomes.
-func serverError(op string, err error) error {
+func (s *Store) serverError(op string, err error) error {
 	var de *dcsync.Error
 	if errors.As(err, &de) {
 		return err
 	}
 	if rc, ok := resultCode(err); ok {
-		if transient(err) {
+		switch {
+		case rc == types.FAIL_FORBIDDEN:
+			// The server refuses a write with a TTL in a namespace without nsup-period
+			// (and without allow-ttl-without-nsup): every lock and latch write carries
+			// one. It is the store's storage that is unusable as configured, as when a
+			// table cannot be created, hence TableCreation.
+			return dcsync.Errorf(dcsync.TableCreation, op,
+				"namespace %q refuses writes with a TTL: set nsup-period > 0 or allow-ttl-without-nsup in its configuration (result code %d, %v): %w",
+				s.cfg.Namespace, int(rc), rc, err)
+		case transient(err):
 			return dcsync.Errorf(dcsync.Connection, op, "result code %d (%v): %w", int(rc), rc, err)
 		}
 		return dcsync.Errorf(dcsync.Internal, op, "result code %d (%v): %w", int(rc), rc, err)
@@ -451,15 +500,31 @@ func serverError(op string, err error) error {
 type attempt struct {
 	// inDoubt is true once a failed try of a write may have been applied.
 	inDoubt bool
-	// n is the number of the current try, from 1.
+	// n is the number of the current try, from 1; busy replies do not count.
 	n int
 }
 
+// maxBackoff bounds the pause between tries, in multiples of Config.RetryDelay: a busy
+// record drains in milliseconds (KEY_BUSY: some 20 writes queued on it).
+const maxBackoff = 8
+
+// pause returns the pause before the next try after k failures in a row: RetryDelay
+// doubled k-1 times (at most maxBackoff × RetryDelay), less a random part of up to half.
+func (s *Store) pause(k int) time.Duration {
+	d := s.cfg.RetryDelay << min(k-1, 3)
+	d = min(d, maxBackoff*s.cfg.RetryDelay)
+	if half := int64(d / 2); half > 0 {
+		d -= time.Duration(mrand.Int64N(half + 1))
+	}
+	return d
+}
+
 // retry calls try until it returns nil or a non-transient error, at most
-// Config.Attempts times, Config.RetryDelay apart, while ctx lasts. try sees whether an
-// earlier try of a write may have been applied (write says the operation writes). A
-// transient error after the last try becomes RetriesExhausted wrapping a Connection
-// error; any other error from try that is not a *dcsync.Error becomes Internal.
+// Config.Attempts times (busy replies aside, see Config.Attempts), with growing pauses
+// (pause), while ctx lasts. try sees whether an earlier try of a write may have been
+// applied (write says the operation writes). A transient error after the last try
+// becomes RetriesExhausted wrapping a Connection error; any other error from try that
+// is not a *dcsync.Error is mapped by serverError.
 func (s *Store) retry(ctx context.Context, op string, write bool, try func(a *attempt) error) error {
 	// Close waits for this; retry never nests, so the read lock is never taken twice.
 	s.mu.RLock()
@@ -469,9 +534,12 @@ func (s *Store) retry(ctx context.Context, op string, write bool, try func(a *at
 	}
 	var a attempt
 	var last error
-	for a.n = 1; a.n <= s.cfg.Attempts; a.n++ {
-		if a.n > 1 {
-			t := time.NewTimer(s.cfg.RetryDelay)
+	start := time.Now()
+	busyBudget := time.Duration(s.cfg.Attempts) * s.cfg.Timeout
+	failures, busies := 0, 0
+	for a.n = 1; ; {
+		if failures > 0 {
+			t := time.NewTimer(s.pause(failures))
 			select {
 			case <-ctx.Done():
 				t.Stop()
@@ -481,7 +549,7 @@ func (s *Store) retry(ctx context.Context, op string, write bool, try func(a *at
 		if err := ctx.Err(); err != nil {
 			if last != nil {
 				return &dcsync.Error{Code: dcsync.Connection, Op: op,
-					Msg: fmt.Sprintf("gave up after %d tries (in doubt: %t): %v", a.n-1, a.inDoubt, last), Err: err}
+					Msg: fmt.Sprintf("gave up after %d tries and %d busy replies (in doubt: %t): %v", a.n-1, busies, a.inDoubt, last), Err: err}
 			}
 			return dcsync.Errorf(dcsync.Connection, op, "%w", err)
 		}
@@ -490,16 +558,29 @@ func (s *Store) retry(ctx context.Context, op string, write bool, try func(a *at
 			return nil
 		}
 		if !transient(err) {
-			return serverError(op, err)
+			return s.serverError(op, err)
 		}
 		if write && !surelyNotApplied(err) {
 			a.inDoubt = true
 		}
 		last = err
-		s.log.Debug("aerospike: retrying", "op", op, "try", a.n, "in_doubt", a.inDoubt, "err", err)
+		failures++
+		if busy(err) {
+			busies++
+			s.log.Debug("aerospike: busy; retrying", "op", op, "busy", busies, "err", err)
+			if time.Since(start) < busyBudget {
+				continue
+			}
+		} else {
+			s.log.Debug("aerospike: retrying", "op", op, "try", a.n, "in_doubt", a.inDoubt, "err", err)
+			if a.n++; a.n <= s.cfg.Attempts {
+				continue
+			}
+		}
+		break
 	}
 	cause := dcsync.Errorf(dcsync.Connection, op, "%w", last)
-	msg := fmt.Sprintf("%d tries failed", s.cfg.Attempts)
+	msg := fmt.Sprintf("%d tries and %d busy replies in %v failed", a.n-1, busies, time.Since(start).Round(time.Millisecond))
 	if a.inDoubt {
 		msg += "; the last write's outcome is unknown"
 	}

@@ -2,8 +2,12 @@ package aerospike_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -11,13 +15,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dcsync/dcsync"
-	"github.com/dcsync/dcsync/internal/aerotest"
 	"github.com/dcsync/dcsync/store/aerospike"
 	"github.com/dcsync/dcsync/store/storetest"
 )
 
-// Environment: a real server to run against, and what child processes of the suite use
-// to reach the parent's server.
+// Environment: the real server the suite runs against, and what child processes of the
+// suite use to reach it.
 const (
 	envReal      = "DCSYNC_AEROSPIKE"
 	envRealNS    = "DCSYNC_AEROSPIKE_NAMESPACE"
@@ -25,40 +28,60 @@ const (
 	envChildNS   = "DCSYNC_AEROSPIKE_TEST_NS"
 )
 
+// namespace is the namespace every test writes to: $DCSYNC_AEROSPIKE_NAMESPACE, "test"
+// by default.
+var namespace = "test"
+
 func TestMain(m *testing.M) {
+	if ns := os.Getenv(envRealNS); ns != "" {
+		namespace = ns
+	}
 	storetest.ChildMain(func(ctx context.Context) (dcsync.Store, error) {
 		return aerospike.OpenURL(ctx, storeURL(os.Getenv(envChildAddr), os.Getenv(envChildNS)))
 	})
 	goleak.VerifyTestMain(m)
 }
 
+// realServer returns the address (host:port) of the real Aerospike server every test
+// of this package runs against, $DCSYNC_AEROSPIKE. When it is not set the test fails if
+// $CI is "true" (a backend that cannot be reached is a failure in CI), and is skipped
+// otherwise. The namespace is the package variable namespace.
+func realServer(t testing.TB) string {
+	t.Helper()
+	addr := os.Getenv(envReal)
+	if addr == "" {
+		const msg = envReal + " is not set: start a real Aerospike server with " +
+			"`DCSYNC_ASD=/path/to/asd testenv/aerospike/up` and export the " + envReal +
+			"=host:port it prints (./scripts/test does both when DCSYNC_ASD is set)"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg + " [CI=true: failing]")
+		}
+		t.Skip(msg)
+	}
+	return addr
+}
+
 func storeURL(addr, ns string) *url.URL {
 	return &url.URL{Scheme: "aerospike", Host: addr, Path: "/" + ns}
 }
 
-// startServer starts an in-process server for one test, closed when the test ends.
-func startServer(t testing.TB) *aerotest.Server {
+func splitAddr(t testing.TB, addr string) (string, int) {
 	t.Helper()
-	srv, err := aerotest.Start(aerotest.Options{Namespaces: []string{"test"}})
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("address %q: %v", addr, err)
 	}
-	t.Cleanup(func() { srv.Close() })
-	return srv
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatalf("address %q: %v", addr, err)
+	}
+	return host, p
 }
 
-// dial connects a raw client, closed when the test ends.
+// dial connects a raw client to addr (host:port), closed when the test ends.
 func dial(t testing.TB, addr string) *as.Client {
 	t.Helper()
-	u := storeURL(addr, "x")
-	host, port := u.Hostname(), u.Port()
-	p := 3000
-	if port != "" {
-		var err error
-		if p, err = parsePort(port); err != nil {
-			t.Fatal(err)
-		}
-	}
+	host, p := splitAddr(t, addr)
 	c, err := as.NewClient(host, p)
 	if err != nil {
 		t.Fatalf("dial %s: %v", addr, err)
@@ -67,24 +90,15 @@ func dial(t testing.TB, addr string) *as.Client {
 	return c
 }
 
-func parsePort(s string) (int, error) {
-	u, err := url.Parse("x://h:" + s)
-	if err != nil {
-		return 0, err
-	}
-	var p int
-	for _, c := range u.Port() {
-		p = p*10 + int(c-'0')
-	}
-	return p, nil
-}
+// realClient dials the real server (see realServer).
+func realClient(t testing.TB) *as.Client { return dial(t, realServer(t)) }
 
-// newStore returns a store on c with cfg (namespace "test" unless set), closed when the
-// test ends.
+// newStore returns a store on c with cfg (namespace namespace unless set), closed when
+// the test ends.
 func newStore(t testing.TB, c *as.Client, cfg aerospike.Config) *aerospike.Store {
 	t.Helper()
 	if cfg.Namespace == "" {
-		cfg.Namespace = "test"
+		cfg.Namespace = namespace
 	}
 	s, err := aerospike.New(c, cfg)
 	if err != nil {
@@ -109,23 +123,18 @@ func harness(addr, ns string) storetest.Harness {
 	}
 }
 
+// TestConformance runs the conformance suite, multi-process cases included, against the
+// real server.
 func TestConformance(t *testing.T) {
-	srv := startServer(t)
-	storetest.Run(t, harness(srv.Addr(), "test"))
+	storetest.Run(t, harness(realServer(t), namespace))
 }
 
-// TestConformanceRealServer runs the suite against the server at $DCSYNC_AEROSPIKE
-// (host:port), namespace $DCSYNC_AEROSPIKE_NAMESPACE (default "test").
-func TestConformanceRealServer(t *testing.T) {
-	addr := os.Getenv(envReal)
-	if addr == "" {
-		t.Skip(envReal + " is not set")
-	}
-	ns := os.Getenv(envRealNS)
-	if ns == "" {
-		ns = "test"
-	}
-	storetest.Run(t, harness(addr, ns))
+// unique returns prefix and a random suffix: the real server is shared and long-lived,
+// so every name a test writes must be new.
+func unique(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -2,6 +2,7 @@ package aerospike
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -12,73 +13,232 @@ import (
 	"github.com/dcsync/dcsync/layout"
 )
 
-var opsPolicy = as.NewMapPolicyWithFlags(as.MapOrder.KEY_ORDERED, as.MapWriteFlagsCreateOnly)
+// A latch record holds the Java bins count#<farm>, one per farm cell, and dcsync's own
+// (see the package doc): OpsBin, EndsBin, IdentityBin and AtBin. Every write is one
+// operate whose filter expression checks, on the server and atomically with the write,
+// that the latch is in the state the write expects; its ops are plain writes and
+// expression writes, which return no values and so may share an operate with a
+// read-all op (the server refuses read-all beside any op that returns a value, CDT map
+// and list ops included, even with return type NONE: PARAMETER_ERROR, "read-all op
+// can't mix with ops that generate response bins").
 
-// opOps returns the ops that record update id in the latch record: trim the map to the
-// newest OpIDsKept-1 ids (before the put, so the new id always survives its own write),
-// then put id create-only, so that a repeated update fails whole with ELEMENT_EXISTS.
-func (s *Store) opOps(id string) []*as.Operation {
-	trim := as.MapClearOp(OpsBin)
-	if keep := s.cfg.OpIDsKept - 1; keep > 0 {
-		trim = as.MapRemoveByIndexRangeOp(OpsBin, -keep, as.MapReturnType.NONE|as.MapReturnType.INVERTED)
-	}
-	return []*as.Operation{trim, as.MapPutOp(opsPolicy, OpsBin, id, 1)}
+// maxRounds bounds how often a create re-reads a record whose state changed between
+// its read and its conditional write.
+const maxRounds = 8
+
+// ---- expressions over a latch record, evaluated by the server ----
+
+func endsMap() *as.Expression { return as.ExpMapBin(EndsBin) }
+func hasEnds() *as.Expression { return as.ExpBinExists(EndsBin) }
+
+// latchEnd is the latest end of any cell: when the latch as a whole ends. Only valid
+// when hasEnds.
+func latchEnd() *as.Expression {
+	return as.ExpMapGetByRank(as.MapReturnType.VALUE, as.ExpTypeINT, as.ExpIntVal(-1), endsMap())
 }
 
-// latchCount computes the count at k's level from a record's bins, and whether the
-// latch exists in it.
-func latchCount(k dcsync.Key, bins as.BinMap) (int64, bool) {
-	if k.Level == dcsync.DC {
-		return intOf(bins[layout.AerospikeLatchBin(k.Farm)])
-	}
-	var sum int64
-	for name, v := range bins {
-		if strings.HasPrefix(name, layout.AerospikeLatchBinPrefix) {
-			n, _ := intOf(v)
-			sum += n
-		}
-	}
-	return sum, true
+func hasEntry(farm string) *as.Expression {
+	return as.ExpMapGetByKey(as.MapReturnType.EXISTS, as.ExpTypeBOOL, as.ExpStringVal(farm), endsMap())
 }
 
-// hasOpID reports whether the latch record holds update id: then an earlier, in-doubt
-// try of this very update was applied.
-func (s *Store) hasOpID(ctx context.Context, key *as.Key, id string) (bool, error) {
-	var found bool
-	err := s.retry(ctx, "aerospike.ReadLatch", false, func(*attempt) error {
-		rec, err := s.client.Get(s.readPolicy(ctx), key, OpsBin)
-		if hasCode(err, types.KEY_NOT_FOUND_ERROR) {
-			found = false
+func entry(farm string) *as.Expression {
+	return as.ExpMapGetByKey(as.MapReturnType.VALUE, as.ExpTypeINT, as.ExpStringVal(farm), endsMap())
+}
+
+// cellAlive is true when farm's cell exists and has not ended: in a record without
+// EndsBin (a Java-created latch) every cell lives as long as the record; otherwise a
+// cell ends at its entry in EndsBin, or, without one (a Java client's update created
+// it), with the latch (latchEnd).
+func cellAlive(farm string) *as.Expression {
+	end := as.ExpCond(hasEntry(farm), entry(farm), latchEnd())
+	return as.ExpAnd(as.ExpBinExists(layout.AerospikeLatchBin(farm)),
+		as.ExpOr(as.ExpNot(hasEnds()), as.ExpGreater(end, serverNow())))
+}
+
+// entryAlive is true when farm has its own end in EndsBin and it has not passed.
+func entryAlive(farm string) *as.Expression {
+	return as.ExpAnd(hasEnds(), hasEntry(farm), as.ExpGreater(entry(farm), serverNow()))
+}
+
+// latchAlive is true when any cell of the record is alive (the latch exists at level
+// XDC). Every cell dcsync writes has an entry and the latest entry's cell exists, so
+// that is: no EndsBin (a Java latch, alive while its record is), or latchEnd ahead.
+func latchAlive() *as.Expression {
+	return as.ExpOr(as.ExpNot(hasEnds()), as.ExpGreater(latchEnd(), serverNow()))
+}
+
+// identityOK is true when the record has no identity (a Java client created it) or
+// has id.
+func identityOK(id string) *as.Expression {
+	return as.ExpOr(as.ExpNot(as.ExpBinExists(IdentityBin)), as.ExpEq(as.ExpStringBin(IdentityBin), as.ExpStringVal(id)))
+}
+
+// hasOpID is true when the record remembers update id: an earlier, in-doubt try of
+// that very update was applied.
+func hasOpID(id []byte) *as.Expression {
+	return as.ExpAnd(as.ExpBinExists(OpsBin),
+		as.ExpListGetByValue(as.ListReturnTypeExists, as.ExpBlobVal(id), as.ExpListBin(OpsBin)))
+}
+
+// ---- write ops ----
+
+// recordOpID appends id to OpsBin and keeps the newest Config.OpIDsKept ids. A list
+// keeps the server's order of application, whatever the writers' clocks, so an id is
+// forgotten only after OpIDsKept later updates of the record.
+func (s *Store) recordOpID(id []byte) *as.Operation {
+	list := as.ExpCond(as.ExpBinExists(OpsBin), as.ExpListBin(OpsBin), as.ExpListVal())
+	appended := as.ExpListAppend(as.DefaultListPolicy(), as.ExpBlobVal(id), list)
+	kept := as.ExpListRemoveByIndexRange(as.ListReturnTypeNone|as.ListReturnTypeInverted,
+		as.ExpIntVal(-int64(s.cfg.OpIDsKept)), appended)
+	return as.ExpWriteOp(OpsBin, kept, as.ExpWriteFlagDefault)
+}
+
+// freshRecordOps writes a new record (create-only or replacing one whose cells have all
+// ended): farm's cell, its end ttl from now, the identity and the op id.
+func (s *Store) freshRecordOps(k dcsync.Key, count int64, ttl time.Duration, id []byte) []*as.Operation {
+	end := as.ExpNumAdd(serverNow(), as.ExpIntVal(ceilMS(ttl)))
+	return []*as.Operation{
+		s.recordOpID(id),
+		as.PutOp(as.NewBin(layout.AerospikeLatchBin(k.Farm), count)),
+		as.ExpWriteOp(EndsBin, as.ExpMapPut(as.DefaultMapPolicy(), as.ExpStringVal(k.Farm), end, as.ExpMapVal(map[any]any{})),
+			as.ExpWriteFlagDefault),
+		as.PutOp(as.NewBin(IdentityBin, latchIdentity(k))),
+	}
+}
+
+// cellOps writes farm's cell into a live record: the count, its end ttl from now
+// (only where the record has EndsBin: in a Java-created record every cell lives as long
+// as the record), and the op id.
+func (s *Store) cellOps(k dcsync.Key, count int64, ttl time.Duration, id []byte) []*as.Operation {
+	end := as.ExpNumAdd(serverNow(), as.ExpIntVal(ceilMS(ttl)))
+	return []*as.Operation{
+		s.recordOpID(id),
+		as.PutOp(as.NewBin(layout.AerospikeLatchBin(k.Farm), count)),
+		as.ExpWriteOp(EndsBin, as.ExpCond(hasEnds(), as.ExpMapPut(as.DefaultMapPolicy(), as.ExpStringVal(k.Farm), end, endsMap()),
+			as.ExpUnknown()), as.ExpWriteFlagEvalNoFail),
+	}
+}
+
+// latchIdentity is the identity a latch record carries: its (client, name), as
+// layout.IdentityKey encodes an XDC key (which has no farm). Every farm's cell, at
+// either level, shares the record.
+func latchIdentity(k dcsync.Key) string {
+	return layout.IdentityKey(dcsync.Key{Level: dcsync.XDC, Client: k.Client, Name: k.Name})
+}
+
+// recordTTL is the TTL of a latch record that must outlive a cell ending ttl from now:
+// whole seconds, rounded up, plus one, because the server counts the TTL from the
+// current whole second. The record's end only removes it; a cell's end is its entry in
+// EndsBin, to the ms.
+func recordTTL(ttl time.Duration) uint32 { return ttlSeconds(ttl) + 1 }
+
+// ---- reading a record's state ----
+
+// latchState is what a create or a refused update learns of a record.
+type latchState struct {
+	exists     bool
+	identity   string // "" when the record has none
+	hasEnds    bool
+	ours       bool // the record remembers the op id
+	latchAlive bool
+	cellAlive  bool
+	ttl        int64 // the record's remaining TTL in s, -1 for never
+}
+
+// Names of the values readState's expression ops return.
+const (
+	rHasEnds = "dcsync_r_ends"
+	rOurs    = "dcsync_r_ours"
+	rLatch   = "dcsync_r_latch"
+	rCell    = "dcsync_r_cell"
+	rTTL     = "dcsync_r_ttl"
+	rNow     = "dcsync_r_now"
+)
+
+func (s *Store) readState(ctx context.Context, op string, key *as.Key, farm string, id []byte) (latchState, error) {
+	var st latchState
+	err := s.retry(ctx, op, false, func(*attempt) error {
+		rec, err := s.client.Operate(s.writePolicy(ctx, 0), key,
+			as.GetBinOp(IdentityBin),
+			as.ExpReadOp(rHasEnds, hasEnds(), as.ExpReadFlagDefault),
+			as.ExpReadOp(rOurs, hasOpID(id), as.ExpReadFlagDefault),
+			as.ExpReadOp(rLatch, latchAlive(), as.ExpReadFlagDefault),
+			as.ExpReadOp(rCell, cellAlive(farm), as.ExpReadFlagDefault),
+			as.ExpReadOp(rTTL, as.ExpTTL(), as.ExpReadFlagDefault))
+		switch {
+		case hasCode(err, types.KEY_NOT_FOUND_ERROR):
+			st = latchState{}
 			return nil
-		}
-		if err != nil {
+		case err != nil:
 			return err
 		}
-		found = mapHasKey(rec.Bins[OpsBin], id)
+		st = latchState{exists: true, identity: stringOf(rec.Bins[IdentityBin])}
+		st.hasEnds, _ = rec.Bins[rHasEnds].(bool)
+		st.ours, _ = rec.Bins[rOurs].(bool)
+		st.latchAlive, _ = rec.Bins[rLatch].(bool)
+		st.cellAlive, _ = rec.Bins[rCell].(bool)
+		st.ttl, _ = intOf(rec.Bins[rTTL])
 		return nil
 	})
-	return found, err
+	return st, err
 }
 
-// mapHasKey reports whether a map bin's value has key k. The client returns a
-// key-ordered map as []MapPair, an unordered one as map[any]any.
-func mapHasKey(v any, k string) bool {
-	switch m := v.(type) {
-	case map[any]any:
-		_, ok := m[k]
-		return ok
-	case []as.MapPair:
-		for _, p := range m {
-			if p.Key == k {
-				return true
-			}
-		}
+// collision is the error for a write to a record that belongs to another latch whose
+// Java key is the same.
+func collision(op string, k dcsync.Key, other string) error {
+	msg := fmt.Sprintf("latch %s (client %q, name %q) has the same Aerospike key as another latch", k, k.Client, k.Name)
+	if o, ok := layout.ParseIdentityKey(other); ok {
+		msg = fmt.Sprintf("latch %s (client %q, name %q) has the same Aerospike key, %q, as the latch of client %q, name %q, which owns the record",
+			k, k.Client, k.Name, layout.AerospikeLatchKey(k.Client, k.Name), o.Client, o.Name)
 	}
-	return false
+	return dcsync.Errorf(dcsync.InvalidArgument, op, "%s; nothing was written (the Java layout joins ids with '#' unescaped)", msg)
 }
 
-// createLatch writes count into k's farm cell unless the latch exists; it reports
+// write runs one operate with retries. It returns the reply, or, for a result code in
+// expect, a nil record and that code.
+func (s *Store) write(ctx context.Context, op string, policy func() *as.WritePolicy, key *as.Key,
+	ops []*as.Operation, expect ...types.ResultCode) (*as.Record, types.ResultCode, error) {
+	var rec *as.Record
+	code := types.OK
+	err := s.retry(ctx, op, true, func(*attempt) error {
+		r, err := s.client.Operate(policy(), key, ops...)
+		if err != nil {
+			if rc, ok := resultCode(err); ok {
+				for _, e := range expect {
+					if rc == e {
+						rec, code = nil, rc
+						return nil
+					}
+				}
+			}
+			return err
+		}
+		rec, code = r, types.OK
+		return nil
+	})
+	return rec, code, err
+}
+
+// ---- create ----
+
+// createLatch writes count into k's farm cell unless the latch exists, and reports
 // whether it created the latch.
+//
+// A missing record is created with a create-only write, as the Java library does
+// (AerospikeLatchStorage.java:69-78), with the record's TTL. Otherwise a read of the
+// record's state picks one conditional write, whose filter re-checks that state on the
+// server; if the state changed in between, the record is read again.
+//   - Every cell has ended: the record is replaced by a fresh one (dead cells, their
+//     counts and ends, and any other latch's identity go with it).
+//   - The record belongs to another latch (identity): InvalidArgument.
+//   - XDC, or DC with the caller's cell alive: the latch exists.
+//   - DC, the caller's cell absent or ended in a live record: the cell is written, with
+//     its own end, and the record's TTL is extended to cover it, never shortened: the
+//     write sets the TTL only if the record would end sooner (filter on its TTL), and
+//     otherwise leaves it (TTL_DONT_UPDATE).
+//
+// Every write carries the same op id: a try that was applied in doubt shows in the
+// record's op ids, and the latch is then ours.
 func (s *Store) createLatch(ctx context.Context, op string, k dcsync.Key, count int64, ttl time.Duration) (bool, error) {
 	if err := dcsync.CheckLatch(k, ttl); err != nil {
 		return false, err
@@ -96,64 +256,76 @@ func (s *Store) createLatch(ctx context.Context, op string, k dcsync.Key, count 
 	if err != nil {
 		return false, err
 	}
-	bin := layout.AerospikeLatchBin(k.Farm)
 	id := newOpID()
-	secs := ttlSeconds(ttl)
-	var created, exists bool
-	err = s.retry(ctx, op, true, func(a *attempt) error {
-		// First a create-only write: what the Java library does, and right at both
-		// levels when the record is missing.
-		wp := s.writePolicy(ctx, secs)
-		wp.RecordExistsAction = as.CREATE_ONLY
-		ops := append(s.opOps(id), as.PutOp(as.NewBin(bin, count)))
-		_, err := s.client.Operate(wp, key, ops...)
-		switch {
-		case err == nil:
-			created = true
-			return nil
-		case !hasCode(err, types.KEY_EXISTS_ERROR):
-			return err
-		case k.Level == dcsync.XDC:
-			exists = true
-			return nil
-		}
-		// DC: the record exists; add our farm's cell only if it is absent.
-		wp = s.writePolicy(ctx, secs)
-		wp.FilterExpression = as.ExpNot(as.ExpBinExists(bin))
-		_, err = s.client.Operate(wp, key, ops...)
-		switch {
-		case err == nil:
-			created = true
-			return nil
-		case hasCode(err, types.FILTERED_OUT):
-			exists = true
-			return nil
-		case hasCode(err, types.FAIL_ELEMENT_EXISTS):
-			// Our id is in the record: an in-doubt try created the cell.
-			created = true
-			return nil
-		}
-		return err
-	})
-	if err != nil {
-		return false, err
-	}
-	if exists && !created {
-		// An earlier try may have been applied in doubt; then the latch is ours.
-		if ours, err := s.hasOpID(ctx, key, id); err != nil {
+	ident := latchIdentity(k)
+	secs := recordTTL(ttl)
+	fresh := s.freshRecordOps(k, count, ttl, id)
+	for round := 0; round < maxRounds; round++ {
+		_, code, err := s.write(ctx, op, func() *as.WritePolicy {
+			wp := s.writePolicy(ctx, secs)
+			wp.RecordExistsAction = as.CREATE_ONLY
+			return wp
+		}, key, fresh, types.KEY_EXISTS_ERROR)
+		if err != nil {
 			return false, err
-		} else if ours {
-			s.log.Debug("aerospike: in-doubt create was applied", "key", k.String())
+		}
+		if code == types.OK {
 			return true, nil
 		}
-		return false, nil
+		st, err := s.readState(ctx, op, key, k.Farm, id)
+		if err != nil {
+			return false, err
+		}
+		var policy func() *as.WritePolicy
+		var ops []*as.Operation
+		switch {
+		case !st.exists:
+			continue
+		case st.ours:
+			s.log.Debug("aerospike: in-doubt create was applied", "key", k.String())
+			return true, nil
+		case !st.latchAlive:
+			policy = func() *as.WritePolicy {
+				wp := s.writePolicy(ctx, secs)
+				wp.RecordExistsAction = as.REPLACE_ONLY
+				wp.FilterExpression = as.ExpNot(latchAlive())
+				return wp
+			}
+			ops = fresh
+		case st.identity != "" && st.identity != ident:
+			return false, collision(op, k, st.identity)
+		case k.Level == dcsync.XDC || st.cellAlive:
+			return false, nil
+		default:
+			ttlOK, recTTL := as.ExpOr(as.ExpEq(as.ExpTTL(), as.ExpIntVal(-1)), as.ExpGreaterEq(as.ExpTTL(), as.ExpIntVal(int64(secs)))), uint32(as.TTLDontUpdate)
+			if st.ttl >= 0 && st.ttl < int64(secs) {
+				ttlOK, recTTL = as.ExpAnd(as.ExpGreaterEq(as.ExpTTL(), as.ExpIntVal(0)), as.ExpLess(as.ExpTTL(), as.ExpIntVal(int64(secs)))), secs
+			}
+			policy = func() *as.WritePolicy {
+				wp := s.writePolicy(ctx, recTTL)
+				wp.RecordExistsAction = as.UPDATE_ONLY
+				wp.FilterExpression = as.ExpAnd(identityOK(ident), latchAlive(), as.ExpNot(cellAlive(k.Farm)),
+					as.ExpNot(hasOpID(id)), ttlOK)
+				return wp
+			}
+			ops = s.cellOps(k, count, ttl, id)
+		}
+		_, code, err = s.write(ctx, op, policy, key, ops, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
+		if err != nil {
+			return false, err
+		}
+		if code == types.OK {
+			return true, nil
+		}
+		// The record changed under us (or an in-doubt try of ours was applied): look again.
 	}
-	return created, nil
+	return false, dcsync.Errorf(dcsync.RetriesExhausted, op, "latch %s: the record changed under %d tries to create it", k, maxRounds)
 }
 
-// CreateLatch writes count into the caller's farm cell with the TTL (rounded up to
-// whole seconds). If the latch exists (DC: the record has the caller's count#<farm>
-// bin; XDC: the record exists) it returns AlreadyExists and changes nothing.
+// CreateLatch writes count into the caller's farm cell, ending ttl (rounded up to whole
+// ms) from now by the server's clock. If the latch exists (DC: the caller's cell is
+// alive; XDC: any cell is) it returns AlreadyExists and changes nothing. If the record
+// belongs to another latch with the same Java key, it returns InvalidArgument.
 func (s *Store) CreateLatch(ctx context.Context, k dcsync.Key, count int64, ttl time.Duration) error {
 	created, err := s.createLatch(ctx, "aerospike.CreateLatch", k, count, ttl)
 	if err != nil {
@@ -171,18 +343,38 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 	return s.createLatch(ctx, "aerospike.EnsureLatch", k, 0, ttl)
 }
 
-// AddLatch adds delta to the caller's farm cell in one operate that also renews the
-// record's TTL and records a fresh update id, and returns the count at k's level after
-// the update. A retry of an update whose earlier try was applied fails with
-// ELEMENT_EXISTS on the id and changes nothing; the count is then read back. NotFound
-// when the latch does not exist.
+// ---- update ----
+
+// AddLatch adds delta to the caller's farm cell and returns the count at k's level after
+// the update, in one operate that leaves the record's TTL and every cell's end alone
+// (TTL_DONT_UPDATE): updates never move a latch's end. Its filter requires the latch to
+// exist (DC: the caller's cell alive; XDC: any cell), the record to be this latch's
+// (identity), and the update's fresh op id to be unknown to the record; the operate
+// records that id. A retry of an update whose earlier try was applied is then filtered
+// out, and the count is read instead. NotFound when the latch does not exist;
+// InvalidArgument when the record belongs to another latch with the same Java key.
+//
+// At level XDC the operate also returns the sum: it ends with a read-all op, and every
+// other op is a plain or expression write, which return nothing (see the top of this
+// file). The caller's cell is added to if it is alive, and otherwise (absent, or its
+// own DC end passed) set to delta with the latch's end (latchEnd): XDC cells end
+// together. The operate also stores the server's time (AtBin), by which the reply
+// judges which cells have ended. So the returned sum is the count right after this
+// update, atomically, as a DC update returns its cell.
+//
+// The alternative, a write and then a read, costs a second round trip, and its sum is
+// the count at some later moment, after other writers' updates too. That would do for
+// the latch's own use of it (a count <= 0 wakes local waiters, and a count-down latch
+// only goes down), as a Redisson count-down returns nothing and leaves the count to a
+// separate read, but the CLI prints the count after the update, and one atomic round
+// trip costs less.
 func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
-	ttl := time.Hour // placeholder until the latch lifetime rule lands (issue 7)
+	return s.addLatch(ctx, k, delta, newOpID())
+}
+
+func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id []byte) (int64, error) {
 	const op = "aerospike.AddLatch"
-	if err := dcsync.CheckLatch(k, ttl); err != nil {
-		return 0, err
-	}
-	if err := dcsync.ValidateTTL(ttl); err != nil {
+	if err := k.Validate("latch"); err != nil {
 		return 0, err
 	}
 	if err := s.checkKey(k); err != nil {
@@ -193,68 +385,177 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		return 0, err
 	}
 	bin := layout.AerospikeLatchBin(k.Farm)
-	id := newOpID()
-	ops := append(s.opOps(id), as.AddOp(as.NewBin(bin, delta)))
+	ident := latchIdentity(k)
+	var alive *as.Expression
+	var ops []*as.Operation
 	if k.Level == dcsync.DC {
-		ops = append(ops, as.GetBinOp(bin))
+		alive = cellAlive(k.Farm)
+		ops = []*as.Operation{s.recordOpID(id), as.AddOp(as.NewBin(bin, delta)), as.GetBinOp(bin)}
 	} else {
-		ops = append(ops, as.GetOp())
+		alive = latchAlive()
+		ownEnd := as.ExpCond(as.ExpNot(hasEnds()), as.ExpUnknown(),
+			entryAlive(k.Farm), endsMap(),
+			as.ExpMapPut(as.DefaultMapPolicy(), as.ExpStringVal(k.Farm), latchEnd(), endsMap()))
+		ops = []*as.Operation{
+			s.recordOpID(id),
+			// The cell first: its liveness is judged on the ends before this update.
+			as.ExpWriteOp(bin, as.ExpCond(cellAlive(k.Farm), as.ExpNumAdd(as.ExpIntBin(bin), as.ExpIntVal(delta)), as.ExpIntVal(delta)),
+				as.ExpWriteFlagDefault),
+			as.ExpWriteOp(EndsBin, ownEnd, as.ExpWriteFlagEvalNoFail),
+			as.ExpWriteOp(AtBin, serverNow(), as.ExpWriteFlagDefault),
+			as.GetOp(),
+		}
 	}
-	secs := ttlSeconds(ttl)
-	var count int64
-	notFound, applied := false, false
-	err = s.retry(ctx, op, true, func(*attempt) error {
-		wp := s.writePolicy(ctx, secs)
+	rec, code, err := s.write(ctx, op, func() *as.WritePolicy {
+		wp := s.writePolicy(ctx, as.TTLDontUpdate)
 		wp.RecordExistsAction = as.UPDATE_ONLY
-		if k.Level == dcsync.DC {
-			wp.FilterExpression = as.ExpBinExists(bin)
-		}
-		rec, err := s.client.Operate(wp, key, ops...)
-		switch {
-		case err == nil:
-			n, ok := latchCount(k, rec.Bins)
-			if !ok {
-				return dcsync.Errorf(dcsync.Internal, op, "reply for %s has no count bin %s: %v", k, bin, rec.Bins)
-			}
-			count = n
-			return nil
-		case hasCode(err, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT):
-			notFound = true
-			return nil
-		case hasCode(err, types.FAIL_ELEMENT_EXISTS):
-			applied = true
-			return nil
-		}
-		return err
-	})
-	if err != nil {
+		wp.FilterExpression = as.ExpAnd(identityOK(ident), alive, as.ExpNot(hasOpID(id)))
+		return wp
+	}, key, ops, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
+	switch {
+	case err != nil:
 		return 0, err
-	}
-	if notFound {
+	case code == types.KEY_NOT_FOUND_ERROR:
+		return 0, dcsync.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
+	case code == types.FILTERED_OUT:
+		st, err := s.readState(ctx, op, key, k.Farm, id)
+		switch {
+		case err != nil:
+			return 0, err
+		case st.ours:
+			// An earlier, in-doubt try was applied: read the count instead of adding again.
+			s.log.Debug("aerospike: in-doubt update was applied; reading the count", "key", k.String())
+			res, err := s.readLatches(ctx, op, []dcsync.Key{k})
+			if err != nil {
+				return 0, err
+			}
+			if !res[0].Found {
+				return 0, dcsync.Errorf(dcsync.NotFound, op, "latch %s ended after the update", k)
+			}
+			return res[0].Count, nil
+		case st.exists && st.identity != "" && st.identity != ident:
+			return 0, collision(op, k, st.identity)
+		}
 		return 0, dcsync.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
 	}
-	if applied {
-		// An earlier, in-doubt try was applied: read the count instead of adding again.
-		s.log.Debug("aerospike: in-doubt update was applied; reading the count", "key", k.String())
-		res, err := s.readLatches(ctx, op, []dcsync.Key{k})
-		if err != nil {
-			return 0, err
+	if k.Level == dcsync.DC {
+		n, ok := intOf(rec.Bins[bin])
+		if !ok {
+			return 0, dcsync.Errorf(dcsync.Internal, op, "reply for %s has no count bin %s: %v", k, bin, rec.Bins)
 		}
-		if !res[0].Found {
-			return 0, dcsync.Errorf(dcsync.NotFound, op, "latch %s expired after the update", k)
-		}
-		return res[0].Count, nil
+		return n, nil
 	}
-	return count, nil
+	now, ok := intOf(rec.Bins[AtBin])
+	if !ok {
+		return 0, dcsync.Errorf(dcsync.Internal, op, "reply for %s has no %s bin: %v", k, AtBin, rec.Bins)
+	}
+	n, _ := latchSum(rec.Bins, now)
+	return n, nil
 }
 
-// ReadLatches reads every latch in one batch read; result i belongs to keys[i]. A
-// missing record, or at level DC a record without the caller's count bin, is
-// Found false.
+// ---- read ----
+
+// isCountBin reports whether a bin is a count cell, as the Java library's XDC read
+// decides (AerospikeLatchStorage.java:113-114: the name contains "count#").
+func isCountBin(name string) bool { return strings.Contains(name, layout.AerospikeLatchBinPrefix) }
+
+// ends returns EndsBin's entries, and whether the record has EndsBin.
+func ends(bins as.BinMap) (map[string]int64, bool) {
+	out := map[string]int64{}
+	switch m := bins[EndsBin].(type) {
+	case map[any]any:
+		for k, v := range m {
+			ks, _ := k.(string)
+			out[ks], _ = intOf(v)
+		}
+	case []as.MapPair:
+		for _, p := range m {
+			ks, _ := p.Key.(string)
+			out[ks], _ = intOf(p.Value)
+		}
+	default:
+		return nil, false
+	}
+	return out, true
+}
+
+// latchSum computes the XDC count of a record's bins at server time now (ms), and
+// whether the latch exists: the rule of cellAlive and latchAlive, in Go.
+func latchSum(bins as.BinMap, now int64) (int64, bool) {
+	e, has := ends(bins)
+	var latest int64
+	for _, end := range e {
+		latest = max(latest, end)
+	}
+	var sum int64
+	for name, v := range bins {
+		if !isCountBin(name) {
+			continue
+		}
+		end := latest
+		if farm, ok := layout.ParseAerospikeLatchBin(name); ok {
+			if own, ok := e[farm]; ok {
+				end = own
+			}
+		}
+		if !has || end > now {
+			n, _ := intOf(v)
+			sum += n
+		}
+	}
+	return sum, !has || latest > now
+}
+
+// rAlive names the value a DC read's expression op returns: whether the cell is alive.
+const rAlive = "dcsync_r_alive"
+
+// dcReadOps read farm's cell, the record's identity and whether the cell is alive.
+func dcReadOps(farm string) []*as.Operation {
+	return []*as.Operation{
+		as.GetBinOp(layout.AerospikeLatchBin(farm)),
+		as.GetBinOp(IdentityBin),
+		as.ExpReadOp(rAlive, cellAlive(farm), as.ExpReadFlagDefault),
+	}
+}
+
+// dcCount interprets the reply of dcReadOps.
+func dcCount(k dcsync.Key, bins as.BinMap) dcsync.LatchCount {
+	if id := stringOf(bins[IdentityBin]); id != "" && id != latchIdentity(k) {
+		return dcsync.LatchCount{}
+	}
+	if alive, _ := bins[rAlive].(bool); !alive {
+		return dcsync.LatchCount{}
+	}
+	n, ok := intOf(bins[layout.AerospikeLatchBin(k.Farm)])
+	return dcsync.LatchCount{Found: ok, Count: n}
+}
+
+// xdcCount interprets a read-all reply and the server's time of the read.
+func xdcCount(k dcsync.Key, bins as.BinMap, now int64) dcsync.LatchCount {
+	if id := stringOf(bins[IdentityBin]); id != "" && id != latchIdentity(k) {
+		return dcsync.LatchCount{}
+	}
+	n, found := latchSum(bins, now)
+	if !found {
+		return dcsync.LatchCount{}
+	}
+	return dcsync.LatchCount{Found: true, Count: n}
+}
+
+// ReadLatches reads every latch in one batch; result i belongs to keys[i]. A latch is
+// Found when it exists at its key's level: DC, the caller's cell is alive; XDC, any
+// cell is, and the count is the sum of the alive cells. A record that belongs to
+// another latch with the same Java key (identity) holds no latch of k's: Found false.
+//
+// A DC read is one read of the cell whose expression op tells, by the server's clock,
+// whether the cell has ended. An XDC read must see every count bin, also those a Java
+// client added, so it is a read-all, which cannot share a command with an expression
+// op: the batch carries a second read of the same record that returns the server's
+// time, and the cells are judged by it.
 func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
 	const op = "aerospike.ReadLatches"
 	for _, k := range keys {
-		if err := dcsync.CheckLatch(k, 0); err != nil {
+		if err := k.Validate("latch"); err != nil {
 			return nil, err
 		}
 		if err := s.checkKey(k); err != nil {
@@ -269,19 +570,22 @@ func (s *Store) readLatches(ctx context.Context, op string, keys []dcsync.Key) (
 	if len(keys) == 0 {
 		return out, nil
 	}
-	if len(keys) == 1 {
-		return s.readLatch(ctx, op, keys[0])
+	if len(keys) == 1 && keys[0].Level == dcsync.DC {
+		return s.readDC(ctx, op, keys[0])
 	}
-	reads := make([]as.BatchRecordIfc, len(keys))
+	var reads []as.BatchRecordIfc
+	first := make([]int, len(keys)) // index of key i's first read in reads
 	for i, k := range keys {
 		key, err := s.latchKey(k)
 		if err != nil {
 			return nil, err
 		}
+		first[i] = len(reads)
 		if k.Level == dcsync.DC {
-			reads[i] = as.NewBatchRead(nil, key, []string{layout.AerospikeLatchBin(k.Farm)})
+			reads = append(reads, as.NewBatchReadOps(nil, key, dcReadOps(k.Farm)...))
 		} else {
-			reads[i] = as.NewBatchRead(nil, key, nil)
+			reads = append(reads, as.NewBatchRead(nil, key, nil),
+				as.NewBatchReadOps(nil, key, as.ExpReadOp(rNow, serverNow(), as.ExpReadFlagDefault)))
 		}
 	}
 	err := s.retry(ctx, op, false, func(*attempt) error {
@@ -291,22 +595,45 @@ func (s *Store) readLatches(ctx context.Context, op string, keys []dcsync.Key) (
 		if err := s.client.BatchOperate(s.batchPolicy(ctx), reads); err != nil {
 			return err
 		}
-		for i, r := range reads {
-			br := r.BatchRec()
+		bins := func(j int) (as.BinMap, error) {
+			br := reads[j].BatchRec()
 			switch {
 			case br.ResultCode == types.KEY_NOT_FOUND_ERROR:
-				out[i] = dcsync.LatchCount{}
+				return nil, nil
 			case br.ResultCode != types.OK:
 				if br.Err != nil {
-					return br.Err
+					return nil, br.Err
 				}
-				return &as.AerospikeError{ResultCode: br.ResultCode}
+				return nil, &as.AerospikeError{ResultCode: br.ResultCode}
 			case br.Record == nil:
-				out[i] = dcsync.LatchCount{}
-			default:
-				n, ok := latchCount(keys[i], br.Record.Bins)
-				out[i] = dcsync.LatchCount{Found: ok, Count: n}
+				return nil, nil
 			}
+			return br.Record.Bins, nil
+		}
+		for i, k := range keys {
+			b, err := bins(first[i])
+			if err != nil {
+				return err
+			}
+			if b == nil {
+				out[i] = dcsync.LatchCount{}
+				continue
+			}
+			if k.Level == dcsync.DC {
+				out[i] = dcCount(k, b)
+				continue
+			}
+			probe, err := bins(first[i] + 1)
+			if err != nil {
+				return err
+			}
+			now, ok := intOf(probe[rNow])
+			if !ok {
+				// The record vanished between the two reads.
+				out[i] = dcsync.LatchCount{}
+				continue
+			}
+			out[i] = xdcCount(k, b, now)
 		}
 		return nil
 	})
@@ -316,19 +643,16 @@ func (s *Store) readLatches(ctx context.Context, op string, keys []dcsync.Key) (
 	return out, nil
 }
 
-// readLatch reads one latch with a plain get: cheaper than a batch of one.
-func (s *Store) readLatch(ctx context.Context, op string, k dcsync.Key) ([]dcsync.LatchCount, error) {
+// readDC reads one DC latch with a single-record read: cheaper than a batch of one.
+func (s *Store) readDC(ctx context.Context, op string, k dcsync.Key) ([]dcsync.LatchCount, error) {
 	key, err := s.latchKey(k)
 	if err != nil {
 		return nil, err
 	}
-	var bins []string
-	if k.Level == dcsync.DC {
-		bins = []string{layout.AerospikeLatchBin(k.Farm)}
-	}
+	ops := dcReadOps(k.Farm)
 	out := make([]dcsync.LatchCount, 1)
 	err = s.retry(ctx, op, false, func(*attempt) error {
-		rec, err := s.client.Get(s.readPolicy(ctx), key, bins...)
+		rec, err := s.client.Operate(s.writePolicy(ctx, 0), key, ops...)
 		switch {
 		case hasCode(err, types.KEY_NOT_FOUND_ERROR):
 			out[0] = dcsync.LatchCount{}
@@ -336,8 +660,7 @@ func (s *Store) readLatch(ctx context.Context, op string, k dcsync.Key) ([]dcsyn
 		case err != nil:
 			return err
 		}
-		n, ok := latchCount(k, rec.Bins)
-		out[0] = dcsync.LatchCount{Found: ok, Count: n}
+		out[0] = dcCount(k, rec.Bins)
 		return nil
 	})
 	if err != nil {

@@ -71,9 +71,6 @@ func releasable(owner string) *as.Expression {
 
 func lockTTL(ttl time.Duration) uint32 { return ttlSeconds(ttl) + 1 }
 
-// ceilMS rounds d up to whole milliseconds: a lease never ends early.
-func ceilMS(d time.Duration) int64 { return int64((d + time.Millisecond - 1) / time.Millisecond) }
-
 // AcquireLock takes the lock as the Java lock manager does, with a put of the Java bins
 // (plus owner and lease) that expects generation 0 (GENERATION_ERROR: held). When the
 // record exists but its dcsync lease has lapsed, a put that replaces the record on that
@@ -95,11 +92,13 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		layout.AerospikeLockUATBin(k.Farm):  time.Now().UnixMilli(),
 		OwnerBin:                            owner,
 		LeaseBin:                            ceilMS(ttl),
+		IdentityBin:                         layout.IdentityKey(k),
 	}
 
 	// 1. Take the lock record.
 	start := time.Now()
 	var held *dcsync.LockState
+	var holderID string // the holder's identity, "" for a Java lock
 	err = s.retry(ctx, op, true, func(a *attempt) error {
 		wp := s.writePolicy(ctx, lockTTL(ttl))
 		wp.GenerationPolicy, wp.Generation = as.EXPECT_GEN_EQUAL, 0
@@ -120,7 +119,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		case hasCode(err, types.KEY_NOT_FOUND_ERROR):
 			// Released or expired between the put and the read: try again.
 			if a.n < s.cfg.Attempts {
-				return errVanished
+				return errTryAgain
 			}
 			held = &dcsync.LockState{}
 			return nil
@@ -130,6 +129,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		st := lockState(rec, time.Now())
 		if st.Owner != owner {
 			held = &st
+			holderID = stringOf(rec.Bins[IdentityBin])
 		}
 		return nil
 	})
@@ -137,6 +137,11 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return dcsync.LockState{}, err
 	}
 	if held != nil {
+		if other, ok := layout.ParseIdentityKey(holderID); ok && holderID != layout.IdentityKey(k) {
+			return *held, dcsync.Errorf(dcsync.LockUnavailable, op,
+				"lock %s is held by the lock of client %q, name %q, which has the same Aerospike key %q (the Java layout joins ids with '#' unescaped)",
+				k, other.Client, other.Name, layout.AerospikeLockKey(k.Client, k.Name))
+		}
 		return *held, dcsync.Errorf(dcsync.LockUnavailable, op, "lock %s is held", k)
 	}
 
@@ -334,7 +339,3 @@ func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState
 	}
 	return st, nil
 }
-
-// errVanished makes retry try again when a held lock vanished between the put that
-// found it held and the read of its holder.
-var errVanished = &as.AerospikeError{ResultCode: types.KEY_BUSY}

@@ -1,0 +1,432 @@
+package aerospike_test
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// faultProxy sits between a client and the real server and injects the faults a real
+// server does not make on demand: a reply dropped after the server applied the command
+// (the client times out, in doubt), connections broken, the server "restarting" (the
+// port closed for a moment). It forwards bytes unchanged and reads just enough of the
+// wire protocol to classify each command. The Go client sends one command at a time on
+// a connection, so every reply frame until the next request belongs to the last request.
+//
+// The client must reach the server only through the proxy: it does on loopback, where
+// the client does not look for a load balancer, and with a one-node cluster, whose peer
+// list is empty.
+type faultProxy struct {
+	target string
+
+	mu     sync.Mutex
+	ln     net.Listener
+	port   int
+	conns  map[net.Conn]struct{}
+	drops  []*dropRule
+	busy   []*dropRule
+	closed bool
+	wg     sync.WaitGroup
+
+	stConns, stInfo, stReads, stWrites, stDeletes, stBatches, stDropped, stBusy atomic.Int64
+}
+
+// command is what the proxy knows of a request.
+type command struct {
+	Kind  string // "info", "read", "write", "delete", "batch"
+	Set   string
+	Write bool
+	// Ops lists the ops' types (1 read, 2 write, 3 cdt read, 4 cdt modify, 5 incr,
+	// 7 exp read, 8 exp modify, 11 touch, 14 delete) and Bins their bin names.
+	Ops  []byte
+	Bins []string
+}
+
+type dropRule struct {
+	remaining int
+	match     func(command) bool
+}
+
+// proxyStats counts what went through the proxy.
+type proxyStats struct {
+	Connections, Info, Reads, Writes, Deletes, Batches, Dropped, Busy int64
+}
+
+// startProxy starts a proxy to the real server, closed when the test ends.
+func startProxy(t testing.TB) *faultProxy {
+	t.Helper()
+	p := &faultProxy{target: realServer(t), conns: map[net.Conn]struct{}{}}
+	if err := p.listen(0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+func (p *faultProxy) listen(port int) error {
+	ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		ln.Close()
+		return errors.New("proxy closed")
+	}
+	p.ln, p.port = ln, ln.Addr().(*net.TCPAddr).Port
+	p.wg.Add(1)
+	p.mu.Unlock()
+	go p.accept(ln)
+	return nil
+}
+
+// Addr is the proxy's host:port.
+func (p *faultProxy) Addr() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return fmt.Sprintf("127.0.0.1:%d", p.port)
+}
+
+func (p *faultProxy) accept(ln net.Listener) {
+	defer p.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		s, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.Close()
+			s.Close()
+			return
+		}
+		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		p.wg.Add(2)
+		p.mu.Unlock()
+		p.stConns.Add(1)
+		pc := &proxyConn{client: c}
+		go p.requests(pc, s)
+		go p.replies(s, pc)
+	}
+}
+
+func (p *faultProxy) forget(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// proxyConn is the client side of one proxied connection.
+type proxyConn struct {
+	client   net.Conn
+	dropping atomic.Bool // the current request's reply is dropped
+	wmu      sync.Mutex  // serialises writes to client
+}
+
+func (pc *proxyConn) write(b []byte) error {
+	pc.wmu.Lock()
+	defer pc.wmu.Unlock()
+	_, err := pc.client.Write(b)
+	return err
+}
+
+// requests forwards client frames to the server, deciding for each whether its reply
+// is dropped, or whether the proxy answers KEY_BUSY itself.
+func (p *faultProxy) requests(pc *proxyConn, s net.Conn) {
+	defer p.wg.Done()
+	defer p.forget(pc.client, s)
+	r := bufio.NewReader(pc.client)
+	for {
+		frame, err := readFrame(r)
+		if err != nil {
+			return
+		}
+		cmd := parseCommand(frame)
+		p.count(cmd)
+		if p.match(&p.busy, cmd) {
+			// Not forwarded: nothing is applied, as when the server refuses a write to
+			// a record with too many writes queued.
+			p.stBusy.Add(1)
+			if err := pc.write(keyBusyReply); err != nil {
+				return
+			}
+			continue
+		}
+		drop := p.match(&p.drops, cmd)
+		if drop {
+			p.stDropped.Add(1)
+		}
+		pc.dropping.Store(drop)
+		if _, err := s.Write(frame); err != nil {
+			return
+		}
+	}
+}
+
+// replies forwards server frames to the client unless the request they answer is
+// being dropped.
+func (p *faultProxy) replies(s net.Conn, pc *proxyConn) {
+	defer p.wg.Done()
+	defer p.forget(pc.client, s)
+	r := bufio.NewReader(s)
+	for {
+		frame, err := readFrame(r)
+		if err != nil {
+			return
+		}
+		if pc.dropping.Load() {
+			continue
+		}
+		if err := pc.write(frame); err != nil {
+			return
+		}
+	}
+}
+
+// keyBusyReply is an AS_MSG reply with result code 14 (KEY_BUSY) and nothing else:
+// an 8-byte proto header (version 2, type 3, size 22), then the 22-byte message header
+// (header size 22, info3 LAST, result code 14).
+var keyBusyReply = func() []byte {
+	b := make([]byte, 8+msgHeaderLen)
+	binary.BigEndian.PutUint64(b, 2<<56|protoMessage<<48|msgHeaderLen)
+	b[8], b[8+3], b[8+5] = msgHeaderLen, 1, 14
+	return b
+}()
+
+func (p *faultProxy) count(cmd command) {
+	switch cmd.Kind {
+	case "info":
+		p.stInfo.Add(1)
+	case "read":
+		p.stReads.Add(1)
+	case "write":
+		p.stWrites.Add(1)
+	case "delete":
+		p.stDeletes.Add(1)
+	case "batch":
+		p.stBatches.Add(1)
+	}
+}
+
+// match reports whether a rule of rules matches cmd, and counts that rule down.
+func (p *faultProxy) match(rules *[]*dropRule, cmd command) bool {
+	if cmd.Kind == "info" {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, d := range *rules {
+		if d.match(cmd) {
+			d.remaining--
+			if d.remaining == 0 {
+				*rules = append((*rules)[:i], (*rules)[i+1:]...)
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// DropResponses makes the proxy forward, but not answer, the next n commands for which
+// match is true (nil: every command that writes). The server applies them; the client
+// times out, in doubt. Rules accumulate.
+func (p *faultProxy) DropResponses(n int, match func(command) bool) {
+	if match == nil {
+		match = func(c command) bool { return c.Write }
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drops = append(p.drops, &dropRule{remaining: n, match: match})
+}
+
+// BusyResponses makes the proxy answer the next n commands for which match is true
+// with KEY_BUSY itself, without forwarding them: what the server answers when too many
+// writes are queued on one record. Rules accumulate.
+func (p *faultProxy) BusyResponses(n int, match func(command) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.busy = append(p.busy, &dropRule{remaining: n, match: match})
+}
+
+// ClearDrops forgets every drop and busy rule still pending.
+func (p *faultProxy) ClearDrops() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.drops, p.busy = nil, nil
+}
+
+// CloseConnections breaks every open connection; the proxy keeps listening.
+func (p *faultProxy) CloseConnections() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// Restart closes the port and every connection, as a server restart does, then
+// listens on the same port again.
+func (p *faultProxy) Restart() error {
+	p.mu.Lock()
+	ln, port := p.ln, p.port
+	p.mu.Unlock()
+	ln.Close()
+	p.CloseConnections()
+	time.Sleep(50 * time.Millisecond)
+	var err error
+	for i := 0; i < 50; i++ {
+		if err = p.listen(port); err == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return err
+}
+
+// Close stops the proxy and waits for its goroutines.
+func (p *faultProxy) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	p.ln.Close()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+// Stats returns the proxy's counters.
+func (p *faultProxy) Stats() proxyStats {
+	return proxyStats{
+		Connections: p.stConns.Load(), Info: p.stInfo.Load(), Reads: p.stReads.Load(),
+		Writes: p.stWrites.Load(), Deletes: p.stDeletes.Load(), Batches: p.stBatches.Load(),
+		Dropped: p.stDropped.Load(), Busy: p.stBusy.Load(),
+	}
+}
+
+// readFrame reads one protocol frame: an 8-byte header (version, type, 48-bit size)
+// and its body.
+func readFrame(r *bufio.Reader) ([]byte, error) {
+	var hdr [8]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return nil, err
+	}
+	size := binary.BigEndian.Uint64(hdr[:]) & (1<<48 - 1)
+	if size > 128<<20 {
+		return nil, fmt.Errorf("frame of %d bytes", size)
+	}
+	frame := make([]byte, 8+size)
+	copy(frame, hdr[:])
+	if _, err := io.ReadFull(r, frame[8:]); err != nil {
+		return nil, err
+	}
+	return frame, nil
+}
+
+// Protocol constants (the Aerospike wire protocol, as the client sends it).
+const (
+	protoInfo    = 1
+	protoMessage = 3
+	info1Batch   = 1 << 3
+	info2Write   = 1 << 0
+	info2Delete  = 1 << 1
+	fieldSet     = 1
+	fieldBatch   = 41
+	fieldBatch2  = 42
+	msgHeaderLen = 22
+)
+
+// parseCommand classifies a request frame. A frame it cannot read is a "read".
+func parseCommand(frame []byte) command {
+	if frame[1] == protoInfo {
+		return command{Kind: "info"}
+	}
+	cmd := command{Kind: "read"}
+	b := frame[8:]
+	if frame[1] != protoMessage || len(b) < msgHeaderLen {
+		return cmd
+	}
+	info1, info2 := b[1], b[2]
+	nFields := int(binary.BigEndian.Uint16(b[18:20]))
+	nOps := int(binary.BigEndian.Uint16(b[20:22]))
+	cmd.Write = info2&info2Write != 0
+	switch {
+	case info1&info1Batch != 0:
+		cmd.Kind = "batch"
+	case info2&info2Delete != 0:
+		cmd.Kind = "delete"
+	case cmd.Write:
+		cmd.Kind = "write"
+	}
+	pos := msgHeaderLen
+	for i := 0; i < nFields && pos+5 <= len(b); i++ {
+		size := int(binary.BigEndian.Uint32(b[pos:]))
+		typ := b[pos+4]
+		end := pos + 4 + size
+		if size < 1 || end > len(b) {
+			return cmd
+		}
+		switch typ {
+		case fieldSet:
+			cmd.Set = string(b[pos+5 : end])
+		case fieldBatch, fieldBatch2:
+			cmd.Kind = "batch"
+		}
+		pos = end
+	}
+	for i := 0; i < nOps && pos+8 <= len(b); i++ {
+		size := int(binary.BigEndian.Uint32(b[pos:]))
+		end := pos + 4 + size
+		if size < 4 || end > len(b) {
+			return cmd
+		}
+		cmd.Ops = append(cmd.Ops, b[pos+4])
+		nameLen := int(b[pos+7])
+		if pos+8+nameLen <= end {
+			cmd.Bins = append(cmd.Bins, string(b[pos+8:pos+8+nameLen]))
+		}
+		pos = end
+	}
+	return cmd
+}
+
+// writesTo matches single-record writes to set.
+func writesTo(set string) func(command) bool {
+	return func(c command) bool { return c.Kind == "write" && c.Set == set }
+}
+
+// writesBin matches single-record writes to set with an op on bin.
+func writesBin(set, bin string) func(command) bool {
+	return func(c command) bool {
+		if c.Kind != "write" || c.Set != set {
+			return false
+		}
+		for _, b := range c.Bins {
+			if b == bin {
+				return true
+			}
+		}
+		return false
+	}
+}
