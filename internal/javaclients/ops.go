@@ -95,6 +95,12 @@ func (t *Tool) HBaseLockTryAcquire(ctx context.Context, l HBaseLock, ttl time.Du
 	return t.do(ctx, "hbase.lock.tryAcquire", with(l.fields(), "ttl", secs(ttl)))
 }
 
+// HBaseLockAcquire is LockBase.acquireLock on HBaseStore: it tries, sleeping sleep
+// between tries, until timeout (whole seconds) has passed.
+func (t *Tool) HBaseLockAcquire(ctx context.Context, l HBaseLock, ttl, timeout, sleep time.Duration) error {
+	return t.do(ctx, "hbase.lock.acquire", with(l.fields(), "ttl", secs(ttl), "timeout", secs(timeout), "sleepMs", sleep.Milliseconds()))
+}
+
 // HBaseLockRelease is HBaseStore.remove: an unconditional row delete.
 func (t *Tool) HBaseLockRelease(ctx context.Context, l HBaseLock) error {
 	return t.do(ctx, "hbase.lock.release", l.fields())
@@ -103,6 +109,11 @@ func (t *Tool) HBaseLockRelease(ctx context.Context, l HBaseLock) error {
 // AerospikeLockTryAcquire is LockBase.tryAcquireLock on AerospikeStore.
 func (t *Tool) AerospikeLockTryAcquire(ctx context.Context, l AerospikeLock, ttl time.Duration) error {
 	return t.do(ctx, "as.lock.tryAcquire", with(l.fields(), "ttl", secs(ttl)))
+}
+
+// AerospikeLockAcquire is LockBase.acquireLock on AerospikeStore (see HBaseLockAcquire).
+func (t *Tool) AerospikeLockAcquire(ctx context.Context, l AerospikeLock, ttl, timeout, sleep time.Duration) error {
+	return t.do(ctx, "as.lock.acquire", with(l.fields(), "ttl", secs(ttl), "timeout", secs(timeout), "sleepMs", sleep.Milliseconds()))
 }
 
 // AerospikeLockRelease is AerospikeStore.remove: an unconditional delete.

@@ -264,6 +264,20 @@ func TestJavaClientsLock(t *testing.T) {
 				}
 				jcMust(t, e.tool.AerospikeLockRelease(ctx, j), "a stray Java release")
 				jcCode(t, l2.Release(ctx), dcsync.LockLost, "dcsync release after a stray Java delete")
+
+				// A dcsync holder whose lease lapsed while a Java service took the lock:
+				// its late release must leave the Java holder's lock alone.
+				l3, err := m.TryAcquire(ctx, name, lock.TTL(time.Second))
+				jcMust(t, err, "dcsync acquire with a 1s lease")
+				lapsed := time.Now().Add(time.Second)
+				time.Sleep(time.Until(lapsed))
+				jcMust(t, e.tool.AerospikeLockAcquire(ctx, j, time.Minute, 5*time.Second, 50*time.Millisecond), "Java acquire (waiting) after the dcsync lease lapsed")
+				t.Logf("the Java acquire succeeded %v after the dcsync lease ended", time.Since(lapsed).Round(10*time.Millisecond))
+				jcCode(t, l3.Release(ctx), dcsync.LockLost, "late dcsync release of a lapsed lease")
+				if je := jcJavaErr(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "Java acquire after the late dcsync release"); !je.Unavailable() {
+					t.Fatalf("after a late dcsync release the Java holder's lock is gone: %v", je)
+				}
+				jcMust(t, e.tool.AerospikeLockRelease(ctx, j), "Java release")
 			})
 		}
 	}

@@ -259,6 +259,20 @@ func TestJavaClientsLock(t *testing.T) {
 				}
 				must(t, e.tool.HBaseLockRelease(ctx, j), "a stray Java release")
 				wantCode(t, l2.Release(ctx), dcsync.LockLost, "dcsync release after a stray Java delete")
+
+				// A dcsync holder whose lease lapsed while a Java service took the lock:
+				// its late release must leave the Java holder's lock alone.
+				l3, err := m.TryAcquire(ctx, name, lock.TTL(time.Second))
+				must(t, err, "dcsync acquire with a 1s lease")
+				lapsed := time.Now().Add(time.Second)
+				time.Sleep(time.Until(lapsed))
+				must(t, e.tool.HBaseLockAcquire(ctx, j, time.Minute, 5*time.Second, 50*time.Millisecond), "Java acquire (waiting) after the dcsync lease lapsed")
+				t.Logf("the Java acquire succeeded %v after the dcsync lease ended", time.Since(lapsed).Round(10*time.Millisecond))
+				wantCode(t, l3.Release(ctx), dcsync.LockLost, "late dcsync release of a lapsed lease")
+				if je := jcJavaErr(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire after the late dcsync release"); !je.Unavailable() {
+					t.Fatalf("after a late dcsync release the Java holder's lock is gone: %v", je)
+				}
+				must(t, e.tool.HBaseLockRelease(ctx, j), "Java release")
 			})
 		}
 	}
