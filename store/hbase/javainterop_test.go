@@ -242,6 +242,17 @@ func TestJavaClientsLock(t *testing.T) {
 				// dcsync holds: Java cannot take it.
 				l, err := m.TryAcquire(ctx, name)
 				must(t, err, "dcsync acquire after the Java release")
+				// What the Java client sees of a dcsync-held row: the Java marker D:L = "M"
+				// (dcsync's own cells beside it are not the Java library's concern).
+				_, cells, err := e.tool.HBaseRow(ctx, e.lockTable, logical)
+				must(t, err, "raw row")
+				marker := false
+				for _, c := range cells {
+					marker = marker || (c.Family == "D" && c.Qualifier == "L" && c.ValueHex == "4d")
+				}
+				if !marker {
+					t.Fatalf("a dcsync-held row as the Java client reads it has no D:L = \"M\": %+v", cells)
+				}
 				if je := jcJavaErr(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire of a dcsync-held lock"); !je.Unavailable() {
 					t.Fatalf("Java acquire of a dcsync-held lock: %v, want LOCK_UNAVAILABLE", je)
 				}
