@@ -26,13 +26,28 @@ func (s *Store) checkLease(k dcsync.Key, owner string, ttl time.Duration) error 
 	return s.checkKey(k)
 }
 
-// lockState reads a lock record's state; Owner is "" and Token 0 for a Java lock.
-// Expires is estimated from the record's TTL (whole seconds): for a dcsync lock the
-// record outlives the lease by one second.
+// rLeft names the value lockReadOps' expression op returns: the ms left of a dcsync
+// lease by the server's clock, or -1 for a Java lock.
+const rLeft = "dcsync_r_left"
+
+// lockReadOps read what lockState needs: owner, token, and the lease left, computed by
+// the server (lease - since_update) so that it is exact to the ms.
+func lockReadOps() []*as.Operation {
+	return []*as.Operation{
+		as.GetBinOp(OwnerBin), as.GetBinOp(TokenBin), as.GetBinOp(IdentityBin),
+		as.ExpReadOp(rLeft, as.ExpCond(as.ExpBinExists(LeaseBin), as.ExpNumSub(as.ExpIntBin(LeaseBin), as.ExpSinceUpdate()),
+			as.ExpIntVal(-1)), as.ExpReadFlagDefault),
+	}
+}
+
+// lockState reads a lock record's state from the reply of lockReadOps; Owner is "" and
+// Token 0 for a Java lock, whose lease ends with the record (its TTL, whole seconds).
 func lockState(rec *as.Record, now time.Time) dcsync.LockState {
-	st := dcsync.LockState{Owner: stringOf(rec.Bins[OwnerBin]), Expires: expires(now, rec.Expiration)}
-	if _, ok := rec.Bins[LeaseBin]; ok && !st.Expires.IsZero() {
-		st.Expires = st.Expires.Add(-time.Second)
+	st := dcsync.LockState{Owner: stringOf(rec.Bins[OwnerBin])}
+	if left, ok := intOf(rec.Bins[rLeft]); ok && left >= 0 {
+		st.Expires = now.Add(time.Duration(left) * time.Millisecond)
+	} else {
+		st.Expires = expires(now, rec.Expiration)
 	}
 	if t, ok := intOf(rec.Bins[TokenBin]); ok && t > 0 {
 		st.Token = uint64(t)
@@ -45,6 +60,14 @@ func lockState(rec *as.Record, now time.Time) dcsync.LockState {
 // last write) reaches it, so leases end on time although record TTLs are whole seconds.
 // The record's own TTL is the lease rounded up to seconds plus one: it only removes
 // abandoned records, and keeps a Java client out until then.
+//
+// A Java lock has no owner, lease or identity bin. On the server (checked on 8.1 by
+// TestServerSemantics and TestJavaLayoutLockInterop), a comparison over a missing bin is
+// "unknown", which filters the record out (FILTERED_OUT), also under a not; and and or
+// evaluate left to right and stop at the first operand that decides. So lapsed() is
+// false for a Java lock (its first operand is), alive() true, and every owner check
+// (heldBy, releasable, abandon's ownerIs) filters a Java lock out: LockLost, the Java
+// lock untouched.
 func lapsed() *as.Expression {
 	return as.ExpAnd(as.ExpBinExists(LeaseBin), as.ExpGreaterEq(as.ExpSinceUpdate(), as.ExpIntBin(LeaseBin)))
 }
@@ -114,7 +137,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		if !hasCode(err, types.FILTERED_OUT) {
 			return err
 		}
-		rec, err := s.client.Get(s.readPolicy(ctx), key)
+		rec, err := s.client.Operate(s.writePolicy(ctx, 0), key, lockReadOps()...)
 		switch {
 		case hasCode(err, types.KEY_NOT_FOUND_ERROR):
 			// Released or expired between the put and the read: try again.
@@ -318,9 +341,9 @@ func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState
 	var st dcsync.LockState
 	found := false
 	err = s.retry(ctx, op, false, func(*attempt) error {
-		p := s.readPolicy(ctx)
-		p.FilterExpression = alive()
-		rec, err := s.client.Get(p, key)
+		wp := s.writePolicy(ctx, 0)
+		wp.FilterExpression = alive()
+		rec, err := s.client.Operate(wp, key, lockReadOps()...)
 		switch {
 		case hasCode(err, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT):
 			found = false
