@@ -55,6 +55,10 @@ func TestDcsyncChecks(t *testing.T) {
 	if v := TokenOrderViolations(ok); len(v) != 0 {
 		t.Errorf("tokens increase: %v", v)
 	}
+	lost := []Hold{h("a", 0, 10, 5, false), h("b", 20, 30, 4, true)}
+	if v := TokenOrderViolations(lost); len(v) != 0 {
+		t.Errorf("a hold whose lock was taken away may carry an older token: %v", v)
+	}
 	bad := []Hold{h("a", 0, 10, 5, false), h("b", 5, 15, 6, false), h("c", 20, 30, 4, false)}
 	if v := UnexplainedDcsyncOverlaps(bad); len(v) != 1 {
 		t.Errorf("unexplained overlaps = %v, want a/b", v)
