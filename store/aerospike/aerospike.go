@@ -1,24 +1,95 @@
 // Package aerospike is dcsync's Aerospike store, on the official Go client
 // (github.com/aerospike/aerospike-client-go/v8). Its records are byte-compatible with the
-// Java lock and latch libraries, so a Java service and a Go service see the same locks
-// and the same counts:
+// Java lock and latch libraries (PhonePe DLM and DistributedLatch), so a Java service
+// and a Go service see the same locks and the same counts.
 //
-//   - latch: set D_LTCH#<suffix>, string user key D_LTCH#<client>#<latch>, integer bin
-//     count#<farm>; an XDC read sums every count#* bin of the record.
+// # Layout
+//
+//   - latch: set D_LTCH#<suffix>, string user key D_LTCH#<client>#<latch>, one integer
+//     bin count#<farm> per farm cell. A DC latch is the caller's cell; an XDC latch is
+//     every cell, and its count their sum. (AerospikeLatchStorage.java.)
 //   - lock: set DC#<farm>#<suffix> or XDC#<suffix>, string user key <client>#<lock>,
 //     bins <farm>##data = 1 and <farm>##uat = epoch ms, taken by a put that expects
-//     generation 0, with the lease as the record's TTL.
+//     generation 0, with the lease as the record's TTL. (AerospikeStore.java.)
 //
-// dcsync adds bins a Java client ignores: "dcsync_ops" on a latch record (a key-ordered
-// map of the ids of recent updates, so an update whose first attempt was in doubt is
-// never applied twice), and "dcsync_owner" and "dcsync_token" on a lock record (so only
-// the owner refreshes or releases it, and every acquisition carries a fencing token).
-// Fencing tokens come from a never-expiring counter record in set F#<lock set> (same
-// user key as the lock), bin "fence"; no Java set name starts with "F#".
+// dcsync adds bins a Java client ignores (none contains "count#", which the Java XDC
+// read sums): on a latch record OpsBin (the ids of its latest updates, in the order the
+// server applied them, so that an update whose first try was in doubt is never applied
+// twice), EndsBin (each cell's end), IdentityBin (whose latch the record is) and AtBin;
+// on a lock record OwnerBin, TokenBin, LeaseBin (only the owner refreshes or releases,
+// every acquisition carries a fencing token, and a lease ends to the ms) and
+// IdentityBin. Fencing tokens come from a never-expiring counter record in set
+// F#<lock set>, keyed by layout.IdentityKey of the lock (unambiguous), bin "fence"; no
+// Java set name starts with "F#".
+//
+// # Latch lifetime
+//
+// A latch ends TTL after its creation, by the server's clock; count updates never move
+// that end, whatever TTL the updating manager has. The Java layout puts every farm's
+// cell of a name in one record with one TTL, so dcsync keeps each cell's end in EndsBin
+// (ms since the Unix epoch, computed by the server in the creating write) and judges
+// cells by it, on the server (filter and read expressions) or by the server's time read
+// beside the record:
+//   - DC: each farm's cell ends on its own. A 1 s DC latch in dc2 ends without ending
+//     dc1's 1 h latch of the same name; a read or update of an ended cell finds no
+//     latch, and a create replaces it.
+//   - XDC: cells an XDC update adds take the latch's end (the latest end in the
+//     record), so the whole latch ends together and its sum never drops because the
+//     creator's cell ended first.
+//
+// The record's own TTL only removes it: a create sets it to cover the new cell (TTL
+// rounded up to seconds, plus one) and only ever extends it — the write carries the
+// TTL only when a filter on the record's remaining TTL (ExpTTL) says it would end
+// sooner, and TTL_DONT_UPDATE otherwise; updates always use TTL_DONT_UPDATE. A record
+// whose cells have all ended is replaced whole by the next create.
+//
+// # Namespace requirement
+//
+// Every lock and latch record carries a TTL, so the namespace needs nsup-period > 0 (or
+// allow-ttl-without-nsup true): otherwise the server refuses every such write
+// (FAIL_FORBIDDEN), which this store reports as TableCreation with a message naming the
+// namespace and the setting.
+//
+// # Ids that collide in the Java layout
+//
+// The Java layout joins ids with '#' unescaped: client "a#b" with latch "c" and client
+// "a" with latch "b#c" have one key (layout.AmbiguousAerospikeLatchKey). The first
+// dcsync create of such a record writes its (client, name) into IdentityBin; a create or
+// update under another identity is refused with InvalidArgument naming both, and
+// nothing is written; a read under another identity finds no latch. Two locks with one
+// Java key share the lock record, so they exclude each other (LockUnavailable, whose
+// message names the colliding holder), but each has its own fence. A farm id with '#'
+// makes the DC lock set name DC#<farm>#<suffix> ambiguous across suffixes (farm "a#b"
+// with suffix "c" and farm "a" with suffix "b#c"); within one store's suffix it is not.
+//
+// # A mixed Java and Go deployment
+//
+//   - Java reads see dcsync's cells (and dcsync reads Java's), but Java knows nothing
+//     of cell ends: it sees a cell dcsync considers ended until the record expires (an
+//     XDC sum in Java includes it).
+//   - A Java update sets the record's TTL to the Java TTL (AerospikeLatchStorage.java:
+//     149): it can shorten the record, ending dcsync's cells early, or extend it
+//     (dcsync's cells still end at their own ends).
+//   - A Java create is create-only on the record (AerospikeLatchStorage.java:71): a
+//     Java DC create in a second farm fails once any farm's cell exists, whereas a
+//     dcsync one adds its cell.
+//   - A record a Java client created has no EndsBin: dcsync follows Java's rule there
+//     (every cell lives as long as the record) and adds cells to it without ends. A cell
+//     a Java update added to a record dcsync created has no end of its own and ends
+//     with the latch.
+//   - A Java-written record has no identity, so a collision with it cannot be detected.
+//   - Java retries count updates blindly (AerospikeLatchStorage.java:58-61), so its own
+//     updates may still be applied twice; dcsync's never are. A Java lock has no owner
+//     or lease bins: dcsync respects it until its TTL, and never refreshes or releases
+//     it; a Java release deletes any lock, dcsync's included (AerospikeStore.java:84-88).
+//
+// # Retries
 //
 // Every operation is retried on network errors and timeouts (Config.Attempts tries,
-// Config.RetryDelay apart), and every write is written so that a retry after an
-// in-doubt attempt is safe.
+// with exponential backoff and jitter from Config.RetryDelay), and every write is
+// written so that a retry after an in-doubt try is safe. Busy replies (KEY_BUSY: more
+// than the namespace's transaction-pending-limit, 20 by default, writes queued on one
+// record) were not applied; they are retried with backoff without counting as tries.
 package aerospike
 
 import (
