@@ -29,8 +29,8 @@ type cdtCase struct {
 
 // The fixture: "u" an unordered map and "o" a key-ordered map, both
 // {a:4 b:2 c:3 d:1 e:2} (written in the order c a e d b, values chosen so
-// that key order, value order and ties all differ), and "l" the list
-// [3 1 4 1 5].
+// that key order, value order and ties all differ), "l" the list
+// [3 1 4 1 5] and "ol" the same values in an ordered list.
 func cdtFixture(t *testing.T, c *as.Client, k *as.Key) {
 	t.Helper()
 	un := as.DefaultMapPolicy()
@@ -41,7 +41,9 @@ func cdtFixture(t *testing.T, c *as.Client, k *as.Key) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.Operate(writePolicy(nil), k, as.ListAppendOp("l", 3, 1, 4, 1, 5)); err != nil {
+	ordered := as.NewListPolicy(as.ListOrderOrdered, as.ListWriteFlagsDefault)
+	if _, err := c.Operate(writePolicy(nil), k, as.ListAppendOp("l", 3, 1, 4, 1, 5),
+		as.ListAppendWithPolicyOp(ordered, "ol", 3, 1, 4, 1, 5)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -117,6 +119,15 @@ func cdtCases() []cdtCase {
 			}
 			for i, op := range ops {
 				cases = append(cases, cdtCase{fmt.Sprintf("list %s op=%d", tag, i), "l", op})
+			}
+			for _, bin := range []string{"l", "ol"} {
+				byValue := []*as.Operation{
+					as.ListGetByValueOp(bin, 1, r), as.ListGetByValueOp(bin, 9, r), as.ListGetByValueOp(bin, 4, r),
+					as.ListRemoveByValueOp(bin, 1, r), as.ListRemoveByValueOp(bin, 9, r),
+				}
+				for i, op := range byValue {
+					cases = append(cases, cdtCase{fmt.Sprintf("list by value %s %s op=%d", bin, tag, i), bin, op})
+				}
 			}
 		}
 	}

@@ -24,8 +24,12 @@ const (
 	listGet                 = 17
 	listGetRange            = 18
 	listGetByIndex          = 19
+	listGetByValue          = 20
+	listGetAllByValue       = 22
 	listGetByIndexRange     = 24
 	listRemoveByIndex       = 32
+	listRemoveByValue       = 33
+	listRemoveAllByValue    = 35
 	listRemoveByIndexRange  = 37
 	listFlagOrdered         = 1
 	listWriteAddUnique      = 1
@@ -42,6 +46,8 @@ var listOpNames = map[int]string{
 	listIncrement: "increment", listSize: "size", listGet: "get", listGetRange: "get_range",
 	listGetByIndex: "get_by_index", listGetByIndexRange: "get_by_index_range",
 	listRemoveByIndex: "remove_by_index", listRemoveByIndexRange: "remove_by_index_range",
+	listGetByValue: "get_by_value", listGetAllByValue: "get_all_by_value",
+	listRemoveByValue: "remove_by_value", listRemoveAllByValue: "remove_all_by_value",
 }
 
 func isListModify(code int) bool {
@@ -71,7 +77,8 @@ func applyListOp(code int, args []any, cur any, modify bool) (any, any, bool, *o
 		l = lv
 	}
 	switch code {
-	case listPop, listPopRange, listRemove, listRemoveRange, listTrim, listClear, listRemoveByIndex, listRemoveByIndexRange:
+	case listPop, listPopRange, listRemove, listRemoveRange, listTrim, listClear, listRemoveByIndex, listRemoveByIndexRange,
+		listRemoveByValue, listRemoveAllByValue:
 		if l == nil {
 			return nil, nil, false, nil // no-op on a missing bin
 		}
@@ -192,6 +199,22 @@ func applyListOp(code int, args []any, cur any, modify bool) (any, any, bool, *o
 
 	case listSize:
 		return nil, int64(len(items())), false, nil
+
+	case listGetByValue, listGetAllByValue, listRemoveByValue, listRemoveAllByValue:
+		rt, ok := argInt(args, 0)
+		if !ok || len(args) < 2 {
+			return bad("bad return type/value")
+		}
+		rd := &resultData{typ: rt &^ rtInverted, inverted: rt&rtInverted != 0,
+			multi: code == listGetAllByValue || code == listRemoveAllByValue}
+		kept, err := listByValue(rd, items(), ordered, args[1])
+		if err != nil {
+			return nil, nil, false, err
+		}
+		if modify && kept != nil {
+			return newList(kept), rd.val, true, nil
+		}
+		return nil, rd.val, false, nil
 	}
 
 	// Index selections: pop, remove, trim, get and the by-index ops.
@@ -323,6 +346,10 @@ func listByIndexRange(rd *resultData, items []any, ordered bool, index int64, co
 		}
 		if !rd.multi {
 			rd.val = rev(rank(0))
+			break
+		}
+		if ordered {
+			rd.val = &listVal{items: nonNilItems(intRange(nil, uindex, count32, n, rd.typ == rtReverseRank))}
 			break
 		}
 		out := []any{}
@@ -522,4 +549,102 @@ func listSetAt(newList func([]any) *listVal, items []any, ordered bool, index in
 	out := append([]any{}, items...)
 	out[index] = v
 	return newList(out), nil, true, nil
+}
+
+// listByValue is packed_list_get_remove_by_value_interval for one value. It
+// returns the elements that remain (nil when nothing is removed).
+func listByValue(rd *resultData, items []any, ordered bool, v any) ([]any, *opError) {
+	n := len(items)
+	if rd.inverted && !rd.multi {
+		return nil, notApplicable("INVERTED with a single result op")
+	}
+	if ordered {
+		rank, count := 0, 0
+		for _, x := range items {
+			switch c := compareValues(x, v); {
+			case c < 0:
+				rank++
+			case c == 0:
+				count++
+			}
+		}
+		if count == 0 && !rd.multi {
+			switch rd.typ {
+			case rtKey, rtKeyValue, rtUnorderedMap, rtOrderedMap:
+				return nil, notApplicable("list result type")
+			}
+			rd.setNotFound(0)
+			return nil, nil
+		}
+		if !rd.multi {
+			count = 1
+		}
+		return listByIndexRange(rd, items, true, int64(rank), uint64(count))
+	}
+	mask := make([]bool, n)
+	rank, count, first := 0, 0, -1
+	for i, x := range items {
+		c := compareValues(x, v)
+		switch {
+		case c < 0:
+			rank++
+			if rd.inverted {
+				mask[i] = true
+				count++
+			}
+		case c == 0:
+			if rd.multi {
+				if !rd.inverted {
+					mask[i] = true
+					count++
+				}
+			} else if count == 0 {
+				first = i
+				count++
+			}
+		case rd.inverted && rd.multi:
+			mask[i] = true
+			count++
+		}
+	}
+	if first >= 0 {
+		mask[first] = true
+	}
+	var kept []any
+	if count != 0 {
+		kept = []any{}
+		for i, x := range items {
+			if !mask[i] {
+				kept = append(kept, x)
+			}
+		}
+	}
+	switch rd.typ {
+	case rtNone, rtCount, rtExists, rtRank, rtReverseRank:
+		c := count
+		if rd.inverted {
+			c = n - count
+		}
+		return kept, rd.setRange(rank, c, n)
+	case rtIndex, rtReverseIndex:
+		if rd.multi {
+			(&mapCtx{pairs: make([]mapPair, n)}).intListByMask(rd, mask, count)
+			return kept, nil
+		}
+		return kept, rd.setIndexRankCount(max(first, 0), count, n)
+	case rtValue:
+		if rd.multi {
+			out := []any{}
+			for i, x := range items {
+				if mask[i] {
+					out = append(out, x)
+				}
+			}
+			rd.val = &listVal{items: out}
+		} else if count != 0 {
+			rd.val = items[first]
+		}
+		return kept, nil
+	}
+	return nil, notApplicable("list result type")
 }

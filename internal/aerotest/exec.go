@@ -306,7 +306,20 @@ func (s *Server) write(q *request, ns *namespace, now time.Time) (result, *opErr
 	if q.key != nil && work.key == nil {
 		work.key = q.key
 	}
-	resp, err := s.applyWriteOps(q, work)
+	// The server sets the new void-time and last-update time before it
+	// applies the ops, so expressions in them see the write's own TTL and a
+	// since-update of 0 (write.c write_master_apply).
+	switch ttl {
+	case ttlDontUpdate:
+	case ttlNamespaceDefault:
+		work.voidTime = s.defaultVoidTime(now)
+	case ttlNeverExpire:
+		work.voidTime = 0
+	default:
+		work.voidTime = uint32(nowCL(now) + int64(ttl))
+	}
+	work.lastUpdate = time.UnixMilli(now.UnixMilli())
+	resp, err := s.applyWriteOps(q, work, now)
 	if err != nil {
 		return meta, err
 	}
@@ -325,21 +338,11 @@ func (s *Server) write(q *request, ns *namespace, now time.Time) (result, *opErr
 		return result{ops: resp}, nil
 	}
 
-	switch ttl {
-	case ttlDontUpdate:
-	case ttlNamespaceDefault:
-		work.voidTime = s.defaultVoidTime(now)
-	case ttlNeverExpire:
-		work.voidTime = 0
-	default:
-		work.voidTime = uint32(nowCL(now) + int64(ttl))
-	}
 	var cur uint32
 	if rec != nil {
 		cur = rec.gen
 	}
 	work.gen = nextGeneration(cur)
-	work.lastUpdate = now
 	ns.records[q.digest] = work
 	return result{gen: work.gen, voidTime: work.voidTime, ops: resp}, nil
 }
@@ -448,7 +451,7 @@ func (s *Server) read(q *request, ns *namespace, now time.Time) (result, *opErro
 		if !validBinName(o.name) {
 			return res, fail(rcBinNameTooLong, "bad bin name "+o.name)
 		}
-		ro, ok, err := s.readOp(rec, o, respondAll)
+		ro, ok, err := s.readOp(rec, o, respondAll, q.digest, now)
 		if err != nil {
 			return res, err
 		}
@@ -462,7 +465,7 @@ func (s *Server) read(q *request, ns *namespace, now time.Time) (result, *opErro
 // readOp is the server's process_bin_read_op (rw_utils.c) for the read ops
 // aerotest models. ok is false when the op found no bin and RESPOND_ALL_OPS
 // is not set (READ_OP_RESULT_NOT_FOUND): then it produces no reply entry.
-func (s *Server) readOp(rec *record, o wireOp, respondAll bool) (ro replyOp, ok bool, err *opError) {
+func (s *Server) readOp(rec *record, o wireOp, respondAll bool, digest [20]byte, now time.Time) (ro replyOp, ok bool, err *opError) {
 	switch o.op {
 	case opRead, opCDTRead:
 		cur, found := rec.get(o.name)
@@ -477,16 +480,85 @@ func (s *Server) readOp(rec *record, o wireOp, respondAll bool) (ro replyOp, ok 
 			return replyOp{}, false, err
 		}
 		return replyOp{op: o.op, name: o.name, val: res}, true, nil
-	case opExpRead, opBitRead, opHLLRead:
+	case opExpRead:
+		v, flags, err := evalExpOp(o.data, &exprEnv{rec: rec, digest: digest, now: now})
+		if err != nil {
+			return replyOp{}, false, err
+		}
+		if flags&^expFlagEvalNoFail != 0 {
+			return replyOp{}, false, fail(rcParameter, "expression read op: invalid flags")
+		}
+		if _, u := v.(unknownVal); u {
+			if flags&expFlagEvalNoFail == 0 {
+				return replyOp{}, false, fail(rcOpNotApplicable, "expression read op: unknown result")
+			}
+			v = nil
+		}
+		return replyOp{op: opExpRead, name: o.name, val: v}, true, nil
+	case opBitRead, opHLLRead:
 		return replyOp{}, false, unsupported("read op " + opName(o.op))
 	}
 	return replyOp{}, false, fail(rcParameter, "unsupported read op "+opName(o.op))
 }
 
+// Expression op flags (expop.c AS_EXP_FLAG_*).
+const (
+	expFlagCreateOnly   = 1 << 0
+	expFlagUpdateOnly   = 1 << 1
+	expFlagAllowDelete  = 1 << 2
+	expFlagPolicyNoFail = 1 << 3
+	expFlagEvalNoFail   = 1 << 4
+)
+
+// expModify is the server's as_exp_modify_tr (expop.c): it writes the
+// value of the op's expression into the op's bin.
+func expModify(work *record, o wireOp, digest [20]byte, now time.Time) *opError {
+	_, wasLive := work.get(o.name)
+	v, flags, err := evalExpOp(o.data, &exprEnv{rec: work, digest: digest, now: now})
+	if err != nil {
+		return err
+	}
+	if flags&^(expFlagCreateOnly|expFlagUpdateOnly|expFlagAllowDelete|expFlagPolicyNoFail|expFlagEvalNoFail) != 0 {
+		return fail(rcParameter, "expression write op: invalid flags")
+	}
+	if wasLive && flags&expFlagCreateOnly != 0 {
+		if flags&expFlagPolicyNoFail != 0 {
+			return nil
+		}
+		return fail(rcBinExists, "expression write op: bin exists")
+	}
+	if !wasLive && flags&expFlagUpdateOnly != 0 {
+		if flags&expFlagPolicyNoFail != 0 {
+			return nil
+		}
+		return fail(rcBinNotFound, "expression write op: bin not found")
+	}
+	if _, u := v.(unknownVal); u {
+		if flags&expFlagEvalNoFail != 0 {
+			return nil
+		}
+		return fail(rcOpNotApplicable, "expression write op: unknown result")
+	}
+	if v == nil {
+		if flags&expFlagAllowDelete == 0 && wasLive {
+			// As the server (expop.c tests "flags && AS_EXP_FLAG_POLICY_NO_FAIL",
+			// which is any flag), any flag makes this a silent no-op.
+			if flags != 0 {
+				return nil
+			}
+			return fail(rcOpNotApplicable, "expression write op: would delete the bin")
+		}
+		work.setBin(o.name, nil)
+		return nil
+	}
+	work.setBin(o.name, v)
+	return nil
+}
+
 // applyWriteOps applies a write's ops to work (the working copy of the
 // record) in order and returns the reply ops, as the server's
 // write_master_bin_ops_loop does (write.c).
-func (s *Server) applyWriteOps(q *request, work *record) ([]replyOp, *opError) {
+func (s *Server) applyWriteOps(q *request, work *record, now time.Time) ([]replyOp, *opError) {
 	respondAll := q.info2&info2RespondAll != 0
 	var out []replyOp
 	empty := func(o wireOp) {
@@ -524,8 +596,8 @@ func (s *Server) applyWriteOps(q *request, work *record) ([]replyOp, *opError) {
 			empty(o)
 		case q.isReadAll(o):
 			out = append(out, allBins(work)...)
-		case o.op == opRead || o.op == opCDTRead:
-			ro, ok, err := s.readOp(work, o, respondAll)
+		case o.op == opRead || o.op == opCDTRead || o.op == opExpRead:
+			ro, ok, err := s.readOp(work, o, respondAll, q.digest, now)
 			if err != nil {
 				return nil, err
 			}
@@ -546,7 +618,12 @@ func (s *Server) applyWriteOps(q *request, work *record) ([]replyOp, *opError) {
 			if respondAll || res != nil {
 				out = append(out, replyOp{op: o.op, name: o.name, val: res})
 			}
-		case o.op == opExpRead, o.op == opExpModify, o.op == opBitRead, o.op == opBitModify, o.op == opHLLRead, o.op == opHLLModify:
+		case o.op == opExpModify:
+			if err := expModify(work, o, q.digest, now); err != nil {
+				return nil, err
+			}
+			empty(o)
+		case o.op == opBitRead, o.op == opBitModify, o.op == opHLLRead, o.op == opHLLModify:
 			return nil, unsupported("op " + opName(o.op))
 		default:
 			return nil, fail(rcParameter, fmt.Sprintf("unknown bin op %d", o.op))

@@ -35,8 +35,14 @@ const (
 	expKey         = 80
 	expBin         = 81
 	expBinType     = 82
+	expUnknown     = 0
+	expDigestMod   = 64
 	expCond        = 123
+	expVar         = 124
+	expLet         = 125
 	expQuoted      = 126
+	expCall        = 127
+	expCallModify  = 0x40 // call flags: the CDT op modifies
 )
 
 // Expression value types (ExpType).
@@ -62,6 +68,7 @@ type exprEnv struct {
 	rec    *record
 	digest [20]byte
 	now    time.Time
+	vars   map[string]any
 }
 
 // evalFilter evaluates a filter expression against rec.
@@ -73,6 +80,9 @@ func evalFilter(b []byte, env *exprEnv) (bool, *opError) {
 	}
 	if r.off != len(b) {
 		return false, fail(rcParameter, "filter expression: trailing bytes")
+	}
+	if err := e.check(); err != nil {
+		return false, err
 	}
 	v, err := env.eval(e)
 	if err != nil {
@@ -89,10 +99,34 @@ func evalFilter(b []byte, env *exprEnv) (bool, *opError) {
 
 // expr is a parsed expression node: either a literal or an op with args.
 type expr struct {
-	op      int64 // 0 for literals
+	isLit   bool
+	op      int64
 	lit     any
 	args    []*expr
-	rawArgs []any // non-expression operands (bin names, types)
+	rawArgs []any    // non-expression operands (bin names, types)
+	names   []string // let: variable names, one per args[i] but the last
+}
+
+// check walks e for constructs aerotest does not model, so that a whole
+// expression is refused before anything is evaluated.
+func (e *expr) check() *opError {
+	if e.isLit {
+		return nil
+	}
+	switch e.op {
+	case expEQ, expNE, expGT, expGE, expLT, expLE, expAnd, expOr, expNot, expExclusive,
+		expAdd, expSub, expMul, expDiv, expMod, expAbs, expMin, expMax,
+		expLastUpdate, expSinceUpdate, expVoidTime, expTTL, expSetName, expKeyExists, expIsTombstone,
+		expKey, expBin, expBinType, expCond, expVar, expLet, expCall, expUnknown:
+	default:
+		return unsupported(fmt.Sprintf("filter expression op %d", e.op))
+	}
+	for _, a := range e.args {
+		if err := a.check(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func parseExpr(r *mpReader) (*expr, *opError) {
@@ -101,7 +135,7 @@ func parseExpr(r *mpReader) (*expr, *opError) {
 		if err != nil {
 			return nil, fail(rcParameter, "filter expression: "+err.Error())
 		}
-		return &expr{lit: v}, nil
+		return &expr{isLit: true, lit: v}, nil
 	}
 	n, err := r.readArrayLen()
 	if err != nil || n == 0 {
@@ -156,7 +190,70 @@ func parseExpr(r *mpReader) (*expr, *opError) {
 		if err != nil {
 			return nil, fail(rcParameter, "quoted expression operand")
 		}
-		return &expr{lit: v}, nil
+		return &expr{isLit: true, lit: v}, nil
+	case expVar: // [124, rawname]
+		if n != 2 {
+			return nil, fail(rcParameter, "var expression arity")
+		}
+		name, err := r.decodeRaw()
+		if err != nil {
+			return nil, fail(rcParameter, "var expression operand")
+		}
+		e.rawArgs = []any{name}
+		return e, nil
+	case expLet: // [125, name1, exp1, ..., body]
+		if n < 2 || n%2 != 0 {
+			return nil, fail(rcParameter, "let expression arity")
+		}
+		for i := 0; i < (n-2)/2; i++ {
+			name, err := r.decodeRaw()
+			s, ok := name.(string)
+			if err != nil || !ok {
+				return nil, fail(rcParameter, "let variable name")
+			}
+			a, oerr := parseExpr(r)
+			if oerr != nil {
+				return nil, oerr
+			}
+			e.names = append(e.names, s)
+			e.args = append(e.args, a)
+		}
+		body, oerr := parseExpr(r)
+		if oerr != nil {
+			return nil, oerr
+		}
+		e.args = append(e.args, body)
+		return e, nil
+	case expCall: // [127, result type, flags, [op, params...], bin]
+		if n != 5 {
+			return nil, fail(rcParameter, "call expression arity")
+		}
+		rtype, err1 := r.decode()
+		flags, err2 := r.decode()
+		if err1 != nil || err2 != nil {
+			return nil, fail(rcParameter, "call expression operands")
+		}
+		e.rawArgs = []any{rtype, flags}
+		na, err := r.readArrayLen()
+		if err != nil || na == 0 {
+			return nil, fail(rcParameter, "call expression arguments")
+		}
+		for i := 0; i < na; i++ {
+			if i == 0 && r.peekIsArray() {
+				return nil, unsupported("cdt call with context (nested CDT)")
+			}
+			a, oerr := parseExpr(r)
+			if oerr != nil {
+				return nil, oerr
+			}
+			e.args = append(e.args, a)
+		}
+		bin, oerr := parseExpr(r)
+		if oerr != nil {
+			return nil, oerr
+		}
+		e.args = append(e.args, bin)
+		return e, nil
 	}
 	for i := 1; i < n; i++ {
 		a, oerr := parseExpr(r)
@@ -169,7 +266,7 @@ func parseExpr(r *mpReader) (*expr, *opError) {
 }
 
 func (env *exprEnv) eval(e *expr) (any, *opError) {
-	if e.op == 0 {
+	if e.isLit {
 		return e.lit, nil
 	}
 	arity := func(n int) *opError {
@@ -331,16 +428,48 @@ func (env *exprEnv) eval(e *expr) (any, *opError) {
 		return false, nil
 
 	case expLastUpdate:
+		// The server keeps last-update times in milliseconds.
 		if rec == nil {
 			return int64(0), nil
 		}
-		return rec.lastUpdate.UnixNano(), nil
+		return rec.lastUpdate.UnixMilli() * int64(time.Millisecond), nil
 
 	case expSinceUpdate:
 		if rec == nil {
 			return int64(0), nil
 		}
-		return env.now.Sub(rec.lastUpdate).Milliseconds(), nil
+		return env.now.UnixMilli() - rec.lastUpdate.UnixMilli(), nil
+
+	case expUnknown:
+		return unknownVal{}, nil
+
+	case expVar:
+		name, _ := e.rawArgs[0].(string)
+		v, ok := env.vars[name]
+		if !ok {
+			return nil, fail(rcParameter, "expression var "+name+" is not defined")
+		}
+		return v, nil
+
+	case expLet:
+		saved := env.vars
+		vars := map[string]any{}
+		for k, v := range saved {
+			vars[k] = v
+		}
+		env.vars = vars
+		defer func() { env.vars = saved }()
+		for i, name := range e.names {
+			v, err := env.eval(e.args[i])
+			if err != nil {
+				return nil, err
+			}
+			vars[name] = v
+		}
+		return env.eval(e.args[len(e.args)-1])
+
+	case expCall:
+		return env.call(e)
 
 	case expVoidTime:
 		if rec == nil || rec.voidTime == 0 {
@@ -503,4 +632,116 @@ func (env *exprEnv) arith(e *expr) (any, *opError) {
 		return acc, nil
 	}
 	return nil, fail(rcParameter, "arithmetic on non-numeric value")
+}
+
+// call evaluates a CDT call: the list or map op applied to the value of its
+// bin expression. A read answers the op's result, a modify the new list or
+// map; an unknown operand, a value of another type, a failing op or a
+// result of another type than declared make the call unknown (the server
+// then fails the expression).
+func (env *exprEnv) call(e *expr) (any, *opError) {
+	rtype, _ := e.rawArgs[0].(int64)
+	flags, _ := e.rawArgs[1].(int64)
+	if flags&^expCallModify != 0 {
+		return nil, unsupported(fmt.Sprintf("expression call module %d", flags))
+	}
+	code, ok := e.args[0].lit.(int64)
+	if !e.args[0].isLit || !ok {
+		return nil, fail(rcParameter, "call expression op is not an integer")
+	}
+	vals := make([]any, 0, len(e.args)-2)
+	for _, a := range e.args[1 : len(e.args)-1] {
+		v, err := env.eval(a)
+		if err != nil {
+			return nil, err
+		}
+		if _, u := v.(unknownVal); u {
+			return unknownVal{}, nil
+		}
+		n, nerr := normalizeValue(v)
+		if nerr != nil {
+			return nil, fail(rcParameter, "call expression: "+nerr.Error())
+		}
+		vals = append(vals, n)
+	}
+	bin, err := env.eval(e.args[len(e.args)-1])
+	if err != nil {
+		return nil, err
+	}
+	if _, u := bin.(unknownVal); u {
+		return unknownVal{}, nil
+	}
+	modify := flags&expCallModify != 0
+	var nv, res any
+	var changed bool
+	var cerr *opError
+	if code < 64 {
+		if _, isList := bin.(*listVal); !isList {
+			return unknownVal{}, nil
+		}
+		if isListModify(int(code)) != modify {
+			return nil, fail(rcParameter, "call expression: list op and modify flag disagree")
+		}
+		nv, res, changed, cerr = applyListOp(int(code), vals, bin, modify)
+	} else {
+		m, isMap := bin.(*mapVal)
+		if !isMap {
+			return unknownVal{}, nil
+		}
+		name, known := mapOpNames[int(code)]
+		if !known {
+			return nil, unsupported(fmt.Sprintf("cdt map op %d in an expression", code))
+		}
+		if isMapModify(int(code)) != modify {
+			return nil, fail(rcParameter, "call expression: map op and modify flag disagree")
+		}
+		nv, res, changed, cerr = mapOp(int(code), name, vals, m)
+	}
+	if cerr != nil {
+		if cerr.unsupported {
+			return nil, cerr
+		}
+		return unknownVal{}, nil
+	}
+	out := res
+	if modify {
+		out = bin
+		if changed {
+			out = nv
+		}
+	}
+	if out == nil || !matchesExpType(out, rtype) {
+		return unknownVal{}, nil
+	}
+	return out, nil
+}
+
+// evalExpOp parses and evaluates the expression of an expression op
+// (payload [expression, flags]).
+func evalExpOp(data []byte, env *exprEnv) (v any, flags int64, err *opError) {
+	r := &mpReader{b: data}
+	n, derr := r.readArrayLen()
+	if derr != nil || n == 0 || n > 2 {
+		return nil, 0, fail(rcParameter, "expression op: bad payload")
+	}
+	e, oerr := parseExpr(r)
+	if oerr != nil {
+		return nil, 0, oerr
+	}
+	if n == 2 {
+		f, derr := r.decode()
+		fi, ok := f.(int64)
+		if derr != nil || !ok {
+			return nil, 0, fail(rcParameter, "expression op: bad flags")
+		}
+		flags = fi
+	}
+	if r.off != len(data) {
+		return nil, 0, fail(rcParameter, "expression op: trailing bytes")
+	}
+	if err := e.check(); err != nil {
+		return nil, 0, err
+	}
+	v, oerr = env.eval(e)
+	return v, flags, oerr
 }

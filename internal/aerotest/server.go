@@ -4,9 +4,16 @@
 // TCP and sees a one-node cluster owning all 4096 partitions of every
 // configured namespace. Records live in memory, keyed by digest.
 //
-// Behaviour follows frames captured from a real Aerospike 8.1.2 server
-// (testdata/README.txt, testdata/transcript.jsonl); TestReplayCapture
-// replays that capture and requires byte-identical replies.
+// It exists for fault injection a real server cannot do (DropResponses,
+// SetDelay, Restart, CloseConnections, PauseWrites); everything it models
+// follows Aerospike Community Edition 8.1.2.0: the write, read and delete
+// paths of the server's source (write.c, read.c, delete.c, particle_map.c,
+// particle_list.c, expop.c) and frames captured from a real server
+// (testdata/README.txt; TestReplayCapture requires byte-identical replies).
+// The behaviour tests run against aerotest and against a real server named
+// by DCSYNC_AEROSPIKE, and TestCDTMatrix compares every map selector and
+// return type, and the list ops, with testdata/cdt_matrix.txt, recorded
+// from the real server.
 //
 // Supported:
 //   - info: node, build, version, edition, features, cluster-name,
@@ -14,27 +21,47 @@
 //     peers-{clear,tls}-{std,alt}, service*, services*, namespaces, replicas,
 //     replicas-all, replicas-master, rack-ids, user-agent-set, statistics,
 //     truncate, truncate-namespace.
-//   - AS_MSG (type 3) and zlib-compressed AS_MSG (type 4) requests:
-//     get (all bins, named bins, header), exists, put with every
-//     RecordExistsAction, generation EQ/GT checks, TTL (0 = namespace default,
-//     -1 never, -2 keep), delete, touch, and operate with READ, WRITE, ADD
-//     (int/float), APPEND, PREPEND, TOUCH, DELETE and CDT map ops without
-//     context (put/put_items/add/replace with write flags CREATE_ONLY,
-//     UPDATE_ONLY, NO_FAIL, PARTIAL; increment; clear; size; set_type; every
-//     get_by_* / remove_by_* selector with all return types and INVERTED).
+//   - AS_MSG (type 3): get (all bins, named bins, header), exists, put with
+//     every RecordExistsAction, generation EQ/GT checks, TTL (0 = namespace
+//     default, -1 never, -2 keep), delete, touch, and operate with READ,
+//     WRITE, ADD (int/float), APPEND, PREPEND, TOUCH, DELETE, expression
+//     reads and writes (ExpReadOp, ExpWriteOp and their flags), CDT map ops
+//     without context (put/put_items/add/replace with write flags; increment;
+//     clear; size; set_type; every get_by_* / remove_by_* selector with every
+//     return type and INVERTED, except on key-value-ordered maps) and CDT
+//     list ops without context (set_type, append, insert, set, increment,
+//     pop, remove, trim, clear, size, get, get_range, by index and by value
+//     with every return type and INVERTED). The server's checks come in its
+//     order with its result codes: read-all mixed with ops that answer values
+//     or with RESPOND_ALL_OPS is PARAMETER_ERROR; record-level replace refuses
+//     bin deletes and modify ops; a write that leaves a missing record
+//     without bins is KEY_NOT_FOUND; set-name and key mismatches; TTLs
+//     refused on namespaces without nsup (Options.NsupDisabled).
+//   - Replies as the server builds them: error replies carry the record's
+//     generation and void-time once it was found (never for deletes), touch
+//     has no reply entry, a write that deletes the record answers no
+//     metadata, KEY_VALUE map results are ordered pair lists, maps are
+//     stored in key order, a deleted bin's slot takes the last bin.
+//   - Compressed requests (type 4) are ENTERPRISE_ONLY, as on Community
+//     Edition; durable deletes too.
+//   - Hot keys: a write that finds more than transaction-pending-limit (20)
+//     writes waiting on its record fails with KEY_BUSY; SetWriteHold and
+//     PauseWrites make writes queue.
 //   - filter expressions (field 43): comparisons, and/or/not/exclusive,
 //     bin, bin_type (so ExpBinExists), key, key_exists, set_name, ttl,
-//     void_time, last_update, since_update, is_tombstone, cond, integer and
-//     float arithmetic. A filter that is false or unknown gives FILTERED_OUT.
-//     As on the server, filters are not evaluated when a write creates the
-//     record.
+//     void_time, last_update, since_update, is_tombstone, cond, let/var,
+//     unknown, CDT calls on lists and maps, integer and float arithmetic. A
+//     filter that is false or unknown gives FILTERED_OUT; filters are not
+//     evaluated when a write creates the record.
 //   - batch index commands (BatchGet, BatchGetHeader, BatchExists,
 //     BatchGetOperate, BatchOperate with reads, writes and deletes),
 //     including REPEAT rows and a batch-level filter.
 //
-// Anything else (list, bit, HLL and expression ops, nested CDT contexts,
-// UDFs, scans, queries, transactions) is answered with UNSUPPORTED_FEATURE
-// and logged at warn level, never silently ignored.
+// Anything else (bit and HLL ops, other expression ops such as
+// digest_modulo or record_size, nested CDT contexts, list sort and list
+// rank / value-list / interval selectors, UDFs, scans, queries,
+// transactions) is answered with UNSUPPORTED_FEATURE and logged at warn
+// level, never silently ignored.
 package aerotest
 
 import (

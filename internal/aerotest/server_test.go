@@ -718,8 +718,10 @@ func TestUnsupportedIsRejectedAndLogged(t *testing.T) {
 	if !logs.find("context") {
 		t.Fatalf("no log for nested op: %q", logs.lines)
 	}
-	_, err = c.Operate(p, k, as.ExpReadOp("x", as.ExpIntVal(1), as.ExpReadFlagDefault))
-	wantRC(t, "exp read op", err, types.UNSUPPORTED_FEATURE)
+	_, err = c.Operate(p, k, as.ExpReadOp("x", as.ExpDigestModulo(3), as.ExpReadFlagDefault))
+	wantRC(t, "digest modulo", err, types.UNSUPPORTED_FEATURE)
+	_, err = c.Operate(p, k, as.BitSetOp(as.DefaultBitPolicy(), "b", 0, 8, []byte{1}))
+	wantRC(t, "bit op", err, types.UNSUPPORTED_FEATURE)
 	// Nothing was changed by the rejected commands.
 	r, err := c.Get(nil, k)
 	wantRC(t, "get", err, types.OK)
