@@ -127,7 +127,7 @@ const (
 // 15-byte limit, and none contains "count#", which the Java latch library's XDC read
 // looks for (AerospikeLatchStorage.java:113-114).
 const (
-	// OpsBin is the latch record's list of the ids of its latest updates (16-byte
+	// OpsBin is the latch record's list of the ids of its latest updates (8-byte
 	// blobs), in the order the server applied them; it keeps Config.OpIDsKept.
 	OpsBin = "dcsync_oplog"
 	// EndsBin is the latch record's map from farm id to the end of that farm's cell, in
@@ -176,9 +176,12 @@ type Config struct {
 	RetryDelay time.Duration
 	// Timeout bounds each try: the client's socket and total timeout (default 1s).
 	Timeout time.Duration
-	// OpIDsKept is how many recent update ids a latch record remembers (default 64).
-	// A retried update is recognised as long as fewer than this many later updates of
-	// the same record land between its in-doubt attempt and its retry.
+	// OpIDsKept is how many recent update ids a latch record remembers (default 64),
+	// in the order the server applied them. A retried update is recognised as long as
+	// fewer than this many later updates of the same record land between its in-doubt
+	// attempt and its retry, whatever the writers' clocks say. A record updated faster
+	// than OpIDsKept per retry window (Attempts × Timeout) needs more; each id costs
+	// about 10 bytes in the record and in every XDC update's reply.
 	OpIDsKept int
 	// Logger receives retries and in-doubt outcomes (default: discarded).
 	Logger *slog.Logger
@@ -425,10 +428,12 @@ func expires(now time.Time, exp uint32) time.Time {
 	return now.Add(time.Duration(exp) * time.Second)
 }
 
-// newOpID returns a fresh update id: 16 random bytes. Ids carry no clock: the record
-// keeps them in the order the server applied them (see OpsBin).
+// newOpID returns a fresh update id: 8 random bytes (two of a record's last OpIDsKept
+// ids collide with odds below 1e-15), kept short because an XDC update's reply carries
+// every id the record keeps. Ids carry no clock: the record keeps them in the order the
+// server applied them (see OpsBin).
 func newOpID() []byte {
-	b := make([]byte, 16)
+	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	return b
 }
