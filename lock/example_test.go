@@ -43,3 +43,23 @@ func Example() {
 	// held: true
 	// next token: 2
 }
+
+// A lease is treated as over a little before TTL after the acquisition was sent: here
+// 2% of the TTL plus 50 ms early. Deadline says when; KeepAlive's context ends then
+// unless the lease was renewed.
+func ExampleWithSafetyMargin() {
+	ctx := context.Background()
+	locks, err := lock.New(memory.New(), "billing", "dc1", lock.WithSafetyMargin(0.02, 50*time.Millisecond))
+	if err != nil {
+		panic(err)
+	}
+	l, err := locks.TryAcquire(ctx, "nightly-invoices", lock.TTL(10*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	defer l.Release(ctx)
+	left := time.Until(l.Deadline())
+	fmt.Println("counted locally at most 9.75s:", left <= 9750*time.Millisecond && left > 9*time.Second)
+	// Output:
+	// counted locally at most 9.75s: true
+}

@@ -9,24 +9,60 @@ import (
 	"github.com/dcsync/dcsync"
 )
 
+// stamp is one reading of this process's two clocks: mono on the monotonic clock (from
+// an arbitrary origin), wall on the wall clock.
+type stamp struct {
+	mono time.Duration
+	wall time.Time
+}
+
+// stopper stops a timer made by clock.afterFunc.
+type stopper interface{ Stop() bool }
+
+// clock is where a Lock reads time and sets timers; tests replace it.
+type clock interface {
+	now() stamp
+	afterFunc(d time.Duration, f func()) stopper
+	// withTimeout bounds a store call by d on this clock.
+	withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc)
+}
+
+// origin is the zero of sysClock's monotonic readings.
+var origin = time.Now()
+
+type sysClock struct{}
+
+func (sysClock) now() stamp {
+	t := time.Now()
+	return stamp{mono: t.Sub(origin), wall: t.Round(0)} // Round(0) strips the monotonic reading
+}
+
+func (sysClock) afterFunc(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
+
+func (sysClock) withTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d)
+}
+
 // Lock is one acquisition of a lock. Its methods are safe for concurrent use.
 type Lock struct {
 	m     *Manager
 	key   dcsync.Key
 	ttl   time.Duration
+	lease time.Duration // ttl minus the safety margin: how long after a send the lease counts
 	owner string
 	token uint64
 
 	mu       sync.Mutex
-	expires  time.Time // by the store's clock
-	deadline time.Time // by ours: when the last renewal was sent, plus the TTL
+	expires  time.Time // by the store's clock; reported, never used for the deadline
+	sent     stamp     // when the acquisition or the latest successful refresh was sent
+	lost     error     // why the lease was declared lost (LockLost), nil while held
 	released bool
-	stop     context.CancelFunc // stops KeepAlive; nil when not running
-	stopped  chan struct{}      // closed when KeepAlive's goroutine has exited
+	ka       *keeper // the latest KeepAlive, nil if none was started
 }
 
-func newLock(m *Manager, k dcsync.Key, ttl time.Duration, st dcsync.LockState, sent time.Time) *Lock {
-	return &Lock{m: m, key: k, ttl: ttl, owner: st.Owner, token: st.Token, expires: st.Expires, deadline: sent.Add(ttl)}
+func newLock(m *Manager, k dcsync.Key, ttl time.Duration, st dcsync.LockState, sent stamp) *Lock {
+	return &Lock{m: m, key: k, ttl: ttl, lease: ttl - m.safety(ttl), owner: st.Owner, token: st.Token,
+		expires: st.Expires, sent: sent}
 }
 
 // Key returns the lock's key in the store.
@@ -43,103 +79,274 @@ func (l *Lock) Token() uint64 { return l.token }
 // TTL returns the lease length.
 func (l *Lock) TTL() time.Duration { return l.ttl }
 
-// Expires returns when the lease ends unless renewed, by the store's clock.
+// Expires returns when the lease ends unless renewed, by the store's clock, as the store
+// reported it. It is for display: this process's own view is Deadline.
 func (l *Lock) Expires() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.expires
 }
 
+// Deadline returns when this process treats the lease as over unless it is renewed:
+// TTL minus the safety margin after the acquisition or the latest successful Refresh
+// was sent (see the package doc), earlier if this host's wall clock has stepped forward
+// since. The time carries a monotonic clock reading, so time.Until and
+// context.WithDeadline measure it unaffected by later wall-clock steps. Work that must
+// finish while the lock is held should end before it; KeepAlive's context ends at it.
+func (l *Lock) Deadline() time.Time {
+	l.mu.Lock()
+	left := l.leftAt(l.sent, l.m.clk.now())
+	l.mu.Unlock()
+	return time.Now().Add(left)
+}
+
+// leftAt returns how much of the lease renewed at sent is left at now: the smaller of
+// what the monotonic clock and the wall clock say. It is <= 0 once the lease is over.
+func (l *Lock) leftAt(sent, now stamp) time.Duration {
+	return min(sent.mono+l.lease-now.mono, sent.wall.Add(l.lease).Sub(now.wall))
+}
+
 // Refresh renews the lease for another TTL. It returns LockLost when the lease has
-// lapsed or another owner holds the lock, and changes nothing then.
+// lapsed or another owner holds the lock, and changes nothing then; it also returns
+// LockLost, without asking the store, once KeepAlive has declared the lease lost (the
+// protected work was told to stop: acquire the lock again instead). A LockLost from the
+// store ends a running KeepAlive's context too.
 func (l *Lock) Refresh(ctx context.Context) error {
-	sent := time.Now()
+	l.mu.Lock()
+	lost := l.lost
+	l.mu.Unlock()
+	if lost != nil {
+		return lost
+	}
+	sent := l.m.clk.now()
 	st, err := l.m.store.RefreshLock(ctx, l.key, l.owner, l.ttl)
 	if err != nil {
-		return dcsync.Wrap(err, dcsync.Internal, "lock.Refresh")
+		err = dcsync.Wrap(err, dcsync.Internal, "lock.Refresh")
+		if errors.Is(err, dcsync.ErrLockLost) {
+			l.lose(err)
+		}
+		return err
 	}
 	l.mu.Lock()
-	l.expires, l.deadline = st.Expires, sent.Add(l.ttl)
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	if l.lost != nil {
+		// KeepAlive gave the lease up while this call was out: the work was told to
+		// stop, and a late success does not bring the lease back.
+		return l.lost
+	}
+	l.expires = st.Expires
+	if sent.mono > l.sent.mono {
+		// Only a later send extends the deadline: of two overlapping refreshes the
+		// one sent later also reached the store later or not at all.
+		l.sent = sent
+	}
 	return nil
 }
 
 // Release stops KeepAlive and frees the lock. It returns LockLost, leaving the lock
-// alone, when this acquisition no longer holds it.
+// alone, when this acquisition no longer holds it. When KeepAlive had already declared
+// the lease lost (its deadline passed), Release still deletes the lock if the store has
+// it, so others need not wait for the lease to end, and returns LockLost all the same:
+// the protected work outlived the lease this process could vouch for. When ctx ends
+// while a KeepAlive renewal is still in a store call, Release returns a Connection error
+// matching ctx's error and leaves the lock to expire.
 func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Lock()
 	l.released = true
-	stop, stopped := l.stop, l.stopped
+	k := l.ka
 	l.mu.Unlock()
-	if stop != nil {
-		stop()
-		<-stopped
+	if k != nil {
+		k.stop()
+		select {
+		case <-k.done:
+		case <-ctx.Done():
+			return dcsync.Errorf(dcsync.Connection, "lock.Release", "%s: keep-alive still in a store call: %w", l.key, ctx.Err())
+		}
 	}
-	return dcsync.Wrap(l.m.store.ReleaseLock(ctx, l.key, l.owner), dcsync.Internal, "lock.Release")
+	err := dcsync.Wrap(l.m.store.ReleaseLock(ctx, l.key, l.owner), dcsync.Internal, "lock.Release")
+	l.mu.Lock()
+	lost := l.lost
+	l.mu.Unlock()
+	if err == nil && lost != nil {
+		return dcsync.Errorf(dcsync.LockLost, "lock.Release", "deleted %s, but its lease had been given up before Release: %w", l.key, lost)
+	}
+	return err
 }
 
-// errReleased is the cause of a KeepAlive context ended by Release.
-var errReleased = errors.New("lock released")
+// keeper is one run of KeepAlive.
+type keeper struct {
+	ctx      context.Context // what KeepAlive returns
+	cancel   context.CancelCauseFunc
+	stopLoop context.CancelFunc
+	done     chan struct{} // closed when the renewal goroutine has exited
+	watchdog stopper       // guarded by Lock.mu; nil once stopped
+	stopped  bool          // guarded by Lock.mu
+}
 
-// KeepAlive renews the lease every TTL/3 until Release, until ctx ends, or until the
-// lease is lost. It returns a context derived from ctx that is cancelled the moment the
-// lease is lost: context.Cause then returns an error with code LockLost. Run the work the
-// lock protects under that context. A renewal that fails for a passing reason (a store
-// outage) is retried until the lease would have run out by this process's clock; only
-// then is the lease declared lost. Calling KeepAlive again while it runs returns the
-// running one's context.
+// stop ends the run on Release: the context is cancelled with cause context.Canceled.
+func (k *keeper) stop() {
+	k.stopLoop()
+	k.cancel(nil)
+}
+
+// KeepAlive renews the lease until Release, until ctx ends, or until the lease is lost,
+// and returns a context derived from ctx that is cancelled the moment the lease is
+// lost: context.Cause then returns an error with code LockLost. Run the work the lock
+// protects under that context.
+//
+// Renewals are scheduled against the lease's deadline (see the package doc), not
+// against the call: the first one is sent at once when KeepAlive starts after a third
+// of the lease has passed. A renewal that fails for a passing reason (a store outage)
+// is retried until the deadline. The lease is declared lost at the deadline by a timer
+// of its own, whether or not a renewal is still waiting on the store, and at once when a
+// renewal returns LockLost.
+//
+// Calling KeepAlive again while a KeepAlive runs, or after it declared the lease lost,
+// returns that same context (ctx of the later call is not used). After Release it
+// returns a context already cancelled with a LockLost cause; Release itself ends a
+// running KeepAlive's context with cause context.Canceled. When the context ended only
+// because its ctx ended, a new call starts a new KeepAlive.
 func (l *Lock) KeepAlive(ctx context.Context) context.Context {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	kctx, cancel := context.WithCancelCause(ctx)
 	if l.released {
+		kctx, cancel := context.WithCancelCause(ctx)
 		cancel(dcsync.Errorf(dcsync.LockLost, "lock.KeepAlive", "%s was released", l.key))
 		return kctx
 	}
-	if l.stop != nil {
-		cancel(errors.New("lock: KeepAlive is already running"))
+	prev := l.ka
+	if prev != nil && (prev.ctx.Err() == nil || l.lost != nil) {
+		return prev.ctx
+	}
+	kctx, cancel := context.WithCancelCause(ctx)
+	if l.lost != nil {
+		cancel(l.lost)
 		return kctx
 	}
 	loopCtx, stopLoop := context.WithCancel(kctx)
-	l.stop = func() { stopLoop(); cancel(errReleased) }
-	l.stopped = make(chan struct{})
-	go l.keepAlive(loopCtx, cancel)
+	k := &keeper{ctx: kctx, cancel: cancel, stopLoop: stopLoop, done: make(chan struct{})}
+	l.ka = k
+	l.armLocked(k)
+	go l.keepAlive(loopCtx, k, prev)
 	return kctx
 }
 
-func (l *Lock) keepAlive(ctx context.Context, lost context.CancelCauseFunc) {
-	defer close(l.stopped)
-	every := l.ttl / 3
-	retry := max(l.ttl/10, 100*time.Millisecond)
-	timer := time.NewTimer(every)
-	defer timer.Stop()
+// armLocked sets k's watchdog to look at the deadline when it is due, and at least
+// every tenth of the lease (to see wall-clock steps). l.mu must be held.
+func (l *Lock) armLocked(k *keeper) {
+	if k.stopped {
+		return
+	}
+	wait := max(min(l.leftAt(l.sent, l.m.clk.now()), l.lease/10), 0)
+	k.watchdog = l.m.clk.afterFunc(wait, func() { l.watch(k) })
+}
+
+// watch is k's watchdog: it declares the lease lost once its deadline has passed, and
+// otherwise looks again later. It never waits for a renewal in progress.
+func (l *Lock) watch(k *keeper) {
+	l.mu.Lock()
+	if k.stopped {
+		l.mu.Unlock()
+		return
+	}
+	if left := l.leftAt(l.sent, l.m.clk.now()); left > 0 {
+		l.armLocked(k)
+		l.mu.Unlock()
+		return
+	}
+	l.mu.Unlock()
+	l.lose(dcsync.Errorf(dcsync.LockLost, "lock.KeepAlive", "lease on %s ran out (TTL %v less the safety margin) before it could be renewed", l.key, l.ttl))
+}
+
+// lose declares the lease lost with cause err (code LockLost) and ends a running
+// KeepAlive's context with it. The first cause stays.
+func (l *Lock) lose(err error) {
+	l.mu.Lock()
+	if l.lost == nil && !l.released {
+		l.lost = err
+	}
+	k := l.ka
+	l.mu.Unlock()
+	if k != nil {
+		k.cancel(err)
+	}
+}
+
+// keepAlive is k's renewal goroutine. It waits for prev's goroutine first, so that at
+// most one renews at a time and Release, waiting for k, waits for both.
+func (l *Lock) keepAlive(ctx context.Context, k *keeper, prev *keeper) {
+	defer close(k.done)
+	defer func() {
+		l.mu.Lock()
+		k.stopped = true
+		if k.watchdog != nil {
+			k.watchdog.Stop()
+			k.watchdog = nil
+		}
+		l.mu.Unlock()
+	}()
+	if prev != nil {
+		<-prev.done // its context has ended: its store call, if any, is being cancelled
+	}
+	clk := l.m.clk
+	retry := max(l.lease/10, 100*time.Millisecond)
+	wake := make(chan struct{}, 1)
+	var failedAt stamp // the send time of the lease when a renewal last failed
+	var retryAt time.Duration
+	failed := false
 	for {
 		l.mu.Lock()
-		deadline := l.deadline
+		sent := l.sent
 		l.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer.C:
-		}
-		if !time.Now().Before(deadline) {
-			lost(dcsync.Errorf(dcsync.LockLost, "lock.KeepAlive", "lease on %s ran out before it could be renewed", l.key))
+		now := clk.now()
+		left := l.leftAt(sent, now)
+		if left <= 0 {
+			l.lose(dcsync.Errorf(dcsync.LockLost, "lock.KeepAlive", "lease on %s ran out (TTL %v less the safety margin) before it could be renewed", l.key, l.ttl))
 			return
 		}
-		rctx, cancel := context.WithDeadline(ctx, deadline)
+		if failed && sent.mono != failedAt.mono {
+			failed = false // a Refresh by the caller renewed the lease meanwhile
+		}
+		// Renew once a third of the lease has passed since the last send (at once if
+		// that is already past); after a failure, retry soon, but never past the end.
+		wait := left - (l.lease - l.lease/3)
+		if failed {
+			wait = min(retryAt-now.mono, left)
+		}
+		if wait > 0 {
+			t := clk.afterFunc(wait, func() {
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			})
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-wake:
+			}
+			continue // look at the lease again: it may have been renewed or run out
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		// A renewal is pointless past the deadline; the watchdog ends the lease there
+		// whether or not this call has returned.
+		rctx, cancel := clk.withTimeout(ctx, left)
 		err := l.Refresh(rctx)
 		cancel()
 		switch {
 		case err == nil:
-			timer.Reset(every)
+			failed = false
 		case ctx.Err() != nil:
 			return
 		case errors.Is(err, dcsync.ErrLockLost):
-			lost(err)
+			l.lose(err)
 			return
 		default:
+			failed, failedAt, retryAt = true, sent, clk.now().mono+retry
 			l.m.log.Warn("dcsync lock: renewal failed; retrying", "lock", l.key.String(), "err", err)
-			timer.Reset(min(retry, max(time.Until(deadline), 0)))
 		}
 	}
 }

@@ -5,8 +5,49 @@
 // token that strictly increases per lock key, also across lease expiries, so a
 // protected resource can refuse a stale holder. Refresh and Release act only for the
 // owner: once the lease has lapsed they return LockLost and leave the next holder alone.
-// KeepAlive renews the lease at a third of its TTL and tells the holder, through a
-// context, the moment the lease is lost.
+// KeepAlive renews the lease and tells the holder, through a context, the moment the
+// lease is lost.
+//
+// # Lease deadlines and the safety margin
+//
+// The store ends a lease TTL after it applied the acquisition or the last refresh, by
+// its own clock. This process cannot know that instant; what it knows is when it SENT
+// the request, which was earlier. So a Lock keeps a local deadline:
+//
+//	deadline = sent + TTL - (ClockDrift*TTL + Margin)
+//
+// measured on this process's monotonic clock from the moment the acquisition or the
+// latest successful refresh was SENT (not from the reply, which a slow store would push
+// past the store's end of the lease). This is Redlock's validity time: the TTL, minus the
+// time since the request was sent, minus a drift allowance of 1% of the TTL plus a few
+// milliseconds. The margin, DefaultClockDrift (1%) of the TTL plus DefaultMargin (5 ms)
+// unless set with WithSafetyMargin, covers the store ending a lease slightly earlier
+// than sent+TTL (SQLite and HBase keep lease ends in whole milliseconds, rounded down),
+// clocks that run at slightly different rates, and timer and scheduling delay.
+//
+// KeepAlive renews when a third of the lease (TTL minus the margin) has passed since the
+// last send, as etcd's client renews at a third of the TTL; it renews at once when it is
+// started later than that. It retries failed renewals until the deadline and declares
+// the lease lost AT the deadline, by a timer of its own, even while a renewal is still
+// blocked in the store. Run the protected work under KeepAlive's context and stop it
+// when that context ends: while clocks keep within the margin, the store still holds the
+// lease then, for about the margin. Deadline tells when that will be.
+//
+// # Clocks
+//
+// Stores keep lease ends as wall-clock instants: SQLite by this host's clock, HBase and
+// Aerospike by their servers' clocks or the writing client's. A Lock never derives its
+// deadline from a stored instant (Expires is reported, never trusted): the deadline is
+// the monotonic send time plus the lease, so no step of any wall clock extends it. This
+// host's wall clock is watched as well: when it steps FORWARD (an NTP step, a manual
+// date change), a SQLite lease ends early by as much in real time, so a Lock treats its
+// lease as over when either clock says so, checked at every renewal and at least every
+// tenth of the lease (a step is seen that late at worst). A BACKWARD step lengthens a
+// SQLite lease in real time: safe for the holder, it only delays the next acquirer.
+// Steps of another host's clock cannot be seen from here: a forward step larger than the
+// margin on the clock that ends a remote store's leases lets another process acquire the
+// lock while this one still believes it holds it. The fencing token (Token) is the
+// defence against that, as against any pause of this process longer than the lease.
 package lock
 
 import (
@@ -27,6 +68,18 @@ const (
 	DefaultWait = 90 * time.Second
 )
 
+// Defaults of the safety margin (see the package doc): a lease is treated as over at
+// sent + TTL - (DefaultClockDrift*TTL + DefaultMargin), 15 ms early for a 1 s lease and
+// 905 ms early for the default 90 s.
+const (
+	// DefaultClockDrift is the fraction of the TTL allowed for clock rate differences
+	// between this host and the store (Redlock's CLOCK_DRIFT_FACTOR).
+	DefaultClockDrift = 0.01
+	// DefaultMargin is the fixed part of the margin: the store's rounding of lease ends
+	// down to whole milliseconds, plus timer and scheduling slack.
+	DefaultMargin = 5 * time.Millisecond
+)
+
 // Manager acquires locks for one client id in one farm, on one store. It is safe for
 // concurrent use.
 type Manager struct {
@@ -38,7 +91,10 @@ type Manager struct {
 	wait       time.Duration
 	minBackoff time.Duration
 	maxBackoff time.Duration
+	drift      float64
+	margin     time.Duration
 	log        *slog.Logger
+	clk        clock
 }
 
 // Option configures a Manager.
@@ -59,6 +115,15 @@ func WithBackoff(min, max time.Duration) Option {
 	return func(m *Manager) { m.minBackoff, m.maxBackoff = min, max }
 }
 
+// WithSafetyMargin sets how much earlier than sent+TTL this process treats a lease as
+// over: drift*TTL + margin (DefaultClockDrift and DefaultMargin if unset). drift must
+// lie in [0, 0.5) and margin must not be negative; a call whose TTL leaves less than
+// half of the lease after the margin is refused with InvalidArgument. Setting both to
+// zero restores the unsafe behaviour of ending the lease exactly at sent+TTL.
+func WithSafetyMargin(drift float64, margin time.Duration) Option {
+	return func(m *Manager) { m.drift, m.margin = drift, margin }
+}
+
 // WithLogger sets the logger (slog.Default() if unset).
 func WithLogger(l *slog.Logger) Option { return func(m *Manager) { m.log = l } }
 
@@ -66,7 +131,8 @@ func WithLogger(l *slog.Logger) Option { return func(m *Manager) { m.log = l } }
 // does no I/O.
 func New(store dcsync.LockStore, client, farm string, opts ...Option) (*Manager, error) {
 	m := &Manager{store: store, client: client, farm: farm, level: dcsync.DC, ttl: DefaultTTL,
-		wait: DefaultWait, minBackoff: 10 * time.Millisecond, maxBackoff: time.Second, log: slog.Default()}
+		wait: DefaultWait, minBackoff: 10 * time.Millisecond, maxBackoff: time.Second,
+		drift: DefaultClockDrift, margin: DefaultMargin, log: slog.Default(), clk: sysClock{}}
 	for _, o := range opts {
 		o(m)
 	}
@@ -82,7 +148,10 @@ func New(store dcsync.LockStore, client, farm string, opts ...Option) (*Manager,
 	if m.level != dcsync.DC && m.level != dcsync.XDC {
 		return nil, dcsync.Errorf(dcsync.InvalidArgument, "lock.New", "level %d is not DC or XDC", int(m.level))
 	}
-	if err := dcsync.ValidateTTL(m.ttl); err != nil {
+	if !(m.drift >= 0 && m.drift < 0.5) || m.margin < 0 {
+		return nil, dcsync.Errorf(dcsync.InvalidArgument, "lock.New", "safety margin: drift %v must lie in [0, 0.5) and margin %v must not be negative", m.drift, m.margin)
+	}
+	if err := m.checkTTL("lock.New", m.ttl); err != nil {
 		return nil, err
 	}
 	if m.wait < 0 || m.minBackoff <= 0 || m.maxBackoff < m.minBackoff {
@@ -118,13 +187,30 @@ func (m *Manager) spec(name string, opts []CallOption) (dcsync.Key, spec, error)
 	if err := k.Validate("lock"); err != nil {
 		return k, s, err
 	}
-	if err := dcsync.ValidateTTL(s.ttl); err != nil {
+	if err := m.checkTTL("lock.Acquire", s.ttl); err != nil {
 		return k, s, err
 	}
 	if s.wait < 0 {
 		return k, s, dcsync.Errorf(dcsync.InvalidArgument, "lock.Acquire", "wait %v is negative", s.wait)
 	}
 	return k, s, nil
+}
+
+// safety returns the part of a lease of length ttl that this process gives up: the
+// lease is treated as over at sent + ttl - safety(ttl).
+func (m *Manager) safety(ttl time.Duration) time.Duration {
+	return time.Duration(m.drift*float64(ttl)) + m.margin
+}
+
+// checkTTL validates ttl, and that the safety margin leaves at least half of it.
+func (m *Manager) checkTTL(op string, ttl time.Duration) error {
+	if err := dcsync.ValidateTTL(ttl); err != nil {
+		return err
+	}
+	if s := m.safety(ttl); s > ttl/2 {
+		return dcsync.Errorf(dcsync.InvalidArgument, op, "safety margin %v leaves less than half of the %v lease", s, ttl)
+	}
+	return nil
 }
 
 // newOwner returns a fresh random owner id (128 bits, hex).
@@ -136,7 +222,7 @@ func newOwner() string {
 
 func (m *Manager) try(ctx context.Context, k dcsync.Key, ttl time.Duration) (*Lock, error) {
 	owner := newOwner()
-	sent := time.Now()
+	sent := m.clk.now()
 	st, err := m.store.AcquireLock(ctx, k, owner, ttl)
 	if err != nil {
 		return nil, dcsync.Wrap(err, dcsync.Internal, "lock.Acquire")
