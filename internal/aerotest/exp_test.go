@@ -67,6 +67,12 @@ func TestExpressionOps(t *testing.T) {
 		read("let and div", as.ExpLet(as.ExpDef("v", as.ExpIntVal(7)), as.ExpNumDiv(as.ExpVar("v"), as.ExpIntVal(2))), 0, 3, types.OK)
 		read("literals", as.ExpListVal(as.NewValue(1), as.NewValue("a")), 0, []any{1, "a"}, types.OK)
 		read("blob", as.ExpBlobVal([]byte{1, 2}), 0, []byte{1, 2}, types.OK)
+		read("cond with branches of two types", as.ExpCond(as.ExpBinExists("x"), as.ExpIntVal(1), as.ExpStringVal("a")), 0, nil, types.PARAMETER_ERROR)
+		read("int plus float", as.ExpNumAdd(as.ExpIntVal(1), as.ExpFloatVal(1.5)), 0, nil, types.PARAMETER_ERROR)
+		read("division by zero", as.ExpNumDiv(as.ExpIntVal(1), as.ExpIntVal(0)), 0, nil, types.OP_NOT_APPLICABLE)
+		read("to int", as.ExpToInt(as.ExpFloatVal(2.7)), 0, 2, types.OK)
+		read("int bin over a float bin", as.ExpIntBin("m"), 0, nil, types.OP_NOT_APPLICABLE)
+		read("integer overflow wraps", as.ExpNumAdd(as.ExpIntVal(9223372036854775807), as.ExpIntVal(1)), 0, -9223372036854775808, types.OK)
 
 		write := func(name, bin string, e *as.Expression, flags as.ExpWriteFlags, wantRC types.ResultCode) {
 			t.Helper()

@@ -23,6 +23,8 @@ const (
 	expDiv         = 23
 	expMod         = 26
 	expAbs         = 27
+	expToInt       = 30
+	expToFloat     = 31
 	expMin         = 50
 	expMax         = 51
 	expLastUpdate  = 66
@@ -117,7 +119,7 @@ func (e *expr) check() *opError {
 	case expEQ, expNE, expGT, expGE, expLT, expLE, expAnd, expOr, expNot, expExclusive,
 		expAdd, expSub, expMul, expDiv, expMod, expAbs, expMin, expMax,
 		expLastUpdate, expSinceUpdate, expVoidTime, expTTL, expSetName, expKeyExists, expIsTombstone,
-		expKey, expBin, expBinType, expCond, expVar, expLet, expCall, expUnknown:
+		expKey, expBin, expBinType, expCond, expVar, expLet, expCall, expUnknown, expToInt, expToFloat:
 	default:
 		return unsupported(fmt.Sprintf("filter expression op %d", e.op))
 	}
@@ -126,7 +128,86 @@ func (e *expr) check() *opError {
 			return err
 		}
 	}
+	if e.op == expCond {
+		// The server type-checks an expression when it builds it: the
+		// branches of a cond must have one type.
+		var want int64 = -1
+		for i := 1; i < len(e.args); i += 2 {
+			if t, ok := e.args[i].staticType(); ok {
+				if want >= 0 && t != want {
+					return fail(rcParameter, "cond branches of different types")
+				}
+				want = t
+			}
+		}
+		if last := e.args[len(e.args)-1]; len(e.args)%2 == 1 {
+			if t, ok := last.staticType(); ok && want >= 0 && t != want {
+				return fail(rcParameter, "cond branches of different types")
+			}
+		}
+	}
 	return nil
+}
+
+// staticType is the expression type of e when it is known without
+// evaluating it (unknown, var and cond of unknowns are not).
+func (e *expr) staticType() (int64, bool) {
+	if e.isLit {
+		switch v := e.lit.(type) {
+		case nil:
+			return etNil, true
+		case bool:
+			return etBool, true
+		case int64:
+			return etInt, true
+		case float64:
+			return etFloat, true
+		case string:
+			return etString, true
+		case *listVal:
+			return etList, true
+		case *mapVal:
+			return etMap, true
+		case blobVal:
+			if v.ptype == ptGeoJSON {
+				return etGeo, true
+			}
+			return etBlob, true
+		}
+		return 0, false
+	}
+	switch e.op {
+	case expEQ, expNE, expGT, expGE, expLT, expLE, expAnd, expOr, expNot, expExclusive, expKeyExists, expIsTombstone:
+		return etBool, true
+	case expLastUpdate, expSinceUpdate, expVoidTime, expTTL, expBinType, expToInt:
+		return etInt, true
+	case expToFloat:
+		return etFloat, true
+	case expSetName:
+		return etString, true
+	case expBin, expKey:
+		t, ok := e.rawArgs[0].(int64)
+		return t, ok
+	case expCall:
+		t, ok := e.rawArgs[0].(int64)
+		return t, ok
+	case expAdd, expSub, expMul, expDiv, expMod, expAbs, expMin, expMax:
+		for _, a := range e.args {
+			if t, ok := a.staticType(); ok {
+				return t, true
+			}
+		}
+	case expCond:
+		for i := 1; i < len(e.args); i += 2 {
+			if t, ok := e.args[i].staticType(); ok {
+				return t, true
+			}
+		}
+		return e.args[len(e.args)-1].staticType()
+	case expLet:
+		return e.args[len(e.args)-1].staticType()
+	}
+	return 0, false
 }
 
 func parseExpr(r *mpReader) (*expr, *opError) {
@@ -442,6 +523,28 @@ func (env *exprEnv) eval(e *expr) (any, *opError) {
 
 	case expUnknown:
 		return unknownVal{}, nil
+
+	case expToInt, expToFloat:
+		if err := arity(1); err != nil {
+			return nil, err
+		}
+		v, err := env.eval(e.args[0])
+		if err != nil {
+			return nil, err
+		}
+		switch x := v.(type) {
+		case unknownVal:
+			return x, nil
+		case int64:
+			if e.op == expToFloat {
+				return float64(x), nil
+			}
+		case float64:
+			if e.op == expToInt {
+				return int64(x), nil
+			}
+		}
+		return nil, fail(rcParameter, "to_int/to_float of a value of another type")
 
 	case expVar:
 		name, _ := e.rawArgs[0].(string)
