@@ -2,6 +2,7 @@ package aerospike_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -140,3 +141,129 @@ func benchCount(b *testing.B, level dcsync.Level) {
 
 func BenchmarkLatchCount(b *testing.B)    { benchCount(b, dcsync.DC) }
 func BenchmarkLatchCountXDC(b *testing.B) { benchCount(b, dcsync.XDC) }
+
+// BenchmarkRatio runs each dcsync operation and its raw counterpart alternately in one
+// loop, so that the noise of a shared machine falls on both alike, and reports the
+// ratio of their medians (ratio-p50) and of their means (ratio-mean) beside each side's
+// median latency. ns/op is the pair's.
+func BenchmarkRatio(b *testing.B) {
+	c, s := benchSetup(b)
+	ctx := context.Background()
+	lm, err := lock.New(s, "bench", "dc1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := latch.New(s, "bench", "dc1")
+	if err != nil {
+		b.Fatal(err)
+	}
+	rawLatch := func(count int64) *as.Key {
+		k := key(b, latchSet, layout.AerospikeLatchKey("bench", unique("raw")))
+		if err := javaCreateLatch(c, k, "dc1", count); err != nil {
+			b.Fatal(err)
+		}
+		return k
+	}
+	update := as.NewWritePolicy(0, 60)
+	update.RecordExistsAction = as.UPDATE_ONLY
+	rawCount := func(k *as.Key, xdc bool) func() error {
+		return func() error {
+			rec, err := c.Get(nil, k)
+			if err != nil {
+				return err
+			}
+			var n int
+			for name, v := range rec.Bins {
+				if xdc && strings.Contains(name, "count#") || name == "count#dc1" {
+					n += v.(int)
+				}
+			}
+			_ = n
+			return nil
+		}
+	}
+	pairs := []struct {
+		name        string
+		dcsync, raw func() error
+	}{}
+	{
+		name := unique("lock")
+		k := key(b, dc1Locks, "bench#"+unique("rawlock"))
+		put := as.NewWritePolicy(0, 60)
+		put.GenerationPolicy = as.EXPECT_GEN_EQUAL
+		pairs = append(pairs, struct {
+			name        string
+			dcsync, raw func() error
+		}{"LockAcquireRelease", func() error {
+			l, err := lm.TryAcquire(ctx, name)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}, func() error {
+			if err := c.Put(put, k, as.BinMap{"dc1##data": 1, "dc1##uat": time.Now().UnixMilli()}); err != nil {
+				return err
+			}
+			_, err := c.Delete(nil, k)
+			return err
+		}})
+	}
+	for _, level := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
+		sfx := ""
+		if level == dcsync.XDC {
+			sfx = "XDC"
+		}
+		d, err := m.CreateCountDown(ctx, unique("cd"), 1<<40, latch.Level(level))
+		if err != nil {
+			b.Fatal(err)
+		}
+		rk := rawLatch(1 << 40)
+		pairs = append(pairs, struct {
+			name        string
+			dcsync, raw func() error
+		}{"LatchCountDown" + sfx, func() error { _, err := d.CountDown(ctx); return err }, func() error {
+			_, err := c.Operate(update, rk, as.AddOp(as.NewBin("count#dc1", -1)))
+			return err
+		}})
+		rc := rawLatch(5)
+		pairs = append(pairs, struct {
+			name        string
+			dcsync, raw func() error
+		}{"LatchCount" + sfx, func() error { _, err := d.Count(ctx); return err }, rawCount(rc, level == dcsync.XDC)})
+	}
+	for _, p := range pairs {
+		b.Run(p.name, func(b *testing.B) {
+			ld := make([]time.Duration, 0, b.N)
+			lr := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if err := p.dcsync(); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if err := p.raw(); err != nil {
+					b.Fatal(err)
+				}
+				ld, lr = append(ld, t1.Sub(t0)), append(lr, time.Since(t1))
+			}
+			b.StopTimer()
+			med := func(l []time.Duration) float64 {
+				l = slices.Clone(l)
+				slices.Sort(l)
+				return float64(l[len(l)/2])
+			}
+			mean := func(l []time.Duration) float64 {
+				var sum time.Duration
+				for _, d := range l {
+					sum += d
+				}
+				return float64(sum) / float64(len(l))
+			}
+			b.ReportMetric(med(ld), "dcsync-p50-ns")
+			b.ReportMetric(med(lr), "raw-p50-ns")
+			b.ReportMetric(med(ld)/med(lr), "ratio-p50")
+			b.ReportMetric(mean(ld)/mean(lr), "ratio-mean")
+		})
+	}
+}
