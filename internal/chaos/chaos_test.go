@@ -143,7 +143,7 @@ func real(t *testing.T, env, what string) string {
 func runScenario(t *testing.T, sc Scenario) {
 	t.Helper()
 	if sc.Duration == 0 {
-		sc.Duration = 8 * time.Second
+		sc.Duration = 10 * time.Second
 	}
 	if sc.TTL == 0 {
 		sc.TTL = time.Second

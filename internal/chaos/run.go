@@ -90,7 +90,7 @@ const (
 
 func lockWorker(client int, m *lock.Manager, name string, ttl time.Duration, out Sink) LockWorker {
 	return LockWorker{Client: client, Locks: m, Name: name, TTL: ttl, Margin: ttl/10 + 20*time.Millisecond,
-		Slices: 8, Slice: 15 * time.Millisecond, Out: out}
+		Slices: 8, Slice: 15 * time.Millisecond, KeepAlive: true, Out: out}
 }
 
 // IsChild reports whether this process was started as a chaos worker.

@@ -23,7 +23,11 @@ type LockWorker struct {
 	Margin time.Duration
 	Slices int           // claims per hold (at most)
 	Slice  time.Duration // time between claims
-	Out    Sink
+	// KeepAlive makes every fourth hold last up to 1.2 TTLs, renewed by the lock's
+	// KeepAlive; the holder then claims only while time.Now() is before the lock's own
+	// Deadline() (the lease less its safety margin, by this process's monotonic clock).
+	KeepAlive bool
+	Out       Sink
 }
 
 // Run works until ctx ends. It returns the number of acquisitions.
@@ -43,11 +47,21 @@ func (w LockWorker) Run(ctx context.Context) int {
 		rec(Record{Phase: PhaseReturn, Kind: KindEnter, Token: l.Token(), Outcome: OK, At: now()})
 		held++
 		deadline := sent.Add(w.TTL - w.Margin) // monotonic: a pause or clock step cannot extend it
+		valid := func(t time.Time) bool { return t.Before(deadline) }
+		slices := w.Slices
+		var stopKeepAlive context.CancelFunc = func() {}
+		if w.KeepAlive && held%4 == 0 {
+			kctx, cancel := context.WithCancel(ctx)
+			stopKeepAlive = cancel
+			l.KeepAlive(kctx)
+			valid = func(t time.Time) bool { return t.Before(l.Deadline()) }
+			slices = int(6*w.TTL/(5*w.Slice)) + 1
+		}
 		tok := l.Token()
 		var last int64
-		for i := 0; i < w.Slices; i++ {
+		for i := 0; i < slices; i++ {
 			t := time.Now()
-			if !t.Before(deadline) {
+			if !valid(t) {
 				break
 			}
 			last = t.UnixNano()
@@ -62,6 +76,7 @@ func (w LockWorker) Run(ctx context.Context) int {
 		}
 		rec(Record{Phase: PhaseCall, Kind: KindExit, Token: tok, At: last})
 		rec(Record{Phase: PhaseReturn, Kind: KindExit, Token: tok, Outcome: OK, At: now()})
+		stopKeepAlive()
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		_ = l.Release(rctx) // LockLost after a pause is expected; the exit is already recorded
 		cancel()
