@@ -255,7 +255,7 @@ func (s *Server) write(q *request, ns *namespace, now time.Time) (result, *opErr
 	if err != nil {
 		return result{}, err
 	}
-	rec := ns.lookup(q.digest, now)
+	rec := ns.lookup(q.digest, now, s.nsup)
 	if rec == nil && mustNotCreate {
 		return result{}, fail(rcKeyNotFound, "write: not found")
 	}
@@ -362,13 +362,14 @@ func (q *request) checkGeneration(rec *record) *opError {
 }
 
 // deleteRecord executes a delete, as the server's as_delete_start and
-// delete_master/drop_master do (delete.c). Delete replies never carry
-// metadata.
+// delete_master/drop_master do (delete.c): it finds an expired record nsup
+// has not reaped yet and deletes it as a live one. Delete replies never
+// carry metadata.
 func (s *Server) deleteRecord(q *request, ns *namespace, now time.Time) (result, *opError) {
 	if q.info2&info2DurableDel != 0 {
 		return result{}, fail(rcEnterpriseOnly, "durable delete is an enterprise feature")
 	}
-	rec := ns.lookup(q.digest, now)
+	rec := ns.lookupForDelete(q.digest, now, s.nsup)
 	if rec == nil {
 		return result{}, fail(rcKeyNotFound, "delete: not found")
 	}
@@ -420,7 +421,7 @@ func allBins(r *record) []replyOp {
 // read executes a command without the WRITE flag, as the server's
 // read_local does (read.c).
 func (s *Server) read(q *request, ns *namespace, now time.Time) (result, *opError) {
-	rec := ns.lookup(q.digest, now)
+	rec := ns.lookup(q.digest, now, s.nsup)
 	if rec == nil {
 		return result{}, fail(rcKeyNotFound, "read: not found")
 	}

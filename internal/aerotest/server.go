@@ -101,6 +101,14 @@ type Options struct {
 	// server, every write that would give a record a TTL fails with
 	// FAIL_FORBIDDEN (22).
 	NsupDisabled []string
+	// NsupPeriod is the namespace nsup-period: expired records stay in
+	// storage until the next nsup pass (every NsupPeriod of server clock
+	// since Start), and until then a delete finds them and deletes them as
+	// live records (reads and writes never see them). 0 reaps records the
+	// moment they expire. The real server's window is timing dependent; on
+	// the test server (nsup-period 1) a delete about a second after expiry
+	// still reported the record as existing.
+	NsupPeriod time.Duration
 	// TransactionPendingLimit is the namespace transaction-pending-limit: a
 	// write or delete that finds more than this many others already waiting
 	// behind the one executing on its record fails with KEY_BUSY (14), as on
@@ -192,6 +200,7 @@ type Server struct {
 
 	mu         sync.Mutex // guards namespaces and all records
 	namespaces map[string]*namespace
+	nsup       nsupClock
 
 	lmu     sync.Mutex // guards ln, conns, stop, closed
 	ln      net.Listener
@@ -250,6 +259,7 @@ func Start(opts Options) (*Server, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
+	s.nsup = nsupClock{start: s.now(), period: opts.NsupPeriod}
 	for _, n := range opts.Namespaces {
 		if n == "" || len(n) >= 32 {
 			return nil, fmt.Errorf("aerotest: invalid namespace name %q", n)

@@ -799,3 +799,52 @@ func testMapTrimInverted(t *testing.T, tg *target) {
 		t.Fatalf("increment %#v", r.Bins["ops"])
 	}
 }
+
+// TestNsupWindow checks aerotest's nsup model with a fake clock: until the
+// nsup pass after its expiry, an expired record is invisible to reads and
+// writes but a delete still finds it (with its generation), as on the real
+// server; without NsupPeriod it is gone the moment it expires.
+func TestNsupWindow(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	srv := startServer(t, Options{Now: clock.Now, NsupPeriod: 10 * time.Second})
+	c := newClient(t, srv)
+	ttl1 := writePolicy(func(p *as.WritePolicy) { p.Expiration = 1 })
+	k := key(t, "nsup", "k")
+	wantRC(t, "put", c.Put(ttl1, k, as.BinMap{"v": 1}), types.OK)
+	clock.Advance(2 * time.Second) // expired; the next nsup pass is at +10 s
+	_, err := c.Get(nil, k)
+	wantRC(t, "get expired", err, types.KEY_NOT_FOUND_ERROR)
+	if ok, _ := c.Exists(nil, k); ok {
+		t.Fatal("expired record exists")
+	}
+	wrongGen := writePolicy(func(p *as.WritePolicy) { p.GenerationPolicy = as.EXPECT_GEN_EQUAL; p.Generation = 2 })
+	_, err = c.Delete(wrongGen, k)
+	wantRC(t, "delete expired with the wrong generation", err, types.GENERATION_ERROR)
+	existed, err := c.Delete(writePolicy(func(p *as.WritePolicy) { p.GenerationPolicy = as.EXPECT_GEN_EQUAL; p.Generation = 1 }), k)
+	if err != nil || !existed {
+		t.Fatalf("delete of an expired, unreaped record: %v %v", existed, err)
+	}
+	// Reaped by the pass after expiry.
+	wantRC(t, "put", c.Put(ttl1, k, as.BinMap{"v": 1}), types.OK)
+	clock.Advance(10 * time.Second)
+	if existed, err := c.Delete(writePolicy(nil), k); err != nil || existed {
+		t.Fatalf("delete after the nsup pass: %v %v", existed, err)
+	}
+	// A write over an expired record creates it afresh.
+	wantRC(t, "put", c.Put(ttl1, k, as.BinMap{"v": 1}), types.OK)
+	clock.Advance(2 * time.Second)
+	wantRC(t, "create over an expired record", c.Put(writePolicy(func(p *as.WritePolicy) { p.RecordExistsAction = as.CREATE_ONLY }), k, as.BinMap{"v": 2}), types.OK)
+	if r, _ := c.GetHeader(nil, k); r.Generation != 1 {
+		t.Fatalf("generation %d after create over an expired record", r.Generation)
+	}
+
+	// Without NsupPeriod the record is gone at expiry.
+	clock2 := &fakeClock{t: time.Unix(1_800_000_000, 0)}
+	srv2 := startServer(t, Options{Now: clock2.Now})
+	c2 := newClient(t, srv2)
+	wantRC(t, "put", c2.Put(ttl1, k, as.BinMap{"v": 1}), types.OK)
+	clock2.Advance(2 * time.Second)
+	if existed, err := c2.Delete(writePolicy(nil), k); err != nil || existed {
+		t.Fatalf("delete of an expired record without nsup model: %v %v", existed, err)
+	}
+}

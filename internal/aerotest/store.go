@@ -117,12 +117,51 @@ type namespace struct {
 	nsupDisabled bool
 }
 
-// lookup returns the live record for digest, removing it if expired.
-func (ns *namespace) lookup(d [20]byte, now time.Time) *record {
+// lookup returns the live record for digest; an expired record is
+// removed once nsup has reaped it (see reaped).
+func (ns *namespace) lookup(d [20]byte, now time.Time, nsup nsupClock) *record {
 	r := ns.records[d]
-	if r != nil && r.expired(now) {
+	if r == nil || !r.expired(now) {
+		return r
+	}
+	if nsup.reaped(r, now) {
+		delete(ns.records, d)
+	}
+	return nil
+}
+
+// lookupForDelete is lookup for a delete, which, as the server's
+// delete_master, finds an expired record nsup has not reaped yet.
+func (ns *namespace) lookupForDelete(d [20]byte, now time.Time, nsup nsupClock) *record {
+	r := ns.records[d]
+	if r != nil && r.expired(now) && nsup.reaped(r, now) {
 		delete(ns.records, d)
 		return nil
 	}
 	return r
+}
+
+// nsupClock models when the server's nsup thread reaps expired records:
+// with a period, passes run every period from start; without, a record is
+// reaped the moment it expires.
+type nsupClock struct {
+	start  time.Time
+	period time.Duration
+}
+
+func (c nsupClock) reaped(r *record, now time.Time) bool {
+	if c.period <= 0 {
+		return true
+	}
+	// The record is expired from the second after its void-time.
+	expiry := time.Unix(int64(r.voidTime)+citrusleafEpoch+1, 0)
+	k := expiry.Sub(c.start) / c.period
+	if k < 1 {
+		k = 1
+	}
+	pass := c.start.Add(k * c.period)
+	for pass.Before(expiry) {
+		pass = pass.Add(c.period)
+	}
+	return !now.Before(pass)
 }
