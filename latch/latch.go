@@ -11,11 +11,34 @@
 // not exist fails with NotFound, and all waits in a process share one watcher per store,
 // which batches the reads of every awaited latch into one store call per poll interval,
 // stops when nobody waits, and wakes waiters at once when a local update reaches zero.
+//
+// # The watcher
+//
+// A Wait returns only on what was observed after it began: a read the watcher started
+// after the Wait joined, or a local update started after it. The watcher reads at most
+// once per poll interval (the shortest interval among current waiters), however many
+// waiters arrive or leave; a new Wait is therefore answered by the next scheduled read,
+// up to one interval later, and leaving never causes a read. When a batched read fails
+// for good (any code but Connection or RetriesExhausted), the watcher reads the latches
+// one by one, and only the waiters of a latch that cannot be read get its error; on an
+// outage (Connection, RetriesExhausted) every waiter keeps waiting, bounded by its ctx.
+//
+// A store may report its Close by a method Done() <-chan struct{} whose channel Close
+// closes: every Wait on it then ends at once with a Connection error, and the watcher
+// forgets the store. A store without it is seen closed only through its reads failing.
+//
+// # Counts
+//
+// Counts are int64. Updates change a count by one; a store must refuse, with
+// InvalidArgument and writing nothing, an update whose result (the farm cell, or the sum
+// at level XDC) would leave the int64 range. Should a store wrap instead, the latch
+// notices from the count it returns, undoes the update and returns InvalidArgument.
 package latch
 
 import (
 	"context"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/dcsync/dcsync"
@@ -23,7 +46,7 @@ import (
 
 // Defaults of a Manager.
 const (
-	// DefaultTTL is how long a latch lives after its last update.
+	// DefaultTTL is how long a latch lives after its creation.
 	DefaultTTL = time.Hour
 	// DefaultPollInterval is how often the shared watcher reads awaited latches.
 	DefaultPollInterval = time.Second
@@ -39,14 +62,14 @@ type Manager struct {
 	ttl      time.Duration
 	interval time.Duration
 	log      *slog.Logger
-	watch    *watcher
+	own      *watcher // for a store that cannot key the shared watcher map; else nil
 }
 
 // Option configures a Manager.
 type Option func(*Manager)
 
-// WithTTL sets the default TTL of latches (DefaultTTL if unset). The TTL is renewed on
-// every update.
+// WithTTL sets the default TTL of latches (DefaultTTL if unset). A latch ends TTL after
+// its creation; updates never move that end.
 func WithTTL(ttl time.Duration) Option { return func(m *Manager) { m.ttl = ttl } }
 
 // WithLevel sets the default level of latches (DC if unset).
@@ -54,7 +77,8 @@ func WithLevel(l dcsync.Level) Option { return func(m *Manager) { m.level = l } 
 
 // WithPollInterval sets how often the shared watcher reads the latches this manager's
 // waiters await (DefaultPollInterval if unset). When managers with different intervals
-// share a store, the watcher polls at the shortest interval among current waiters.
+// share a store, the watcher polls at the shortest interval among current waiters. It
+// never reads more often, however many waiters come and go.
 func WithPollInterval(d time.Duration) Option { return func(m *Manager) { m.interval = d } }
 
 // WithLogger sets the logger (slog.Default() if unset).
@@ -86,7 +110,9 @@ func New(store dcsync.LatchStore, client, farm string, opts ...Option) (*Manager
 	if m.interval < time.Millisecond {
 		return nil, dcsync.Errorf(dcsync.InvalidArgument, "latch.New", "poll interval %v is shorter than 1ms", m.interval)
 	}
-	m.watch = watcherFor(store, m.log)
+	if !shareable(store) {
+		m.own = newWatcher(store, m.log)
+	}
 	return m, nil
 }
 
@@ -205,30 +231,90 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 	return res[0].Count, nil
 }
 
+// add changes the count by delta, which is always +1 or -1: a count within the int64
+// range then wraps only to exactly MinInt64 (after +1) or MaxInt64 (after -1), neither
+// of which a correct store can return after such an update.
 func (l *CountDownLatch) add(ctx context.Context, op string, delta int64) (int64, error) {
+	epoch := epochs.Add(1) // before the update: it may end the waits that began before it
 	n, err := l.m.store.AddLatch(ctx, l.key, delta)
 	if err != nil {
 		return 0, dcsync.Wrap(err, dcsync.Internal, op)
 	}
+	if (delta > 0 && n == math.MinInt64) || (delta < 0 && n == math.MaxInt64) {
+		return 0, l.undoWrap(ctx, op, delta)
+	}
 	if n <= 0 {
-		l.m.watch.reached(l.key)
+		if w := l.m.watcher(); w != nil {
+			w.reached(l.key, epoch)
+		}
 	}
 	return n, nil
 }
 
+// undoWrap handles a store that wrapped the count past the int64 range instead of
+// refusing the update: it applies the opposite update (which wraps back to the count
+// before) and reports InvalidArgument. Readers may have seen the wrapped count meanwhile.
+func (l *CountDownLatch) undoWrap(ctx context.Context, op string, delta int64) error {
+	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+	defer cancel()
+	if _, err := l.m.store.AddLatch(uctx, l.key, -delta); err != nil {
+		return dcsync.Errorf(dcsync.Internal, op, "store %T wrapped the count of latch %s past the int64 range instead of refusing the update, and undoing it failed: %w", l.m.store, l.key, err)
+	}
+	return dcsync.Errorf(dcsync.InvalidArgument, op, "the count of latch %s would overflow int64 (store %T wrote it wrapped; undone)", l.key, l.m.store)
+}
+
+// WatcherStats describes the watcher that serves the Waits on a manager's store in this
+// process: for monitoring, and for tests that must know a Wait has begun.
+type WatcherStats struct {
+	// Waits is the number of Waits in progress on the store, through any manager.
+	Waits int
+	// Latches is the number of distinct latches those Waits await.
+	Latches int
+}
+
+// WatcherStats returns the current state of the watcher of the manager's store.
+func (m *Manager) WatcherStats() WatcherStats {
+	w := m.watcher()
+	if w == nil {
+		return WatcherStats{}
+	}
+	return w.stats()
+}
+
+// watcher returns the watcher waiters of this manager's store use, or nil if none.
+func (m *Manager) watcher() *watcher {
+	if m.own != nil {
+		return m.own
+	}
+	return lookupWatcher(m.store)
+}
+
 // CountDown decrements the count by one and returns the count after the update (at the
-// latch's level). It fails with NotFound, writing nothing, if the latch does not exist.
-// The count may go below zero. When the returned count is zero or less, waiters in this
+// latch's level). It fails with NotFound, writing nothing, if the latch does not exist,
+// and with InvalidArgument if the count would go below MinInt64. The count may go below
+// zero. When the returned count is zero or less, waiters in this
 // process are woken at once.
 func (l *CountDownLatch) CountDown(ctx context.Context) (int64, error) {
 	return l.add(ctx, "latch.CountDown", -1)
 }
 
-// Wait blocks until the count is zero or less, and returns nil then. It returns an
-// error with code NotFound if the latch does not exist (or expires while waited on), and
-// ctx's error when ctx ends first.
+// Wait blocks until the count is zero or less, and returns nil then. Only what is
+// observed after Wait begins counts: a read of the shared watcher begun after it (the
+// first comes within one poll interval) or a local update begun after it.
+//
+// It returns an error with code NotFound if the latch does not exist (or expires while
+// waited on); the store's error, if the latch cannot be read for a reason other than an
+// outage; an error with code Connection if the store is closed (see the package doc);
+// and, when ctx ends first, an error with code RetriesExhausted that also matches ctx's
+// error (and, if the store was failing at the last read, the store's error) with
+// errors.Is.
 func (l *CountDownLatch) Wait(ctx context.Context) error {
-	return l.m.watch.wait(ctx, l.key, l.m.interval)
+	w := l.m.own
+	if w == nil {
+		w = acquireWatcher(l.m.store, l.m.log)
+		defer w.release()
+	}
+	return w.wait(ctx, l.key, l.m.interval)
 }
 
 // CountUpDownLatch is a count-up-down latch: a CountDownLatch whose count may also go up.
@@ -237,7 +323,8 @@ type CountUpDownLatch struct {
 }
 
 // CountUp increments the count by one and returns the count after the update. It fails
-// with NotFound, writing nothing, if the latch does not exist.
+// with NotFound, writing nothing, if the latch does not exist, and with InvalidArgument
+// if the count would go above MaxInt64.
 func (l *CountUpDownLatch) CountUp(ctx context.Context) (int64, error) {
 	return l.add(ctx, "latch.CountUp", 1)
 }

@@ -2,6 +2,7 @@ package latch
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -28,11 +29,11 @@ func (g *gatedStore) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsy
 	return g.Store.ReadLatches(ctx, keys)
 }
 
-// TestWatcherStopsWhenItsPollEndsTheLastWait pins a race the suite once hit: a local
-// count-down wakes the waiters while the watcher is mid-read (its poke fills the kick
-// slot), a new waiter's poke is then dropped, and the watcher's next poll ends that
-// waiter. The loop must then stop, not sleep out its (here one-hour) interval.
-func TestWatcherStopsWhenItsPollEndsTheLastWait(t *testing.T) {
+// TestWatcherStopsWhenNobodyWaits pins a race the suite once hit: a local count-down
+// wakes the waiters while the watcher is mid-read, and a new waiter joins, which that
+// read (begun before it) must not answer. When the new waiter leaves too, the loop must
+// stop at once, not sleep out its (here one-hour) interval: goleak checks it.
+func TestWatcherStopsWhenNobodyWaits(t *testing.T) {
 	defer goleak.VerifyNone(t)
 	ctx := context.Background()
 	g := &gatedStore{Store: memory.New(), entered: make(chan struct{}), gate: make(chan struct{})}
@@ -57,19 +58,14 @@ func TestWatcherStopsWhenItsPollEndsTheLastWait(t *testing.T) {
 	if err := <-xDone; err != nil { // woken locally
 		t.Fatal(err)
 	}
+	yCtx, leave := context.WithCancel(ctx)
 	yDone := make(chan error, 1)
-	go func() { yDone <- y.Wait(ctx) }()
-	for { // until y's waiter is registered
-		m.watch.mu.Lock()
-		n := len(m.watch.latches)
-		m.watch.mu.Unlock()
-		if n == 1 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	go func() { yDone <- y.Wait(yCtx) }()
+	waitUntil(t, "y's wait registers", func() bool { return waiting(g) == 1 })
 	close(g.gate)
-	if err := <-yDone; err != nil {
-		t.Fatal(err)
+	settle(g)
+	leave()
+	if err := <-yDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("y.Wait = %v, want a context.Canceled error (the next read is an hour away)", err)
 	}
 }

@@ -39,7 +39,10 @@ func newLatchCmd(a *app) *cobra.Command {
 	create := &cobra.Command{
 		Use:   "create NAME --count N",
 		Short: "Create a latch with count N (exit 1 if it exists; its count is left alone)",
-		Args:  cobra.ExactArgs(1),
+		Long: `Create a latch with count N (0 to 9223372036854775807). It fails with exit 1 if the
+latch exists, leaving its count alone. Counts are 64-bit: an update that would take the
+count past that range is refused with exit 2 and changes nothing.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			m, opts, err := a.latchManager(c.Context(), f)
 			if err != nil {
@@ -112,6 +115,10 @@ func newLatchCmd(a *app) *cobra.Command {
 live; otherwise each change of the count is printed on a line of its own.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			if f.timeout < 0 {
+				// As timeout(1) does: a negative limit is a mistake, not "now" or "never".
+				return withCode(exitUsage, fmt.Errorf("--timeout %v is negative (0 waits for ever)", f.timeout))
+			}
 			m, opts, err := a.latchManager(c.Context(), f)
 			if err != nil {
 				return err
@@ -129,11 +136,11 @@ live; otherwise each change of the count is printed on a line of its own.`,
 			return a.await(ctx, l, f.poll)
 		},
 	}
-	await.Flags().DurationVar(&f.timeout, "timeout", 0, "give up after this long (0: wait for ever)")
+	await.Flags().DurationVar(&f.timeout, "timeout", 0, "give up after this long, exit 4 (0: wait for ever; negative: usage error)")
 
 	for _, c := range []*cobra.Command{create, down, up, count, await} {
 		addLevelFlag(c, a)
-		c.Flags().DurationVar(&f.ttl, "ttl", latch.DefaultTTL, "latch lifetime, renewed by every update")
+		c.Flags().DurationVar(&f.ttl, "ttl", latch.DefaultTTL, "latch lifetime from its creation (updates never extend it)")
 		c.Flags().DurationVar(&f.poll, "poll", latch.DefaultPollInterval, "how often to read the count while waiting")
 		cmd.AddCommand(c)
 	}
