@@ -520,4 +520,203 @@ func TestIntegration(t *testing.T) {
 			}
 		}
 	})
+
+	// Timestamps: an explicit Put timestamp; a Delete stamped at a timestamp hides only
+	// versions at or before it, while one stamped by the server hides a Put stamped a
+	// little in the past (a client clock behind the server's).
+	t.Run("Timestamps", func(t *testing.T) {
+		ctx := ctxT(t, 30*time.Second)
+		row := []byte("\x70ts")
+		q := []byte("a")
+		get := func() string {
+			cells, err := c.Get(ctx, table, row, Column{f, q})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cells) == 0 {
+				return "<none>"
+			}
+			return string(cells[0].Value)
+		}
+		t0 := time.Now().UnixMilli()
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		must(c.Put(ctx, table, &Put{Row: row, Values: []Value{{f, q, []byte("old")}}, Timestamp: t0 - 1000}))
+		if cells, _ := c.Get(ctx, table, row, Column{f, q}); len(cells) != 1 || cells[0].Timestamp != t0-1000 {
+			t.Fatalf("explicit timestamp: %+v", cells)
+		}
+		must(c.Delete(ctx, table, &Delete{Row: row, Timestamp: t0 - 500}))
+		if v := get(); v != "<none>" {
+			t.Fatalf("after a delete at t0-500 of a put at t0-1000: %s", v)
+		}
+		must(c.Put(ctx, table, &Put{Row: row, Values: []Value{{f, q, []byte("hidden")}}, Timestamp: t0 - 600}))
+		if v := get(); v != "<none>" {
+			t.Fatalf("a put at t0-600 after a delete at t0-500 is visible: %s", v)
+		}
+		must(c.Put(ctx, table, &Put{Row: row, Values: []Value{{f, q, []byte("newer")}}, Timestamp: t0 - 400}))
+		if v := get(); v != "newer" {
+			t.Fatalf("a put at t0-400 after a delete at t0-500: %s", v)
+		}
+		must(c.Delete(ctx, table, &Delete{Row: row, Columns: []Column{{f, q}}, Timestamp: t0 - 400}))
+		if v := get(); v != "<none>" {
+			t.Fatalf("column delete at the put's timestamp: %s", v)
+		}
+		// A delete stamped by the server hides a Put stamped 5 ms in the past.
+		must(c.Delete(ctx, table, &Delete{Row: row}))
+		must(c.Put(ctx, table, &Put{Row: row, Values: []Value{{f, q, []byte("lagging")}}, Timestamp: time.Now().UnixMilli() - 5}))
+		if v := get(); v != "<none>" {
+			t.Fatalf("a put stamped 5ms in the past after a server-stamped delete is visible: %s", v)
+		}
+	})
+
+	// HBase's Increment: a new version is stamped max(server time, previous + 1); an
+	// Increment without TTL carries the TTL forward from the new version; an older
+	// version with a longer TTL reappears when a newer one expires, unless deleted.
+	t.Run("IncrementTimestampsAndTTL", func(t *testing.T) {
+		ctx := ctxT(t, time.Minute)
+		row := []byte("\x71inc")
+		inc := func(q string, d int64, ttl time.Duration) Cell {
+			t.Helper()
+			cells, err := c.Increment(ctx, table, &Increment{Row: row, Deltas: []Delta{{g, []byte(q), d}}, TTL: ttl})
+			if err != nil || len(cells) != 1 {
+				t.Fatalf("Increment = %v, %v", cells, err)
+			}
+			return cells[0]
+		}
+		read := func(q string) (int64, bool) {
+			t.Helper()
+			cells, err := c.Get(ctx, table, row, Column{g, []byte(q)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cells) == 0 {
+				return 0, false
+			}
+			n, _ := Int64(cells[0].Value)
+			return n, true
+		}
+		_, now, err := c.GetWithClock(ctx, table, row, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := inc("fresh", 1, 0)
+		if first.Timestamp < now {
+			t.Fatalf("fresh counter stamped %d, before the clock read %d", first.Timestamp, now)
+		}
+		var last int64
+		for i := 0; i < 30; i++ {
+			c := inc("fast", 1, 0)
+			if c.Timestamp <= last {
+				t.Fatalf("increment %d stamped %d after %d", i, c.Timestamp, last)
+			}
+			last = c.Timestamp
+		}
+		// Carry forward: created with 3s, updated at 2s without TTL: alive at 3.5s.
+		inc("carry", 3, 3*time.Second)
+		time.Sleep(2 * time.Second)
+		inc("carry", -1, 0)
+		// Reappearance: 3 with 10s, then two updates with 1s.
+		inc("back", 3, 10*time.Second)
+		inc("back", -1, time.Second)
+		inc("back", -1, time.Second)
+		// The same with the older versions deleted by the update.
+		v := inc("del", 3, 10*time.Second)
+		ok, _, err := c.CheckAndMutate(ctx, table, row, IfPresent(g, []byte("del")),
+			&Increment{Deltas: []Delta{{g, []byte("del"), -1}}, TTL: time.Second}, &Delete{Columns: []Column{{g, []byte("del")}}, Timestamp: v.Timestamp})
+		if err != nil || !ok {
+			t.Fatalf("update with delete = %v, %v", ok, err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if n, ok := read("carry"); !ok || n != 2 {
+			t.Fatalf("counter updated without TTL at 2s of 3s, at 3.5s: %d, %v; want 2 (TTL carried forward)", n, ok)
+		}
+		if n, ok := read("back"); !ok || n != 3 {
+			t.Fatalf("older version after the newer expired: %d, %v; want 3 (HBase shows the older version again)", n, ok)
+		}
+		if n, ok := read("del"); ok {
+			t.Fatalf("older version came back though the update deleted it: %d", n)
+		}
+		time.Sleep(2 * time.Second)
+		if n, ok := read("carry"); ok {
+			t.Fatalf("carried-forward counter still there at 5.5s: %d", n)
+		}
+	})
+
+	t.Run("Conditions", func(t *testing.T) {
+		ctx := ctxT(t, 30*time.Second)
+		row := []byte("\x72cond")
+		put := func(q string) *Put { return &Put{Values: []Value{{f, []byte(q), []byte("1")}}} }
+		if err := c.Put(ctx, table, &Put{Row: row, Values: []Value{{f, []byte("L"), []byte("M")}, {f, []byte("O"), []byte("me")}}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			name string
+			cond Condition
+			want bool
+		}{
+			{"IfPresent", IfPresent(f, []byte("L")), true},
+			{"IfPresentMissing", IfPresent(f, []byte("nope")), false},
+			{"IfAll", IfAll(IfEquals(f, []byte("L"), []byte("M")), IfEquals(f, []byte("O"), []byte("me"))), true},
+			{"IfAllOneWrong", IfAll(IfEquals(f, []byte("L"), []byte("M")), IfEquals(f, []byte("O"), []byte("you"))), false},
+			{"IfAllOneMissing", IfAll(IfEquals(f, []byte("L"), []byte("M")), IfEquals(f, []byte("Z"), []byte("me"))), false},
+		} {
+			ok, _, err := c.CheckAndMutate(ctx, table, row, tc.cond, put(tc.name))
+			if err != nil || ok != tc.want {
+				t.Errorf("%s = %v, %v; want %v", tc.name, ok, err, tc.want)
+			}
+		}
+		// CheckAndMutateRead: the read sees the mutation, or the cells that refused it.
+		ok, _, cells, err := c.CheckAndMutateRead(ctx, table, row, IfAbsent(f, []byte("X")), []Mutation{put("X")}, Column{f, []byte("X")})
+		if err != nil || !ok || len(cells) != 1 || string(cells[0].Qualifier) != "X" {
+			t.Fatalf("CheckAndMutateRead applied = %v, %+v, %v", ok, cells, err)
+		}
+		ok, _, cells, err = c.CheckAndMutateRead(ctx, table, row, IfAbsent(f, []byte("L")), []Mutation{put("Y")})
+		if err != nil || ok || len(cells) < 3 {
+			t.Fatalf("CheckAndMutateRead refused = %v, %+v, %v", ok, cells, err)
+		}
+	})
+
+	// A conditional Increment, alone or with a Delete at a timestamp, whose reply is
+	// lost is sent again with its nonce and applied once.
+	t.Run("ConditionalIncrementNonce", func(t *testing.T) {
+		ctx := ctxT(t, 30*time.Second)
+		row := []byte("\x73cnonce")
+		if err := c.Put(ctx, table, &Put{Row: row, Values: []Value{{f, []byte("m"), []byte("x")}}}); err != nil {
+			t.Fatal(err)
+		}
+		c2 := dialTest(t)
+		var dropped atomic.Int32
+		c2.dropResponse = func(method string) bool { return (method == "Mutate" || method == "Multi") && dropped.Add(1) == 1 }
+		if _, err := c2.Get(ctx, table, row); err != nil {
+			t.Fatal(err)
+		}
+		cond := IfEquals(f, []byte("m"), []byte("x"))
+		ok, _, err := c2.CheckAndMutate(ctx, table, row, cond, &Increment{Deltas: []Delta{{f, []byte("n"), 1}}})
+		if err != nil || !ok || dropped.Load() < 2 {
+			t.Fatalf("conditional Increment with a lost reply = %v, %v (dropped %d)", ok, err, dropped.Load())
+		}
+		cells, _ := c.Get(ctx, table, row, Column{f, []byte("n")})
+		dropped.Store(0)
+		ok, _, _, err = c2.CheckAndMutateRead(ctx, table, row, cond, []Mutation{
+			&Increment{Deltas: []Delta{{f, []byte("n"), 1}}},
+			&Delete{Columns: []Column{{f, []byte("n")}}, Timestamp: cells[0].Timestamp},
+		})
+		if err != nil || !ok || dropped.Load() < 2 {
+			t.Fatalf("conditional RowMutations with a lost reply = %v, %v (dropped %d)", ok, err, dropped.Load())
+		}
+		cells, err = c.Get(ctx, table, row, Column{f, []byte("n")})
+		if n, _ := Int64(cells[0].Value); err != nil || n != 2 {
+			t.Fatalf("counter = %d, %v; want 2 (each Increment applied once)", n, err)
+		}
+		// A Put is not retried: outcome unknown.
+		dropped.Store(0)
+		_, _, err = c2.CheckAndMutate(ctx, table, row, cond, &Put{Values: []Value{{f, []byte("p"), []byte("1")}}})
+		if dcsync.CodeOf(err) != dcsync.Connection {
+			t.Fatalf("conditional Put with a lost reply: %v, want a Connection error", err)
+		}
+	})
 }

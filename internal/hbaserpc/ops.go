@@ -10,6 +10,7 @@ import (
 	"sort"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dcsync/dcsync"
@@ -78,23 +79,40 @@ type Mutation interface {
 type Put struct {
 	// Row is the row key.
 	Row []byte
-	// Values are the cells to write (at the server's current time).
+	// Values are the cells to write.
 	Values []Value
+	// Timestamp, when positive, is the version of every written cell, in milliseconds
+	// since the epoch (as a Java client's new Put(row, ts) sets it). Zero lets the
+	// server stamp the cells with its current time.
+	Timestamp int64
 	// TTL, when positive, makes the written cells expire after it (HBase cell TTL,
-	// the "_ttl" mutation attribute; millisecond resolution).
+	// the "_ttl" mutation attribute; millisecond resolution). A cell expires when
+	// the server's clock passes its timestamp plus its TTL.
 	TTL time.Duration
 }
 
-// Delete removes data from a row.
+// Delete removes data from a row. HBase deletes by writing markers: a marker hides
+// every version, present or future, whose timestamp is at or before the marker's.
 type Delete struct {
 	// Row is the row key.
 	Row []byte
 	// Columns selects what to delete: empty deletes the whole row; a Column with a
 	// nil Qualifier deletes a family; otherwise every version of that column.
 	Columns []Column
+	// Timestamp, when positive, stamps the markers with it (milliseconds since the
+	// epoch): only versions with a timestamp at or before it are deleted, and a cell
+	// written later with a larger timestamp stays visible. Zero stamps them with the
+	// server's current time, which also hides a Put of the same millisecond, and a
+	// Put stamped by a client whose clock is behind the server's.
+	Timestamp int64
 }
 
 // Increment adds to counters of a row atomically and returns their new values.
+//
+// HBase (2.x) stamps each updated counter with max(server time, its previous version's
+// timestamp + 1), and a counter it creates with the server time. An Increment without
+// a TTL carries the TTL of the counter's previous version forward, counted from the
+// new version's timestamp; one with a TTL replaces it.
 type Increment struct {
 	// Row is the row key.
 	Row []byte
@@ -102,6 +120,9 @@ type Increment struct {
 	Deltas []Delta
 	// TTL, when positive, makes the updated cells expire after it.
 	TTL time.Duration
+	// SkipWAL skips the write-ahead log (durability SKIP_WAL): the change is lost if
+	// the region server dies before a flush. For scratch cells only.
+	SkipWAL bool
 }
 
 func (p *Put) mutationRow() []byte       { return p.Row }
@@ -150,13 +171,23 @@ func (p *Put) toProto(nonce uint64) (*pb.MutationProto, error) {
 			return nil, errors.New("put: empty family")
 		}
 	}
+	if p.Timestamp < 0 {
+		return nil, errors.New("put: negative timestamp")
+	}
 	m := &pb.MutationProto{
 		Row:        p.Row,
 		MutateType: pb.MutationProto_PUT.Enum(),
 		ColumnValue: groupByFamily(len(p.Values), func(i int) ([]byte, *pb.MutationProto_ColumnValue_QualifierValue) {
 			v := p.Values[i]
-			return v.Family, &pb.MutationProto_ColumnValue_QualifierValue{Qualifier: nonNil(v.Qualifier), Value: nonNil(v.Value)}
+			qv := &pb.MutationProto_ColumnValue_QualifierValue{Qualifier: nonNil(v.Qualifier), Value: nonNil(v.Value)}
+			if p.Timestamp > 0 {
+				qv.Timestamp = proto.Uint64(uint64(p.Timestamp))
+			}
+			return v.Family, qv
 		}),
+	}
+	if p.Timestamp > 0 {
+		m.Timestamp = proto.Uint64(uint64(p.Timestamp))
 	}
 	if p.TTL > 0 {
 		m.Attribute = append(m.Attribute, ttlAttribute(p.TTL))
@@ -171,10 +202,17 @@ func (d *Delete) toProto(nonce uint64) (*pb.MutationProto, error) {
 	if len(d.Row) == 0 {
 		return nil, errors.New("delete: empty row")
 	}
+	if d.Timestamp < 0 {
+		return nil, errors.New("delete: negative timestamp")
+	}
+	ts := uint64(math.MaxInt64) // HConstants.LATEST_TIMESTAMP: "now"
+	if d.Timestamp > 0 {
+		ts = uint64(d.Timestamp)
+	}
 	m := &pb.MutationProto{
 		Row:        d.Row,
 		MutateType: pb.MutationProto_DELETE.Enum(),
-		Timestamp:  proto.Uint64(math.MaxInt64), // HConstants.LATEST_TIMESTAMP: "now"
+		Timestamp:  proto.Uint64(ts),
 	}
 	for _, c := range d.Columns {
 		if len(c.Family) == 0 {
@@ -183,7 +221,7 @@ func (d *Delete) toProto(nonce uint64) (*pb.MutationProto, error) {
 	}
 	m.ColumnValue = groupByFamily(len(d.Columns), func(i int) ([]byte, *pb.MutationProto_ColumnValue_QualifierValue) {
 		c := d.Columns[i]
-		qv := &pb.MutationProto_ColumnValue_QualifierValue{Timestamp: proto.Uint64(math.MaxInt64)}
+		qv := &pb.MutationProto_ColumnValue_QualifierValue{Timestamp: proto.Uint64(ts)}
 		if c.Qualifier == nil {
 			qv.DeleteType = pb.MutationProto_DELETE_FAMILY.Enum()
 		} else {
@@ -223,6 +261,9 @@ func (inc *Increment) toProto(nonce uint64) (*pb.MutationProto, error) {
 	}
 	if inc.TTL > 0 {
 		m.Attribute = append(m.Attribute, ttlAttribute(inc.TTL))
+	}
+	if inc.SkipWAL {
+		m.Durability = pb.MutationProto_SKIP_WAL.Enum()
 	}
 	if nonce != 0 {
 		m.Nonce = proto.Uint64(nonce)
@@ -382,16 +423,21 @@ func (c *Client) mutate(ctx context.Context, op, table string, m Mutation) ([]Ce
 	return cells, err
 }
 
-// Condition is the check of CheckAndMutate, on one column of the mutated row.
+// Condition is the check of CheckAndMutate: on one column of the mutated row, or (IfAll)
+// on several.
 type Condition struct {
 	// Family is the column family checked.
 	Family []byte
 	// Qualifier is the column qualifier checked.
 	Qualifier []byte
-	// Value is the value the column must hold (when Absent is false).
+	// Value is the value the column must hold (when Absent and Present are false).
 	Value []byte
 	// Absent, when true, requires the column to be absent instead.
 	Absent bool
+	// Present, when true, requires the column to exist with a non-empty value.
+	Present bool
+	// all, when set (IfAll), replaces the single-column check.
+	all []Condition
 }
 
 // IfAbsent is a Condition that the column does not exist. (As in HBase, a column
@@ -400,25 +446,142 @@ func IfAbsent(family, qualifier []byte) Condition {
 	return Condition{Family: family, Qualifier: qualifier, Absent: true}
 }
 
+// IfPresent is a Condition that the column exists with a non-empty value (HBase's
+// check "NOT_EQUAL to nothing").
+func IfPresent(family, qualifier []byte) Condition {
+	return Condition{Family: family, Qualifier: qualifier, Present: true}
+}
+
 // IfEquals is a Condition that the column holds exactly value.
 func IfEquals(family, qualifier, value []byte) Condition {
 	return Condition{Family: family, Qualifier: qualifier, Value: value}
 }
 
+// IfAll is a Condition that every one of conds holds. Each must be an IfEquals; they
+// are checked together, on the latest version of each column, as one HBase filter
+// (a FilterList of SingleColumnValueFilters; HBase 2.4+).
+func IfAll(conds ...Condition) Condition {
+	return Condition{all: conds}
+}
+
+// columns returns the columns cond reads.
+func (cond Condition) columns() []Column {
+	if len(cond.all) > 0 {
+		var out []Column
+		for _, c := range cond.all {
+			out = append(out, Column{Family: c.Family, Qualifier: c.Qualifier})
+		}
+		return out
+	}
+	return []Column{{Family: cond.Family, Qualifier: cond.Qualifier}}
+}
+
+// binaryComparator is a serialised BinaryComparator; a nil value compares as "no
+// value" (HBase 2.x encodes ifNotExists() that way).
+func binaryComparator(value []byte) (*pb.Comparator, error) {
+	comparable := &pb.ByteArrayComparable{Value: value}
+	ser, err := proto.Marshal(&pb.BinaryComparator{Comparable: comparable})
+	if err != nil {
+		return nil, err
+	}
+	return &pb.Comparator{Name: proto.String("org.apache.hadoop.hbase.filter.BinaryComparator"), SerializedComparator: ser}, nil
+}
+
+// HBase filter class names and the wire numbers of Filter.proto's SingleColumnValueFilter
+// and FilterList (encoded by hand: the generated subset does not declare them).
+const (
+	filterSCVF          = "org.apache.hadoop.hbase.filter.SingleColumnValueFilter"
+	filterList          = "org.apache.hadoop.hbase.filter.FilterList"
+	filterListPassAll   = 1 // FilterList.Operator.MUST_PASS_ALL
+	compareTypeEqual    = 2 // CompareType.EQUAL
+	scvfFamily          = 1
+	scvfQualifier       = 2
+	scvfCompareOp       = 3
+	scvfComparator      = 4
+	scvfFilterIfMissing = 5
+	scvfLatestVersion   = 6
+	filterListOperator  = 1
+	filterListFilters   = 2
+	filterName          = 1
+	filterSerialized    = 2
+)
+
+func appendFilter(b []byte, field protowire.Number, name string, ser []byte) []byte {
+	var f []byte
+	f = protowire.AppendTag(f, filterName, protowire.BytesType)
+	f = protowire.AppendString(f, name)
+	f = protowire.AppendTag(f, filterSerialized, protowire.BytesType)
+	f = protowire.AppendBytes(f, ser)
+	b = protowire.AppendTag(b, field, protowire.BytesType)
+	return protowire.AppendBytes(b, f)
+}
+
+// allFilter encodes conds (each an IfEquals) as FilterList(MUST_PASS_ALL) of
+// SingleColumnValueFilter(family, qualifier, EQUAL, value, filterIfMissing=true,
+// latestVersionOnly=true): a row passes only when every column holds its value.
+func allFilter(conds []Condition) (*pb.Filter, error) {
+	var list []byte
+	list = protowire.AppendTag(list, filterListOperator, protowire.VarintType)
+	list = protowire.AppendVarint(list, filterListPassAll)
+	for _, c := range conds {
+		if len(c.all) > 0 || c.Absent || c.Present || len(c.Value) == 0 || len(c.Family) == 0 {
+			return nil, errors.New("condition: IfAll takes IfEquals conditions with a family and a value")
+		}
+		cmp, err := binaryComparator(c.Value)
+		if err != nil {
+			return nil, err
+		}
+		cmpBytes, err := proto.Marshal(cmp)
+		if err != nil {
+			return nil, err
+		}
+		var scvf []byte
+		scvf = protowire.AppendTag(scvf, scvfFamily, protowire.BytesType)
+		scvf = protowire.AppendBytes(scvf, c.Family)
+		scvf = protowire.AppendTag(scvf, scvfQualifier, protowire.BytesType)
+		scvf = protowire.AppendBytes(scvf, nonNil(c.Qualifier))
+		scvf = protowire.AppendTag(scvf, scvfCompareOp, protowire.VarintType)
+		scvf = protowire.AppendVarint(scvf, uint64(pb.CompareType_EQUAL))
+		scvf = protowire.AppendTag(scvf, scvfComparator, protowire.BytesType)
+		scvf = protowire.AppendBytes(scvf, cmpBytes)
+		scvf = protowire.AppendTag(scvf, scvfFilterIfMissing, protowire.VarintType)
+		scvf = protowire.AppendVarint(scvf, 1)
+		scvf = protowire.AppendTag(scvf, scvfLatestVersion, protowire.VarintType)
+		scvf = protowire.AppendVarint(scvf, 1)
+		list = appendFilter(list, filterListFilters, filterSCVF, scvf)
+	}
+	return &pb.Filter{Name: proto.String(filterList), SerializedFilter: list}, nil
+}
+
 func (cond Condition) toProto(row []byte) (*pb.Condition, error) {
+	if len(cond.all) > 0 {
+		f, err := allFilter(cond.all)
+		if err != nil {
+			return nil, err
+		}
+		return &pb.Condition{Row: row, Filter: f}, nil
+	}
 	if len(cond.Family) == 0 {
 		return nil, errors.New("condition: empty family")
 	}
+	if cond.Absent && cond.Present {
+		return nil, errors.New("condition: both absent and present")
+	}
 	// HBase 2.x encodes ifNotExists() as EQUAL against a BinaryComparator without a
-	// value; the server treats a null/empty comparator value as "absent".
-	comparable := &pb.ByteArrayComparable{}
-	if !cond.Absent {
+	// value: the server treats a null/empty comparator value as "absent", and
+	// NOT_EQUAL to it as "present with a non-empty value".
+	var value []byte
+	op := pb.CompareType_EQUAL
+	switch {
+	case cond.Present:
+		op = pb.CompareType_NOT_EQUAL
+	case !cond.Absent:
 		if len(cond.Value) == 0 {
 			return nil, errors.New("condition: an empty value can only be checked as absent")
 		}
-		comparable.Value = cond.Value
+		value = cond.Value
 	}
-	ser, err := proto.Marshal(&pb.BinaryComparator{Comparable: comparable})
+	cmp, err := binaryComparator(value)
 	if err != nil {
 		return nil, err
 	}
@@ -426,11 +589,8 @@ func (cond Condition) toProto(row []byte) (*pb.Condition, error) {
 		Row:         row,
 		Family:      cond.Family,
 		Qualifier:   nonNil(cond.Qualifier),
-		CompareType: pb.CompareType_EQUAL.Enum(),
-		Comparator: &pb.Comparator{
-			Name:                 proto.String("org.apache.hadoop.hbase.filter.BinaryComparator"),
-			SerializedComparator: ser,
-		},
+		CompareType: op.Enum(),
+		Comparator:  cmp,
 	}, nil
 }
 
@@ -441,38 +601,106 @@ func (cond Condition) toProto(row []byte) (*pb.Condition, error) {
 // new values of a conditional Increment).
 //
 // A CheckAndMutate whose reply is lost is not retried (a retry could report false
-// for a change it made itself): it fails with a dcsync.Connection error.
+// for a change it made itself), and fails with a dcsync.Connection error, unless it
+// is made of Increments and Deletes at an explicit Timestamp, none touching a column
+// the condition reads: then the retry carries the first attempt's nonce, HBase
+// applies the increments at most once (a retry of an applied attempt returns the
+// counters' current values), the delete markers are the same markers again, and the
+// condition, which the mutations do not change, is checked again.
 func (c *Client) CheckAndMutate(ctx context.Context, table string, row []byte, cond Condition, muts ...Mutation) (bool, []Cell, error) {
-	const op = "hbase.CheckAndMutate"
+	ok, cells, _, err := c.checkAndMutate(ctx, "hbase.CheckAndMutate", table, row, cond, muts, nil)
+	return ok, cells, err
+}
+
+// CheckAndMutateRead is CheckAndMutate followed, in the same call to the region
+// server, by a Get of row (restricted to cols; none reads the whole row). The Get runs
+// after the conditional mutation, so it sees its effect when applied: the row as it
+// is afterwards, or the cells that made the condition fail. (The two are not one
+// atomic step: a write by another client may land between them.) In-doubt attempts
+// are retried as CheckAndMutate's are.
+func (c *Client) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond Condition, muts []Mutation, cols ...Column) (applied bool, mutated, read []Cell, err error) {
+	if cols == nil {
+		cols = []Column{}
+	}
+	return c.checkAndMutate(ctx, "hbase.CheckAndMutateRead", table, row, cond, muts, cols)
+}
+
+// retrySafe reports whether an in-doubt conditional call of muts under cond may be
+// sent again: every mutation is a nonce'd Increment or a Delete of columns at an
+// explicit timestamp (the same markers written twice are one), at least one is an
+// Increment, and none touches a column cond reads. (HBase deduplicates the nonce of an
+// Increment also inside a conditional RowMutations: checked by the integration test.)
+func (c *Client) retrySafe(cond Condition, muts []Mutation) bool {
+	if c.noNonces {
+		return false
+	}
+	checked := cond.columns()
+	touches := func(fam, qual []byte) bool {
+		for _, col := range checked {
+			if bytes.Equal(fam, col.Family) && (col.Qualifier == nil || qual == nil || bytes.Equal(qual, col.Qualifier)) {
+				return true
+			}
+		}
+		return false
+	}
+	incs := 0
+	for _, m := range muts {
+		switch v := m.(type) {
+		case *Increment:
+			incs++
+			for _, d := range v.Deltas {
+				if touches(d.Family, d.Qualifier) {
+					return false
+				}
+			}
+		case *Delete:
+			if v.Timestamp <= 0 || len(v.Columns) == 0 {
+				return false
+			}
+			for _, col := range v.Columns {
+				if touches(col.Family, col.Qualifier) {
+					return false
+				}
+			}
+		default:
+			return false
+		}
+	}
+	return incs > 0
+}
+
+// checkAndMutate implements CheckAndMutate (read nil) and CheckAndMutateRead.
+func (c *Client) checkAndMutate(ctx context.Context, op, table string, row []byte, cond Condition, muts []Mutation, read []Column) (bool, []Cell, []Cell, error) {
 	if err := validTable(op, table); err != nil {
-		return false, nil, err
+		return false, nil, nil, err
 	}
 	if len(row) == 0 {
-		return false, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "empty row")
+		return false, nil, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "empty row")
 	}
 	if len(muts) == 0 {
-		return false, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "no mutations")
+		return false, nil, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "no mutations")
 	}
 	pcond, err := cond.toProto(row)
 	if err != nil {
-		return false, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "%v", err)
+		return false, nil, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "%v", err)
 	}
 	nonce := c.newNonce()
 	var mps []*pb.MutationProto
 	for _, m := range muts {
 		if r := m.mutationRow(); len(r) != 0 && !bytes.Equal(r, row) {
-			return false, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "mutation row %q differs from row %q", r, row)
+			return false, nil, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "mutation row %q differs from row %q", r, row)
 		}
 		mp, err := fillRow(m, row, nonce)
 		if err != nil {
-			return false, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "%v", err)
+			return false, nil, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "%v", err)
 		}
 		mps = append(mps, mp)
 	}
 	var processed bool
-	var cells []Cell
-	err = c.onRegion(ctx, op, table, row, false, func(ctx context.Context, r *Region) error {
-		if len(mps) == 1 {
+	var cells, readCells []Cell
+	err = c.onRegion(ctx, op, table, row, c.retrySafe(cond, muts), func(ctx context.Context, r *Region) error {
+		processed, cells, readCells = false, nil, nil
+		if len(mps) == 1 && read == nil {
 			req := &pb.MutateRequest{Region: regionSpec(r), Mutation: mps[0], Condition: pcond}
 			if nonce != 0 {
 				req.NonceGroup = proto.Uint64(c.nonceGroup)
@@ -485,13 +713,18 @@ func (c *Client) CheckAndMutate(ctx context.Context, table string, row []byte, c
 			cells = cellsFromResult(resp.GetResult())
 			return nil
 		}
-		// RowMutations with a condition: an atomic RegionAction carrying the
-		// condition (HBase 2.4+; the result's processed flag answers it).
+		// A region action carrying the condition (HBase 2.4+; its result's processed
+		// flag answers it), atomic for RowMutations; then, for a read, a second
+		// region action with the Get, which the server runs after the first.
 		ra := &pb.RegionAction{Region: regionSpec(r), Atomic: proto.Bool(true), Condition: pcond}
 		for i, mp := range mps {
 			ra.Action = append(ra.Action, &pb.Action{Index: proto.Uint32(uint32(i)), Mutation: mp})
 		}
 		req := &pb.MultiRequest{RegionAction: []*pb.RegionAction{ra}}
+		if read != nil {
+			req.RegionAction = append(req.RegionAction, &pb.RegionAction{Region: regionSpec(r),
+				Action: []*pb.Action{{Index: proto.Uint32(0), Get: toGetProto(row, read)}}})
+		}
 		if nonce != 0 {
 			req.NonceGroup = proto.Uint64(c.nonceGroup)
 		}
@@ -499,26 +732,134 @@ func (c *Client) CheckAndMutate(ctx context.Context, table string, row []byte, c
 		if err := c.rpc(ctx, r.Server, serviceClient, "Multi", req, resp); err != nil {
 			return err
 		}
-		if len(resp.GetRegionActionResult()) != 1 {
-			return fmt.Errorf("multi: %d region results for 1 region action", len(resp.GetRegionActionResult()))
+		rars := resp.GetRegionActionResult()
+		if len(rars) != len(req.RegionAction) {
+			return fmt.Errorf("multi: %d region results for %d region actions", len(rars), len(req.RegionAction))
 		}
-		rar := resp.GetRegionActionResult()[0]
-		if ex := rar.GetException(); ex != nil {
-			return remoteFromNameBytes(ex.GetName(), ex.GetValue())
-		}
-		for _, roe := range rar.GetResultOrException() {
-			if ex := roe.GetException(); ex != nil {
+		for k, rar := range rars {
+			if ex := rar.GetException(); ex != nil {
 				return remoteFromNameBytes(ex.GetName(), ex.GetValue())
 			}
-			cells = append(cells, cellsFromResult(roe.GetResult())...)
+			for _, roe := range rar.GetResultOrException() {
+				if ex := roe.GetException(); ex != nil {
+					return remoteFromNameBytes(ex.GetName(), ex.GetValue())
+				}
+				if k == 0 {
+					cells = append(cells, cellsFromResult(roe.GetResult())...)
+				} else {
+					readCells = append(readCells, cellsFromResult(roe.GetResult())...)
+				}
+			}
 		}
-		processed = rar.GetProcessed() || resp.GetProcessed()
+		processed = rars[0].GetProcessed() || (read == nil && resp.GetProcessed())
 		return nil
 	})
 	if err != nil {
-		return false, nil, err
+		return false, nil, nil, err
 	}
-	return processed, cells, nil
+	return processed, cells, readCells, nil
+}
+
+// GetWithClock reads row (restricted to cols; none reads the whole row) like Get and,
+// in the same call to its region server, learns that server's clock: it increments a
+// fresh counter (a random qualifier of probeFamily, 1 ms TTL, no WAL) in the scratch
+// row row+"\xff\xffclock", which HBase stamps with its current time, and runs the
+// Get after it. now, in milliseconds since the epoch, is therefore at or before the
+// server's time during the Get and during anything sent after it: a lower bound of the
+// timestamp HBase gives a later write. (0xFF never occurs in UTF-8, so the scratch row
+// is no row a Java client writes with a string key.) Retried like a read.
+func (c *Client) GetWithClock(ctx context.Context, table string, row, probeFamily []byte, cols ...Column) (cells []Cell, now int64, err error) {
+	const op = "hbase.GetWithClock"
+	if err := validTable(op, table); err != nil {
+		return nil, 0, err
+	}
+	if len(row) == 0 || len(probeFamily) == 0 {
+		return nil, 0, dcsync.Errorf(dcsync.InvalidArgument, op, "empty row or probe family")
+	}
+	probeRow := append(append([]byte(nil), row...), 0xff, 0xff, 'c', 'l', 'o', 'c', 'k')
+	q := binary.BigEndian.AppendUint64(nil, randUint64())
+	probe, err := (&Increment{Row: probeRow, Deltas: []Delta{{probeFamily, q, 1}}, TTL: time.Millisecond, SkipWAL: true}).toProto(0)
+	if err != nil {
+		return nil, 0, dcsync.Errorf(dcsync.InvalidArgument, op, "%v", err)
+	}
+	get := toGetProto(row, cols)
+	err = c.onRegion(ctx, op, table, row, true, func(ctx context.Context, r *Region) error {
+		cells, now = nil, 0
+		if !r.contains(probeRow) {
+			// The scratch row is in another region (a split right after row): probe
+			// there first, in a call of its own.
+			res, err := c.Increment(ctx, table, &Increment{Row: probeRow, Deltas: []Delta{{probeFamily, q, 1}}, TTL: time.Millisecond, SkipWAL: true})
+			if err != nil {
+				return err
+			}
+			if now, err = probeTime(res); err != nil {
+				return err
+			}
+			resp := &pb.GetResponse{}
+			if err := c.rpc(ctx, r.Server, serviceClient, "Get", &pb.GetRequest{Region: regionSpec(r), Get: get}, resp); err != nil {
+				return err
+			}
+			cells = cellsFromResult(resp.GetResult())
+			return nil
+		}
+		// One region action, not atomic: the server runs an Increment and a Get in
+		// the order given.
+		ra := &pb.RegionAction{Region: regionSpec(r), Action: []*pb.Action{
+			{Index: proto.Uint32(0), Mutation: probe},
+			{Index: proto.Uint32(1), Get: get},
+		}}
+		resp := &pb.MultiResponse{}
+		if err := c.rpc(ctx, r.Server, serviceClient, "Multi", &pb.MultiRequest{RegionAction: []*pb.RegionAction{ra}}, resp); err != nil {
+			return err
+		}
+		rars := resp.GetRegionActionResult()
+		if len(rars) != 1 {
+			return fmt.Errorf("multi: %d region results for 1 region action", len(rars))
+		}
+		if ex := rars[0].GetException(); ex != nil {
+			return remoteFromNameBytes(ex.GetName(), ex.GetValue())
+		}
+		var probed, got bool
+		for _, roe := range rars[0].GetResultOrException() {
+			if ex := roe.GetException(); ex != nil {
+				return remoteFromNameBytes(ex.GetName(), ex.GetValue())
+			}
+			switch roe.GetIndex() {
+			case 0:
+				var err error
+				if now, err = probeTime(cellsFromResult(roe.GetResult())); err != nil {
+					return err
+				}
+				probed = true
+			case 1:
+				cells = cellsFromResult(roe.GetResult())
+				got = true
+			}
+		}
+		if !probed || !got {
+			return errors.New("multi: missing result of the clock probe or the get")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return cells, now, nil
+}
+
+// probeTime returns the timestamp of a fresh counter's first version (value 1): the
+// server's time when it was written. A larger value means the counter was not fresh
+// (a retried probe); each earlier increment may have pushed its timestamp 1 ms past
+// the server's time, so that much is taken off.
+func probeTime(cells []Cell) (int64, error) {
+	if len(cells) != 1 {
+		return 0, fmt.Errorf("clock probe returned %d cells", len(cells))
+	}
+	v, err := Int64(cells[0].Value)
+	if err != nil || v < 1 {
+		return 0, fmt.Errorf("clock probe value %v: %v", cells[0].Value, err)
+	}
+	return cells[0].Timestamp - (v - 1), nil
 }
 
 // fillRow converts m, with row when m's own row is empty.

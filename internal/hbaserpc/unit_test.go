@@ -573,3 +573,112 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatalf("servers = %v", s)
 	}
 }
+
+func TestTimestampProtos(t *testing.T) {
+	f := []byte("f")
+	mp, err := (&Put{Row: []byte("r"), Values: []Value{{f, []byte("a"), []byte("1")}}, Timestamp: 1234}).toProto(0)
+	if err != nil || mp.GetTimestamp() != 1234 || mp.GetColumnValue()[0].GetQualifierValue()[0].GetTimestamp() != 1234 {
+		t.Fatalf("put with timestamp = %v, %v", mp, err)
+	}
+	mp, _ = (&Put{Row: []byte("r"), Values: []Value{{f, []byte("a"), []byte("1")}}}).toProto(0)
+	if mp.Timestamp != nil || mp.GetColumnValue()[0].GetQualifierValue()[0].Timestamp != nil {
+		t.Fatalf("put without timestamp carries one: %v", mp)
+	}
+	mp, _ = (&Delete{Row: []byte("r"), Timestamp: 99}).toProto(0)
+	if mp.GetTimestamp() != 99 {
+		t.Fatalf("row delete at 99 = %v", mp)
+	}
+	mp, _ = (&Delete{Row: []byte("r"), Columns: []Column{{f, []byte("q")}, {Family: f}}, Timestamp: 99}).toProto(0)
+	for _, qv := range mp.GetColumnValue()[0].GetQualifierValue() {
+		if qv.GetTimestamp() != 99 {
+			t.Fatalf("column delete at 99 = %v", mp)
+		}
+	}
+	mp, _ = (&Increment{Row: []byte("r"), Deltas: []Delta{{f, []byte("n"), 1}}, SkipWAL: true}).toProto(0)
+	if mp.GetDurability() != pb.MutationProto_SKIP_WAL {
+		t.Fatalf("SkipWAL increment = %v", mp)
+	}
+	for _, bad := range []Mutation{&Put{Row: []byte("r"), Values: []Value{{f, f, f}}, Timestamp: -1}, &Delete{Row: []byte("r"), Timestamp: -1}} {
+		if _, err := bad.toProto(0); err == nil {
+			t.Errorf("%T %+v accepted", bad, bad)
+		}
+	}
+}
+
+func TestConditionKinds(t *testing.T) {
+	f := []byte("f")
+	pc, err := IfPresent(f, []byte("q")).toProto([]byte("r"))
+	if err != nil || pc.GetCompareType() != pb.CompareType_NOT_EQUAL {
+		t.Fatalf("present condition = %v, %v", pc, err)
+	}
+	var bc pb.BinaryComparator
+	mustUnmarshal(t, pc.GetComparator().GetSerializedComparator(), &bc)
+	if bc.GetComparable().Value != nil {
+		t.Fatalf("present comparator has a value: %v", &bc)
+	}
+	pc, err = IfAll(IfEquals(f, []byte("a"), []byte("1")), IfEquals(f, []byte("b"), []byte("2"))).toProto([]byte("r"))
+	if err != nil || pc.GetFilter().GetName() != filterList || pc.Family != nil || string(pc.GetRow()) != "r" {
+		t.Fatalf("all condition = %v, %v", pc, err)
+	}
+	// FilterList{operator MUST_PASS_ALL, two SingleColumnValueFilters}.
+	b := pc.GetFilter().GetSerializedFilter()
+	var names []string
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		b = b[n:]
+		switch {
+		case num == filterListOperator && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(b)
+			if v != filterListPassAll {
+				t.Fatalf("operator %d", v)
+			}
+			b = b[n:]
+		case num == filterListFilters && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(b)
+			var fl pb.Filter
+			mustUnmarshal(t, v, &fl)
+			names = append(names, fl.GetName())
+			b = b[n:]
+		default:
+			t.Fatalf("unexpected field %d", num)
+		}
+	}
+	if len(names) != 2 || names[0] != filterSCVF || names[1] != filterSCVF {
+		t.Fatalf("filters %v", names)
+	}
+	for _, bad := range []Condition{IfAll(IfAbsent(f, f)), IfAll(IfEquals(nil, f, f)), {Family: f, Absent: true, Present: true}} {
+		if _, err := bad.toProto([]byte("r")); err == nil {
+			t.Errorf("condition %+v accepted", bad)
+		}
+	}
+}
+
+func TestRetrySafe(t *testing.T) {
+	c := &Client{}
+	f := []byte("f")
+	inc := func(q string) *Increment { return &Increment{Deltas: []Delta{{f, []byte(q), 1}}} }
+	del := func(q string, ts int64) *Delete { return &Delete{Columns: []Column{{f, []byte(q)}}, Timestamp: ts} }
+	cond := IfEquals(f, []byte("m"), []byte("x"))
+	for _, tc := range []struct {
+		muts []Mutation
+		want bool
+	}{
+		{[]Mutation{inc("n")}, true},
+		{[]Mutation{inc("n"), del("n", 5)}, true},
+		{[]Mutation{inc("m")}, false},              // increments the checked column
+		{[]Mutation{inc("n"), del("m", 5)}, false}, // deletes it
+		{[]Mutation{inc("n"), del("n", 0)}, false}, // a delete stamped "now" is not the same twice
+		{[]Mutation{del("n", 5)}, false},
+		{[]Mutation{&Put{Values: []Value{{f, []byte("n"), f}}}}, false},
+	} {
+		if got := c.retrySafe(cond, tc.muts); got != tc.want {
+			t.Errorf("retrySafe(%+v) = %v, want %v", tc.muts, got, tc.want)
+		}
+	}
+	if c.retrySafe(IfAll(cond, IfEquals(f, []byte("n"), f)), []Mutation{inc("n")}) {
+		t.Error("retrySafe with an IfAll reading the incremented column")
+	}
+	if (&Client{noNonces: true}).retrySafe(cond, []Mutation{inc("n")}) {
+		t.Error("retrySafe without nonces")
+	}
+}

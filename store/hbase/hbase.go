@@ -1,45 +1,128 @@
 // Package hbase is dcsync's HBase store, on the native client in internal/hbaserpc. Its
-// rows are byte-compatible with the Java lock and latch libraries, so a Java service and
-// a Go service see the same locks and the same counts.
+// rows are byte-compatible with the Java lock and latch libraries (PhonePe DLM and
+// DistributedLatch), so a Java service and a Go service see the same locks and the
+// same counts. Tables are created on first use (the lock table by the first lock call,
+// the latch table by the first latch call) with the Java schema.
+//
+// # Latch layout
 //
 // Latches live in table D_LTCH_<suffix>, family C (GZ), row prefix + "<client>_<latch>",
 // qualifier count_<farm>, value an 8-byte big-endian signed long with a cell TTL. A DC
 // latch exists when the caller's count_<farm> cell exists; an XDC latch when any cell of
-// family C exists, and its count is the sum of all of them (as a Java reader sums them).
-// The only other cell dcsync writes into family C is C:dcsync_xdc, an 8-byte zero that
-// an XDC create writes with its count cell (so concurrent XDC creates from several farms
-// have one winner); it changes no sum.
+// family C exists, and its count is the sum of all of them, as a Java reader sums them
+// (HBaseLatchStorage.java:128-134: Bytes.toLong of every cell). Every other cell dcsync
+// writes into family C therefore holds an 8-byte zero, which changes no sum:
+//
+//	C:count_<farm>   the count of a farm                      (Java's cell)
+//	C:dcsync_lt:<ttl ms>:<op id>:<IdentityKey(DC, farm, client, latch)>
+//	                 the lifetime marker of count_<farm>: written by the same mutation
+//	                 that created that cell, so it has the cell's creation timestamp
+//	                 and TTL, and the cell's end is the marker's timestamp + <ttl ms>;
+//	                 <op id> names the create that wrote it; the identity key names the
+//	                 latch unambiguously (layout.IdentityKey)
+//	C:dcsync_xdc     written with the creator's cell by an XDC create, only if absent,
+//	                 so that concurrent XDC creates from several farms have one winner
+//
+// # The latch lifetime rule on HBase
+//
+// A latch ends TTL after its creation; updates never move that end (the rule every store
+// follows, see store/storetest). HBase keeps a TTL per cell version and a VERSIONS=1
+// family still holds older versions until a flush: if a newer version expires first,
+// the older one reappears (a count that went 3, 2, 1 would read 3 again). So every
+// update of a marked cell is an Increment whose TTL is the marker's end minus a lower
+// bound of the timestamp HBase gives the new version (HBase stamps an updated counter
+// max(server time, previous version + 1 ms); the server time comes from a clock probe
+// in the same call that reads the row, hbaserpc.GetWithClock). Each version therefore
+// ends at the latch's end or a little after (by the update's own latency), never
+// before: no older version can outlive a newer one while the latch lives, and none is
+// left once the newest has gone. The Increment is conditional on the marker, which
+// ends exactly at the latch's end, so an update arriving later is not applied and
+// AddLatch reports NotFound instead of re-creating the cell holding only its delta. An
+// XDC update from a farm without a cell creates it with a marker of its own, ending
+// with the latch (the latest end among the row's markers): at level XDC the creator's
+// cell and every other farm's cell end together. At level DC each farm's cell ends by
+// its own marker, so DC latches of one name in two farms have independent lifetimes.
+//
+// # Lock layout
 //
 // Locks live in a table named by the user, family D (GZ, 1 version), row prefix +
 // "DC#<farm>#<client>#<lock>" or "XDC#<client>#<lock>". A Java client holds a lock by
-// the cell D:L (value "M") that it wrote with check-and-mutate "if D:L is absent", and
-// releases it by deleting the row. dcsync takes the lock the same way, so each excludes
-// the other, and adds cells a Java client ignores, all with the lease as their cell TTL:
+// the cell D:L (value "M") that it writes with check-and-mutate "if D:L is absent"
+// (HBaseStore.java:78-82), and releases it by deleting the row (HBaseStore.java:103).
+// dcsync takes the lock the same way, so each excludes the other, and adds cells a Java
+// client ignores, all written by the one Put that takes the lock, with the lease as
+// their cell TTL:
 //
 //	D:L  "M"                       the Java marker
 //	D:O  owner id                  only this owner refreshes or releases the lock
 //	D:E  expiry, epoch ms          8-byte big-endian (HBase does not return cell TTLs)
 //	D:T  fencing token             8-byte big-endian
 //
-// Fencing tokens come from a counter that never expires, in row Salt("F#" + logical lock
-// key), cell D:F, bumped with HBase's nonce'd Increment. No Java lock key starts with
-// "F#", and a Java release (a row delete) cannot touch it. The counter is bumped by the
-// holder after its if-absent acquire succeeded and before the token is recorded with a
-// check-and-mutate on D:O, so every successful acquisition of a key gets a larger token
-// than the one before, also after a lease lapsed.
+// Fencing tokens come from a counter that never expires, in row Salt("F#" +
+// layout.IdentityKey(key)), cell D:F, bumped with HBase's nonce'd Increment before the
+// lock is taken. No Java lock row starts with "F#", a Java release (a row delete)
+// cannot touch it, and two keys that share a Java lock row have counters of their own.
 //
-// A release is a check-and-mutate "D:O == owner" that deletes the lock row, as the Java
-// release deletes it. HBase stamps the delete marker with the current millisecond and it
-// hides every cell of that row written in the same millisecond: an acquire that lands
-// there is reported applied yet invisible. AcquireLock notices (its step 3 finds its
-// owner cell gone) and starts over, so dcsync never reports such a lock as held; a Java
-// acquire in that millisecond (after a Java or a dcsync release) is hidden the same way,
-// and only the Java library can guard against that.
+// # Timestamps of lock cells and deletes
+//
+// A delete in HBase is a marker that hides every version, present or future, whose
+// timestamp is at or before the marker's. The Java release is a row delete stamped
+// with the server's time (HBaseStore.java:103), and the Java acquire stamps its Put
+// with the Java client's clock (new Put(row, System.currentTimeMillis()),
+// HBaseStore.java:81), so a Java acquire that follows a release, from a client whose
+// clock is behind the server's (or in the same millisecond), is hidden: the Java client
+// believes it holds a lock that everyone else sees free. dcsync stamps its own deletes
+// at the version of the cells it owns, read just before: an acquire's Put is stamped by
+// the server, a refresh rewrites the cells at that same version with a new TTL, and a
+// release (also the release of a half-taken lock) deletes the row with its markers
+// stamped at that version, conditional on "D:O is ours and D:E unchanged". The release
+// hides the holder's own cells and nothing written after them: the next holder's Put is
+// hidden only if it is stamped at or before the time this holder acquired, which for a
+// Java client means a clock behind by more than the time the lock was held. dcsync's
+// acquire reads the row back in the same call as its check-and-mutate: its cells
+// hidden by a delete of the same millisecond or later (a Java release, or a dcsync
+// release in the millisecond its holder acquired) are seen at once and the acquire
+// starts over, so dcsync never reports a lock it cannot be seen to hold.
+//
+// # Ids that share a Java row
+//
+// The Java layouts join ids without escaping, so client "a_b" with latch "c" and
+// client "a" with latch "b_c" are one latch row (layout.AmbiguousHBaseLatchRow), and
+// client "a#b" with lock "c" and client "a" with lock "b#c" one lock row
+// (layout.AmbiguousLockKey). dcsync accepts such ids. A latch create on an ambiguous
+// row, and every latch update, reads the row and refuses with InvalidArgument, writing
+// nothing, when a lifetime marker of another (client, name) is there; two creates
+// racing on an empty row can both pass, and the next update through either is refused.
+// A latch a Java client wrote carries no marker and cannot be told apart. Two lock keys
+// that share a row exclude each other (dcsync and Java alike), and each has its own
+// fencing counter.
+//
+// # A mixed Java and Go deployment
+//
+// Shared: lock rows and D:L (each excludes the other), latch rows and count cells (each
+// reads the other's counts; Java's XDC sum ignores dcsync's zero cells). What Java does
+// that dcsync cannot prevent: Java's release deletes the row unconditionally, also a
+// dcsync holder's lock; Java's delete hides a Put (Java's or dcsync's) stamped at or
+// before it (dcsync sees that and retries; Java does not); dcsync's release hides a Java
+// Put stamped with a clock behind by more than the lock was held; a Java latch create is
+// an Increment (it adds to an existing count); Java updates send no TTL, so HBase
+// carries the cell's TTL forward from each update: a Java update extends its cell's
+// lifetime, and an XDC update from a farm without a cell creates one that never
+// expires. dcsync updates a latch that has no marker (a Java-created one) the way Java
+// does (an Increment without TTL), and its Java-style lifetime follows; dcsync updates
+// of a dcsync latch keep its end, while a Java update of a dcsync-created cell extends
+// that cell (HBase carries the TTL forward). InspectLock of a Java-held lock returns
+// Owner "", Token 0 and a zero Expires: the expiry is unknown.
+//
+// # Failures
 //
 // Every operation validates its input before any I/O. Reads, Puts and Increments are
-// retried by the client (Increments carry a nonce, so a retry is never applied twice).
-// A check-and-mutate whose outcome is unknown is resolved by reading the row back; see
-// each method for how.
+// retried by the client (Increments carry a nonce, so a retry is never applied twice;
+// this includes conditional Increments). A check-and-mutate whose outcome is unknown is
+// resolved by reading the row back, and every operation recognises its own earlier
+// attempt in what it reads, also one that reached the server after the read-back: an
+// acquire its owner id, a release the row gone while its lease was live, a create its
+// marker's op id.
 package hbase
 
 import (
@@ -59,7 +142,7 @@ import (
 // Defaults of Config.
 const (
 	// DefaultLockTable is the lock table's name when Config.LockTable is empty.
-	DefaultLockTable = "dcsync_locks"
+	DefaultLockTable = "dlm_locks"
 	// DefaultLatchTableSuffix names the latch table D_LTCH_distributed_latch, the Java
 	// library's default.
 	DefaultLatchTableSuffix = "distributed_latch"
@@ -92,7 +175,7 @@ const maxTries = 5
 // Config configures a Store. Every field is optional.
 type Config struct {
 	// LockTable is the lock table's name, "table" or "namespace:table" (default
-	// "dcsync_locks"). Java services sharing locks with dcsync must use the same table.
+	// "dlm_locks", the name the DLM docs use). Java services sharing locks with dcsync must use the same table.
 	LockTable string
 	// LatchTableSuffix names the latch table D_LTCH_<suffix> (default
 	// "distributed_latch", the Java default).
@@ -108,6 +191,8 @@ type ops interface {
 	MultiGet(ctx context.Context, table string, gets []hbaserpc.Get) ([][]hbaserpc.Cell, error)
 	Increment(ctx context.Context, table string, inc *hbaserpc.Increment) ([]hbaserpc.Cell, error)
 	CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error)
+	CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error)
+	GetWithClock(ctx context.Context, table string, row, probeFamily []byte, cols ...hbaserpc.Column) ([]hbaserpc.Cell, int64, error)
 }
 
 // Store is a dcsync.Store on an HBase cluster. It is safe for concurrent use.
@@ -117,29 +202,46 @@ type Store struct {
 	owned      bool
 	lockTable  string
 	latchTable string
+	locks      lazyTable // the lock table, created on first use
+	latches    lazyTable // the latch table, created on first use
 	log        *slog.Logger
 	closed     atomic.Bool
 	closeOnce  sync.Once
 }
 
+// lazyTable is a table the store creates (when absent) the first time it is used.
+type lazyTable struct {
+	spec  hbaserpc.TableSpec
+	ready atomic.Bool
+	sem   chan struct{} // capacity 1: one creator at a time
+}
+
+func newLazyTable(spec hbaserpc.TableSpec) lazyTable {
+	return lazyTable{spec: spec, sem: make(chan struct{}, 1)}
+}
+
 var _ dcsync.Store = (*Store)(nil)
 
 // New returns a store on an already-connected client, as the Java libraries take a
-// connection. It creates the lock table and the latch table when they are absent, with
-// the Java libraries' schema (lock: family D, COMPRESSION GZ, VERSIONS 1; latch: family C,
-// COMPRESSION GZ; both pre-split on the 256 one-byte prefixes 0x00..0xFF), and waits
-// until every region of both tables is online. Several processes may call New at once:
-// a table another one created first is fine. A table that cannot be created is a
-// TableCreation error; an unreachable cluster a Connection error. Close does not close
-// client.
+// connection. It creates no table: the lock table is created, when absent, by the first
+// lock call, and the latch table by the first latch call (as the Java lock store
+// creates its table in initialize(), HBaseStore.java:52-71, and the Java latch creates
+// its own on the first latch create, HBaseLatchStorage.java:77), with the Java
+// libraries' schema (lock: family D, COMPRESSION GZ, VERSIONS 1; latch: family C,
+// COMPRESSION GZ; both pre-split on the 256 one-byte prefixes 0x00..0xFF); that call
+// waits until every region of the table is online. Each table is created at most once
+// per store, also under concurrent calls, and several processes may create it at once.
+// A table that cannot be created fails that call with a TableCreation error (the next
+// call tries again); an unreachable cluster with a Connection error. Close does not
+// close client.
 func New(ctx context.Context, client *hbaserpc.Client, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, dcsync.Errorf(dcsync.InvalidArgument, "hbase.New", "client is nil")
 	}
-	return newStore(ctx, client, false, cfg)
+	return newStore(client, false, cfg), nil
 }
 
-func newStore(ctx context.Context, client *hbaserpc.Client, owned bool, cfg Config) (*Store, error) {
+func newStore(client *hbaserpc.Client, owned bool, cfg Config) *Store {
 	if cfg.LockTable == "" {
 		cfg.LockTable = DefaultLockTable
 	}
@@ -149,29 +251,46 @@ func newStore(ctx context.Context, client *hbaserpc.Client, owned bool, cfg Conf
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Store{
+	latchTable := layout.HBaseLatchTable(cfg.LatchTableSuffix)
+	return &Store{
 		client:     client,
 		db:         client,
 		owned:      owned,
 		lockTable:  cfg.LockTable,
-		latchTable: layout.HBaseLatchTable(cfg.LatchTableSuffix),
-		log:        cfg.Logger,
+		latchTable: latchTable,
+		locks: newLazyTable(hbaserpc.TableSpec{
+			Name:      cfg.LockTable,
+			Families:  []hbaserpc.FamilySpec{{Name: layout.HBaseLockFamily, Compression: "GZ", MaxVersions: 1}},
+			SplitKeys: layout.SplitKeys(),
+		}),
+		latches: newLazyTable(hbaserpc.TableSpec{
+			Name:      latchTable,
+			Families:  []hbaserpc.FamilySpec{{Name: layout.HBaseLatchFamily, Compression: "GZ"}},
+			SplitKeys: layout.SplitKeys(),
+		}),
+		log: cfg.Logger,
 	}
-	if err := s.ensureTable(ctx, hbaserpc.TableSpec{
-		Name:      s.lockTable,
-		Families:  []hbaserpc.FamilySpec{{Name: layout.HBaseLockFamily, Compression: "GZ", MaxVersions: 1}},
-		SplitKeys: layout.SplitKeys(),
-	}); err != nil {
-		return nil, err
+}
+
+// ready makes sure t exists and is online, creating it on the first call.
+func (s *Store) ready(ctx context.Context, op string, t *lazyTable) error {
+	if t.ready.Load() {
+		return nil
 	}
-	if err := s.ensureTable(ctx, hbaserpc.TableSpec{
-		Name:      s.latchTable,
-		Families:  []hbaserpc.FamilySpec{{Name: layout.HBaseLatchFamily, Compression: "GZ"}},
-		SplitKeys: layout.SplitKeys(),
-	}); err != nil {
-		return nil, err
+	select {
+	case t.sem <- struct{}{}:
+	case <-ctx.Done():
+		return dcsync.Errorf(dcsync.Connection, op, "waiting for table %s: %w", t.spec.Name, ctx.Err())
 	}
-	return s, nil
+	defer func() { <-t.sem }()
+	if t.ready.Load() {
+		return nil
+	}
+	if err := s.ensureTable(ctx, op, t.spec); err != nil {
+		return err
+	}
+	t.ready.Store(true)
+	return nil
 }
 
 // OpenURL dials the cluster named by u and returns a store that owns its client (Close
@@ -218,12 +337,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	if err != nil {
 		return nil, dcsync.Wrap(err, dcsync.Connection, op)
 	}
-	s, err := newStore(ctx, client, true, cfg)
-	if err != nil {
-		client.Close()
-		return nil, err
-	}
-	return s, nil
+	return newStore(client, true, cfg), nil
 }
 
 // Close releases the store. It closes the client only when OpenURL dialed it. Locks and
@@ -252,8 +366,7 @@ func (s *Store) check(op string) error {
 }
 
 // ensureTable creates spec's table if it does not exist and waits until it is online.
-func (s *Store) ensureTable(ctx context.Context, spec hbaserpc.TableSpec) error {
-	const op = "hbase.New"
+func (s *Store) ensureTable(ctx context.Context, op string, spec hbaserpc.TableSpec) error {
 	exists, err := s.client.TableExists(ctx, spec.Name)
 	if err != nil {
 		return tableErr(op, spec.Name, "checking", err)
@@ -269,7 +382,7 @@ func (s *Store) ensureTable(ctx context.Context, spec hbaserpc.TableSpec) error 
 			return tableErr(op, spec.Name, "creating", err)
 		}
 	}
-	return s.waitOnline(ctx, spec.Name)
+	return s.waitOnline(ctx, op, spec.Name)
 }
 
 // tableErr keeps a Connection error (the cluster is unreachable or ctx ended) and makes
@@ -283,8 +396,7 @@ func tableErr(op, table, doing string, err error) error {
 
 // waitOnline polls hbase:meta until table's regions cover the whole key space and each
 // is open on a server (a table another process is still creating), or ctx ends.
-func (s *Store) waitOnline(ctx context.Context, table string) error {
-	const op = "hbase.New"
+func (s *Store) waitOnline(ctx context.Context, op, table string) error {
 	delay := 20 * time.Millisecond
 	for {
 		regions, err := s.client.Regions(ctx, table)

@@ -104,7 +104,14 @@ func shared(t testing.TB) *hbaserpc.Client {
 			fixture.err = err
 			return
 		}
-		s.Close()
+		defer s.Close()
+		// The store creates its tables on first use; the tests also use them directly.
+		for _, tb := range []*lazyTable{&s.locks, &s.latches} {
+			if err := s.ready(ctx, "test", tb); err != nil {
+				fixture.err = err
+				return
+			}
+		}
 	})
 	if fixture.err != nil {
 		t.Fatalf("HBase at %s: %v", zk, fixture.err)
@@ -286,14 +293,21 @@ func TestBadInput(t *testing.T) {
 	t.Run("TableCreation", func(t *testing.T) {
 		c := shared(t)
 		ctx := ctxT(t, time.Minute)
+		k := dcsync.Key{Level: dcsync.DC, Client: "c", Farm: "dc1", Name: "n"}
 		for _, cfg := range []Config{
 			{LockTable: "bad name!"},
 			{LockTable: "nons" + randHex(3) + ":tbl"},
-			{LockTable: fixture.lockTable, LatchTableSuffix: "no/slash"},
 		} {
-			_, err := New(ctx, c, cfg)
-			wantCode(t, err, dcsync.TableCreation, fmt.Sprintf("New(%+v)", cfg))
+			s, err := New(ctx, c, cfg)
+			must(t, err, "New")
+			_, err = s.AcquireLock(ctx, k, "o", time.Minute)
+			wantCode(t, err, dcsync.TableCreation, fmt.Sprintf("first lock call with %+v", cfg))
+			_, err = s.InspectLock(ctx, k)
+			wantCode(t, err, dcsync.TableCreation, fmt.Sprintf("second lock call with %+v (tried again)", cfg))
 		}
+		s, err := New(ctx, c, Config{LockTable: fixture.lockTable, LatchTableSuffix: "no/slash"})
+		must(t, err, "New")
+		wantCode(t, s.CreateLatch(ctx, k, 1, time.Minute), dcsync.TableCreation, "first latch call with a bad latch table")
 	})
 }
 

@@ -63,6 +63,17 @@ func (f *faulty) CheckAndMutate(ctx context.Context, table string, row []byte, c
 	return f.ops.CheckAndMutate(ctx, table, row, cond, muts...)
 }
 
+func (f *faulty) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error) {
+	switch f.next() {
+	case lostAck:
+		f.ops.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
+		return false, nil, nil, errUnknown()
+	case notSent:
+		return false, nil, nil, errUnknown()
+	}
+	return f.ops.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
+}
+
 func faultyStore(t *testing.T) (*Store, *faulty) {
 	s := openStore(t)
 	t.Cleanup(func() { s.Close() })
@@ -76,13 +87,11 @@ func TestInDoubtLock(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	for _, tc := range []struct {
 		name string
-		plan []fault // acquire: step 1, step 3
+		plan []fault // acquire's check-and-mutate attempts
 	}{
 		{"TakeLost", []fault{lostAck}},
 		{"TakeNotSent", []fault{notSent}},
-		{"RecordLost", []fault{pass, lostAck}},
-		{"RecordNotSent", []fault{pass, notSent}},
-		{"BothLost", []fault{lostAck, lostAck}},
+		{"TakeNotSentThenLost", []fault{notSent, lostAck}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := key(dcsync.XDC, "dc1")
@@ -151,15 +160,18 @@ func TestInDoubtLatch(t *testing.T) {
 			k := key(level, "dc1")
 			f.set(notSent)
 			must(t, s.CreateLatch(ctx, k, 5, time.Minute), "CreateLatch, first attempt not sent")
-			// Applied but unknown: the latch exists; the create cannot tell whose it is.
+			// Applied but unknown: the read-back finds this create's own marker.
 			k2 := key(level, "dc1")
 			f.set(lostAck)
-			wantCode(t, s.CreateLatch(ctx, k2, 6, time.Minute), dcsync.Connection, "CreateLatch with a lost reply")
+			must(t, s.CreateLatch(ctx, k2, 6, time.Minute), "CreateLatch with a lost reply")
 			k3 := key(level, "dc1")
 			f.set(lostAck)
-			if created, err := s.EnsureLatch(ctx, k3, time.Minute); err != nil || created {
-				t.Fatalf("EnsureLatch with a lost reply = %v, %v; want false, nil", created, err)
+			if created, err := s.EnsureLatch(ctx, k3, time.Minute); err != nil || !created {
+				t.Fatalf("EnsureLatch with a lost reply = %v, %v; want true, nil", created, err)
 			}
+			// Unknown, and another create's latch is there: AlreadyExists.
+			f.set(notSent)
+			wantCode(t, s.CreateLatch(ctx, k2, 9, time.Minute), dcsync.AlreadyExists, "CreateLatch in doubt over an existing latch")
 			got, err := s.ReadLatches(ctx, []dcsync.Key{k, k2, k3})
 			must(t, err, "ReadLatches")
 			want := []dcsync.LatchCount{{Found: true, Count: 5}, {Found: true, Count: 6}, {Found: true, Count: 0}}
@@ -202,4 +214,113 @@ func TestAddLatchNoWrite(t *testing.T) {
 	}
 	_, err = s.AddLatch(ctx, other, 1)
 	must(t, err, "DC AddLatch from dc2 after its XDC update created its cell")
+}
+
+// late is a fault: the call is not sent now and reports "outcome unknown" (a
+// timed-out attempt still queued at the server); it is applied just before the next
+// write call, so that a read-back in between finds nothing and the resend finds it
+// applied.
+const late fault = 100
+
+type lateFaulty struct {
+	ops
+	mu      sync.Mutex
+	plan    []fault
+	pending func()
+}
+
+func (f *lateFaulty) set(plan ...fault) {
+	f.mu.Lock()
+	f.plan = plan
+	f.mu.Unlock()
+}
+
+// step applies a pending late call and returns the next planned fault.
+func (f *lateFaulty) step() fault {
+	f.mu.Lock()
+	p := f.pending
+	f.pending = nil
+	x := pass
+	if len(f.plan) > 0 {
+		x, f.plan = f.plan[0], f.plan[1:]
+	}
+	f.mu.Unlock()
+	if p != nil {
+		p()
+	}
+	return x
+}
+
+func (f *lateFaulty) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error) {
+	if f.step() == late {
+		f.mu.Lock()
+		f.pending = func() { f.ops.CheckAndMutateRead(context.Background(), table, row, cond, muts, cols...) }
+		f.mu.Unlock()
+		return false, nil, nil, errUnknown()
+	}
+	return f.ops.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
+}
+
+func (f *lateFaulty) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
+	if f.step() == late {
+		f.mu.Lock()
+		f.pending = func() { f.ops.CheckAndMutate(context.Background(), table, row, cond, muts...) }
+		f.mu.Unlock()
+		return false, nil, errUnknown()
+	}
+	return f.ops.CheckAndMutate(ctx, table, row, cond, muts...)
+}
+
+func lateStore(t *testing.T) (*Store, *lateFaulty) {
+	s := openStore(t)
+	t.Cleanup(func() { s.Close() })
+	f := &lateFaulty{ops: s.db}
+	s.db = f
+	return s, f
+}
+
+// TestInDoubtLate: an attempt that timed out while still queued at the server is
+// applied after the read-back found nothing; the resend then meets it. Each operation
+// must recognise its own first attempt.
+func TestInDoubtLate(t *testing.T) {
+	s, f := lateStore(t)
+	ctx := ctxT(t, time.Minute)
+	t.Run("Acquire", func(t *testing.T) {
+		k := key(dcsync.XDC, "dc1")
+		f.set(late)
+		st, err := s.AcquireLock(ctx, k, "me", time.Minute)
+		must(t, err, "AcquireLock whose first attempt lands late")
+		in, err := s.InspectLock(ctx, k)
+		must(t, err, "Inspect")
+		if in.Owner != "me" || in.Token != st.Token || st.Token == 0 {
+			t.Fatalf("acquired %+v, stored %+v", st, in)
+		}
+		must(t, s.ReleaseLock(ctx, k, "me"), "release")
+	})
+	t.Run("Release", func(t *testing.T) {
+		k := key(dcsync.XDC, "dc1")
+		_, err := s.AcquireLock(ctx, k, "me", time.Minute)
+		must(t, err, "acquire")
+		f.set(late)
+		must(t, s.ReleaseLock(ctx, k, "me"), "ReleaseLock whose first attempt lands late")
+		_, err = s.InspectLock(ctx, k)
+		wantCode(t, err, dcsync.NotFound, "Inspect after release")
+	})
+	for _, level := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
+		t.Run("Create"+level.String(), func(t *testing.T) {
+			k := key(level, "dc1")
+			f.set(late)
+			must(t, s.CreateLatch(ctx, k, 4, time.Minute), "CreateLatch whose first attempt lands late")
+			got, err := s.ReadLatches(ctx, []dcsync.Key{k})
+			must(t, err, "ReadLatches")
+			if got[0] != (dcsync.LatchCount{Found: true, Count: 4}) {
+				t.Fatalf("count %+v, want 4", got[0])
+			}
+			k2 := key(level, "dc1")
+			f.set(late)
+			if created, err := s.EnsureLatch(ctx, k2, time.Minute); err != nil || !created {
+				t.Fatalf("EnsureLatch whose first attempt lands late = %v, %v; want true, nil", created, err)
+			}
+		})
+	}
 }

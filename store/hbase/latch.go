@@ -3,12 +3,140 @@ package hbase
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/layout"
 )
+
+// markerPrefix starts the qualifier of a lifetime marker (see the package doc). It
+// never starts with "count_", so a Java DC read never meets one.
+const markerPrefix = "dcsync_lt:"
+
+// zero8 is the value of every dcsync-only latch cell: an 8-byte 0, which leaves the sum
+// a Java XDC read takes unchanged (it adds up Bytes.toLong of every cell of family C,
+// HBaseLatchStorage.java:128-134).
+var zero8 = be64(0)
+
+// marker is a parsed lifetime marker: the farm cell count_<farm> of (client, name) was
+// created at ts (the marker's timestamp, written by the same mutation) with a TTL of
+// ttl, so it ends at ts+ttl; op is the id of the create that wrote it.
+type marker struct {
+	qual   []byte
+	id     dcsync.Key // level DC, with the farm of the cell the marker belongs to
+	op     string
+	ts     int64
+	ttlMs  int64
+	endsMs int64
+}
+
+// markerQualifier returns the qualifier of the marker of k's farm cell:
+// "dcsync_lt:<ttl ms>:<op id>:<IdentityKey of the DC key of that cell>".
+func markerQualifier(k dcsync.Key, ttlMs int64, opID string) []byte {
+	id := k
+	id.Level = dcsync.DC
+	return []byte(markerPrefix + strconv.FormatInt(ttlMs, 10) + ":" + opID + ":" + layout.IdentityKey(id))
+}
+
+func parseMarker(c hbaserpc.Cell) (marker, bool) {
+	rest, ok := strings.CutPrefix(string(c.Qualifier), markerPrefix)
+	if !ok {
+		return marker{}, false
+	}
+	ttl, rest, ok1 := strings.Cut(rest, ":")
+	op, idKey, ok2 := strings.Cut(rest, ":")
+	ttlMs, err := strconv.ParseInt(ttl, 10, 64)
+	id, ok3 := layout.ParseIdentityKey(idKey)
+	if !ok1 || !ok2 || !ok3 || err != nil || ttlMs <= 0 || id.Level != dcsync.DC {
+		return marker{}, false
+	}
+	return marker{qual: c.Qualifier, id: id, op: op, ts: c.Timestamp, ttlMs: ttlMs, endsMs: c.Timestamp + ttlMs}, true
+}
+
+// latchView is a latch row as read: its count cells by farm, its lifetime markers and
+// every cell (for the sum).
+type latchView struct {
+	cells   []hbaserpc.Cell
+	counts  map[string]hbaserpc.Cell
+	markers []marker
+}
+
+func parseLatchView(cells []hbaserpc.Cell) latchView {
+	r := latchView{cells: cells, counts: map[string]hbaserpc.Cell{}}
+	for _, c := range cells {
+		if farm, ok := layout.ParseHBaseLatchQualifier(c.Qualifier); ok {
+			r.counts[farm] = c
+		} else if m, ok := parseMarker(c); ok {
+			r.markers = append(r.markers, m)
+		}
+	}
+	return r
+}
+
+// sameLatch reports whether marker identity id names the latch row of k.
+func sameLatch(id, k dcsync.Key) bool { return id.Client == k.Client && id.Name == k.Name }
+
+// collision returns InvalidArgument when the row holds a marker of another (client,
+// name) whose Java row is the same as k's (see layout.AmbiguousHBaseLatchRow).
+func (r latchView) collision(op string, k dcsync.Key) error {
+	for _, m := range r.markers {
+		if !sameLatch(m.id, k) {
+			return dcsync.Errorf(dcsync.InvalidArgument, op,
+				"latch (client %q, name %q) shares its HBase row %q with the latch (client %q, name %q) written by dcsync: the Java layout joins client and name with '_' and cannot keep them apart; use ids without '_'",
+				k.Client, k.Name, layout.HBaseLatchRow(k.Client, k.Name), m.id.Client, m.id.Name)
+		}
+	}
+	return nil
+}
+
+// markerOf returns the marker of farm's cell with the latest end, if any.
+func (r latchView) markerOf(farm string) (marker, bool) {
+	var best marker
+	found := false
+	for _, m := range r.markers {
+		if m.id.Farm == farm && (!found || m.endsMs > best.endsMs) {
+			best, found = m, true
+		}
+	}
+	return best, found
+}
+
+// latest returns the marker with the latest end, if any.
+func (r latchView) latest() (marker, bool) {
+	var best marker
+	found := false
+	for _, m := range r.markers {
+		if !found || m.endsMs > best.endsMs {
+			best, found = m, true
+		}
+	}
+	return best, found
+}
+
+func (r latchView) hasOp(opID string) bool {
+	for _, m := range r.markers {
+		if m.op == opID {
+			return true
+		}
+	}
+	return false
+}
+
+// exists reports whether k's latch exists in the row: its farm cell (DC) or any farm
+// cell (XDC).
+func (r latchView) exists(k dcsync.Key) bool {
+	if k.Level == dcsync.XDC {
+		return len(r.counts) > 0
+	}
+	_, ok := r.counts[k.Farm]
+	return ok
+}
 
 func latchCols(k dcsync.Key) []hbaserpc.Column {
 	if k.Level == dcsync.XDC {
@@ -30,22 +158,38 @@ func sumCells(op string, cells []hbaserpc.Cell) (int64, error) {
 	return n, nil
 }
 
+func newOpID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
 // CreateLatch writes count into the caller's farm cell C:count_<farm> with the TTL, by a
 // check-and-mutate "cell absent" (never an Increment, which would add to an existing
-// count as the Java create does). If the latch exists it returns AlreadyExists and
-// changes nothing.
+// count as the Java create does, HBaseLatchStorage.java:80-82). If the latch exists it
+// returns AlreadyExists and changes nothing.
+//
+// The same Put writes the cell's lifetime marker (an 8-byte zero whose qualifier
+// carries the TTL, an id of this create, and the latch's identity; see the package
+// doc), so the latch's end is known to every later update, and a create whose reply was
+// lost can tell its own write from another's.
 //
 // At level XDC the latch exists when any farm's cell exists, which a check on one cell
 // cannot test. CreateLatch first reads family C (any cell: AlreadyExists), then writes,
-// atomically and only if the cell C:dcsync_xdc is absent, that cell (an 8-byte zero,
-// which leaves the sums Java readers take unchanged) together with its own count cell.
-// Of concurrent XDC creates from several farms exactly one passes that check. (An XDC
-// create racing a DC create of the same latch in the same farm is not excluded: both
-// may succeed, the later write's count standing.)
+// atomically and only if the cell C:dcsync_xdc is absent, that cell (an 8-byte zero)
+// together with its own count cell and marker. Of concurrent XDC creates from several
+// farms exactly one passes that check. (An XDC create racing a DC create of the same
+// latch in the same farm is not excluded: both may succeed, the later write's count
+// standing.)
 //
-// When the write's outcome is unknown, the row is read back: not there means not
-// applied (sent again); there is ambiguous (ours, or a concurrent create's) and
-// CreateLatch returns a Connection error saying the outcome is unknown.
+// When the row is ambiguous (layout.AmbiguousHBaseLatchRow: another client and name
+// share it), the create reads the row first and refuses, with InvalidArgument and
+// writing nothing, when a marker of another (client, name) is there.
+//
+// When the write's outcome is unknown, the row is read back: our marker there means
+// created; the latch created by another means AlreadyExists; nothing means not applied,
+// and the write is sent again. A resend that finds the latch created by our own earlier
+// attempt (one that reached the server late) reports it created.
 func (s *Store) CreateLatch(ctx context.Context, k dcsync.Key, count int64, ttl time.Duration) error {
 	const op = "hbase.CreateLatch"
 	if err := dcsync.CheckLatch(k, ttl); err != nil {
@@ -60,12 +204,10 @@ func (s *Store) CreateLatch(ctx context.Context, k dcsync.Key, count int64, ttl 
 	if err := s.check(op); err != nil {
 		return err
 	}
-	created, unknown, err := s.create(ctx, op, k, count, ttl)
+	created, err := s.create(ctx, op, k, count, ttl)
 	switch {
 	case err != nil:
 		return wrap(err, op)
-	case unknown:
-		return dcsync.Errorf(dcsync.Connection, op, "outcome unknown: %s exists, but maybe not by this create", k)
 	case !created:
 		return dcsync.Errorf(dcsync.AlreadyExists, op, "latch %s exists", k)
 	}
@@ -73,8 +215,7 @@ func (s *Store) CreateLatch(ctx context.Context, k dcsync.Key, count int64, ttl 
 }
 
 // EnsureLatch creates the latch with count 0 as CreateLatch does, and reports false
-// when it already existed. When the create's outcome is unknown and the cell exists
-// afterwards, it reports false: the latch exists either way.
+// when it already existed.
 func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration) (bool, error) {
 	const op = "hbase.EnsureLatch"
 	if err := dcsync.CheckLatch(k, ttl); err != nil {
@@ -86,125 +227,280 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 	if err := s.check(op); err != nil {
 		return false, err
 	}
-	created, _, err := s.create(ctx, op, k, 0, ttl)
+	created, err := s.create(ctx, op, k, 0, ttl)
 	if err != nil {
 		return false, wrap(err, op)
 	}
 	return created, nil
 }
 
-// create is CreateLatch's algorithm. unknown reports an in-doubt write after which the
-// cell exists.
-func (s *Store) create(ctx context.Context, op string, k dcsync.Key, count int64, ttl time.Duration) (created, unknown bool, err error) {
+// create is CreateLatch's algorithm.
+func (s *Store) create(ctx context.Context, op string, k dcsync.Key, count int64, ttl time.Duration) (created bool, err error) {
+	if err := s.ready(ctx, op, &s.latches); err != nil {
+		return false, err
+	}
 	row := layout.HBaseLatchRow(k.Client, k.Name)
 	q := layout.HBaseLatchQualifier(k.Farm)
-	if k.Level == dcsync.XDC {
+	ambiguous := layout.AmbiguousHBaseLatchRow(k.Client, k.Name)
+	readRow := func() (latchView, error) {
 		cells, err := s.db.Get(ctx, s.latchTable, row, hbaserpc.Column{Family: famLatch})
 		if err != nil {
-			return false, false, err
+			return latchView{}, err
 		}
-		if len(cells) > 0 {
-			return false, false, nil
+		return parseLatchView(cells), nil
+	}
+	if k.Level == dcsync.XDC || ambiguous {
+		r, err := readRow()
+		if err != nil {
+			return false, err
+		}
+		if err := r.collision(op, k); err != nil {
+			return false, err
+		}
+		if k.Level == dcsync.XDC && len(r.cells) > 0 || r.exists(k) {
+			return false, nil
 		}
 	}
-	val := be64(uint64(count))
+	opID := newOpID()
+	vals := []hbaserpc.Value{
+		{Family: famLatch, Qualifier: q, Value: be64(uint64(count))},
+		{Family: famLatch, Qualifier: markerQualifier(k, ttl.Milliseconds(), opID), Value: zero8},
+	}
 	cond := hbaserpc.IfAbsent(famLatch, q)
-	vals := []hbaserpc.Value{{Family: famLatch, Qualifier: q, Value: val}}
-	check := q
 	if k.Level == dcsync.XDC {
 		cond = hbaserpc.IfAbsent(famLatch, qualXDCCreated)
-		vals = append(vals, hbaserpc.Value{Family: famLatch, Qualifier: qualXDCCreated, Value: be64(0)})
-		check = qualXDCCreated
+		vals = append(vals, hbaserpc.Value{Family: famLatch, Qualifier: qualXDCCreated, Value: zero8})
 	}
+	put := &hbaserpc.Put{Values: vals, TTL: ttl}
+	doubted := false
 	for try := 0; ; try++ {
-		ok, _, err := s.db.CheckAndMutate(ctx, s.latchTable, row, cond, &hbaserpc.Put{Values: vals, TTL: ttl})
-		if err == nil {
-			return ok, false, nil
+		ok, _, err := s.db.CheckAndMutate(ctx, s.latchTable, row, cond, put)
+		if err == nil && ok {
+			return true, nil
 		}
-		if !inDoubt(err) || try >= maxTries-1 {
-			return false, false, err
+		if err == nil && !doubted && !ambiguous {
+			return false, nil
 		}
-		cells, rerr := s.db.Get(ctx, s.latchTable, row, hbaserpc.Column{Family: famLatch, Qualifier: check})
+		if err != nil && (!inDoubt(err) || try >= maxTries-1) {
+			return false, err
+		}
+		// Not applied after an earlier attempt was in doubt, or in doubt now, or refused
+		// on an ambiguous row: read the row to tell whose latch is there.
+		doubted = doubted || err != nil
+		r, rerr := readRow()
 		if rerr != nil {
-			return false, false, err
+			if err != nil {
+				return false, err
+			}
+			return false, rerr
 		}
-		s.log.Debug("hbase: latch create outcome unknown; read back", "key", k.String(), "present", len(cells) > 0)
-		if len(cells) > 0 {
-			return false, true, nil
+		s.log.Debug("hbase: latch create refused or in doubt; read back", "key", k.String(), "mine", r.hasOp(opID), "err", err)
+		switch {
+		case r.hasOp(opID):
+			return true, nil
+		case r.collision(op, k) != nil:
+			return false, r.collision(op, k)
+		case err == nil:
+			return false, nil // refused: another create's latch
+		case k.Level == dcsync.XDC && len(r.cells) > 0 || r.exists(k):
+			return false, nil // in doubt, and another create's latch is there
 		}
+		// In doubt and nothing there: not applied (or not yet); send it again.
 	}
 }
 
-// AddLatch adds delta to the caller's farm cell with HBase's Increment, renewing its
-// TTL, after a read that the latch exists (NotFound, writing nothing, when it does not).
-// The Increment carries a nonce that every retry reuses, so an attempt whose reply was
-// lost is never applied twice. If the latch expires in the moment between the read and
-// the Increment, the Increment re-creates the cell holding delta (HBase cannot make an
-// Increment conditional on a cell's existence without giving up the nonce's retry
-// safety). At level DC it returns the Increment's result; at XDC it reads the family
-// again and returns the sum.
+// AddLatch adds delta to the caller's farm cell with HBase's Increment and returns the
+// count at k's level afterwards, without moving the latch's end (the lifetime rule, see
+// the package doc). In one call to the region server it first reads the latch row and
+// the server's clock (hbaserpc.GetWithClock): NotFound, writing nothing, when the latch
+// does not exist; InvalidArgument, writing nothing, when the row holds another (client,
+// name)'s latch (layout.AmbiguousHBaseLatchRow). Then, in a second call:
+//
+//   - A farm cell that has a lifetime marker (created by dcsync) gets an Increment
+//     whose TTL is the marker's end minus a lower bound of the timestamp HBase will
+//     give the new version (the larger of the server clock just read and the cell's
+//     previous timestamp + 1), so the new version ends at the latch's end (later by at
+//     most the update's own latency), together with a delete of the versions read
+//     (stamped at the timestamp read), so that no older version, whatever its TTL (a
+//     Java update carries one forward from its own time), can reappear when the new
+//     one ends. The two are one conditional RowMutations, conditional on the marker
+//     still being there: an update arriving after the latch ended is not applied
+//     (NotFound), and cannot re-create the cell holding only delta.
+//   - An XDC update from a farm without a cell creates it, with a marker of its own,
+//     ending with the latch (the latest end among the row's markers). An XDC update of
+//     a latch dcsync created at level XDC (the row has C:dcsync_xdc) also adopts every
+//     farm cell without a marker (a Java update from a farm without a cell creates one
+//     with no TTL at all): it gets a marker, a new version (added 0) ending with the
+//     latch, and its older versions deleted, so the latch ends whole.
+//   - A farm cell without a marker (a latch a Java client created) gets an Increment
+//     without TTL, as the Java update sends (HBaseLatchStorage.java:92-93): HBase
+//     carries the cell's TTL forward from the new version's timestamp, so each update
+//     extends it, as it does for Java. It is conditional on a count cell of the latch
+//     being present.
+//
+// Every Increment carries a nonce and is retried with it when an attempt's outcome is
+// unknown, so it is applied at most once. At level DC AddLatch returns the Increment's
+// result. At level XDC the same call to the server reads the row right after the
+// update and AddLatch returns its sum: a state after this update (another client's
+// update may land in between, and is then included), never an estimate.
 func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
-	ttl := time.Hour // placeholder until the latch lifetime rule lands (issue 7)
 	const op = "hbase.AddLatch"
-	if err := dcsync.CheckLatch(k, ttl); err != nil {
-		return 0, err
-	}
-	if err := dcsync.ValidateTTL(ttl); err != nil {
+	if err := dcsync.CheckLatch(k, 0); err != nil {
 		return 0, err
 	}
 	if err := s.check(op); err != nil {
 		return 0, err
 	}
+	if err := s.ready(ctx, op, &s.latches); err != nil {
+		return 0, err
+	}
 	row := layout.HBaseLatchRow(k.Client, k.Name)
 	q := layout.HBaseLatchQualifier(k.Farm)
-	before, err := s.db.Get(ctx, s.latchTable, row, latchCols(k)...)
-	if err != nil {
-		return 0, wrap(err, op)
-	}
-	if len(before) == 0 {
-		return 0, dcsync.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
-	}
-	res, err := s.db.Increment(ctx, s.latchTable, &hbaserpc.Increment{
-		Row:    row,
-		Deltas: []hbaserpc.Delta{{Family: famLatch, Qualifier: q, Amount: delta}},
-		TTL:    ttl,
-	})
-	if err != nil {
-		return 0, wrap(err, op)
-	}
-	var own int64
-	found := false
-	for _, c := range res {
-		if bytes.Equal(c.Qualifier, q) {
-			if own, err = decode64(op, c); err != nil {
-				return 0, err
-			}
-			found = true
+	notFound := func() error { return dcsync.Errorf(dcsync.NotFound, op, "latch %s does not exist", k) }
+	for try := 0; try < maxTries; try++ {
+		cells, now, err := s.db.GetWithClock(ctx, s.latchTable, row, famLatch, hbaserpc.Column{Family: famLatch})
+		if err != nil {
+			return 0, wrap(err, op)
 		}
-	}
-	if !found {
-		return 0, dcsync.Errorf(dcsync.Internal, op, "Increment of %s returned no value", k)
-	}
-	if k.Level == dcsync.DC {
-		return own, nil
-	}
-	after, err := s.db.Get(ctx, s.latchTable, row, hbaserpc.Column{Family: famLatch})
-	if err == nil && len(after) > 0 {
+		r := parseLatchView(cells)
+		if err := r.collision(op, k); err != nil {
+			return 0, err
+		}
+		if !r.exists(k) {
+			return 0, notFound()
+		}
+		cond, muts, ok := r.update(k, delta, now)
+		if !ok {
+			return 0, notFound() // the latch has ended, by the server's clock
+		}
+		var applied bool
+		var res, after []hbaserpc.Cell
+		if k.Level == dcsync.DC {
+			applied, res, err = s.db.CheckAndMutate(ctx, s.latchTable, row, cond, muts...)
+		} else {
+			applied, res, after, err = s.db.CheckAndMutateRead(ctx, s.latchTable, row, cond, muts, hbaserpc.Column{Family: famLatch})
+		}
+		if err != nil {
+			return 0, wrap(err, op)
+		}
+		if !applied {
+			// The marker or cell the update was conditional on is gone: the latch ended
+			// in between (the next read tells), or the Java cell chosen expired.
+			s.log.Debug("hbase: latch update not applied; reading again", "key", k.String(), "try", try)
+			continue
+		}
+		var own int64
+		found := false
+		for _, c := range res {
+			if bytes.Equal(c.Qualifier, q) {
+				if own, err = decode64(op, c); err != nil {
+					return 0, err
+				}
+				found = true
+			}
+		}
+		if !found {
+			return 0, dcsync.Errorf(dcsync.Internal, op, "Increment of %s returned no value", k)
+		}
+		if k.Level == dcsync.DC {
+			return own, nil
+		}
 		return sumCells(op, after)
 	}
-	// The update is applied; do not fail it. Estimate from the first read.
-	s.log.Debug("hbase: reading the XDC sum after an update failed; using the earlier read", "key", k.String(), "err", err)
-	n := own
-	for _, c := range before {
-		if !bytes.Equal(c.Qualifier, q) {
-			v, err := decode64(op, c)
-			if err != nil {
-				return 0, err
+	return 0, notFound()
+}
+
+// update plans AddLatch's write from the row as read with the server clock now (see
+// AddLatch): the condition and the mutations. ok is false when the latch's end has
+// passed by now.
+func (r latchView) update(k dcsync.Key, delta int64, now int64) (cond hbaserpc.Condition, muts []hbaserpc.Mutation, ok bool) {
+	q := layout.HBaseLatchQualifier(k.Farm)
+	_, hasOwn := r.counts[k.Farm]
+	m, hasMarker := r.markerOf(k.Farm)
+	latest, hasLatest := r.latest()
+	adopt := k.Level == dcsync.XDC && hasLatest && r.xdcCreated()
+	switch {
+	case hasOwn && hasMarker:
+		return r.timed(k, delta, hbaserpc.IfEquals(famLatch, m.qual, zero8), m.endsMs, now, adopt)
+	case !hasOwn && hasLatest, hasOwn && adopt:
+		// A new farm cell of the latch, or our own unmarked cell of a latch dcsync
+		// created at level XDC: it ends with the latch.
+		return r.timed(k, delta, hbaserpc.IfEquals(famLatch, latest.qual, zero8), latest.endsMs, now, adopt)
+	case hasOwn:
+		cond = hbaserpc.IfPresent(famLatch, q)
+	default: // a Java XDC latch updated from a farm without a cell
+		cond = hbaserpc.IfPresent(famLatch, layout.HBaseLatchQualifier(sortedFarms(r.counts)[0]))
+	}
+	inc := &hbaserpc.Increment{Deltas: []hbaserpc.Delta{{Family: famLatch, Qualifier: q, Amount: delta}}}
+	return cond, []hbaserpc.Mutation{inc}, true
+}
+
+// timed plans an update of a latch that ends at endsMs: one Increment, with a TTL that
+// makes every version it writes end at endsMs or a little after, of k's farm cell by
+// delta and (adopt) of every other unmarked farm cell by 0, with a marker for each of
+// those cells that has none; and a delete of the versions read of each existing cell
+// it updates, so that none of them can outlive the new ones.
+func (r latchView) timed(k dcsync.Key, delta int64, cond hbaserpc.Condition, endsMs, now int64, adopt bool) (hbaserpc.Condition, []hbaserpc.Mutation, bool) {
+	type cell struct {
+		farm   string
+		amount int64
+	}
+	cells := []cell{{k.Farm, delta}}
+	if adopt {
+		for _, f := range sortedFarms(r.counts) {
+			if _, marked := r.markerOf(f); !marked && f != k.Farm {
+				cells = append(cells, cell{f, 0})
 			}
-			n += v
 		}
 	}
-	return n, nil
+	// A lower bound of the timestamp HBase gives each version the Increment writes:
+	// the server's clock, and for an existing cell its previous timestamp + 1 (when the
+	// Increment writes nothing but that cell).
+	lower := now
+	own, hasOwn := r.counts[k.Farm]
+	_, ownMarked := r.markerOf(k.Farm)
+	if len(cells) == 1 && hasOwn && ownMarked {
+		lower = max(lower, own.Timestamp+1)
+	}
+	ttl := time.Duration(endsMs-lower) * time.Millisecond
+	if ttl < time.Millisecond {
+		return cond, nil, false
+	}
+	inc := &hbaserpc.Increment{TTL: ttl}
+	var deletes []hbaserpc.Mutation
+	for _, c := range cells {
+		qual := layout.HBaseLatchQualifier(c.farm)
+		inc.Deltas = append(inc.Deltas, hbaserpc.Delta{Family: famLatch, Qualifier: qual, Amount: c.amount})
+		if _, marked := r.markerOf(c.farm); !marked {
+			// The cell's marker, written by the same Increment: same timestamp and TTL.
+			id := dcsync.Key{Level: dcsync.DC, Client: k.Client, Farm: c.farm, Name: k.Name}
+			inc.Deltas = append(inc.Deltas, hbaserpc.Delta{Family: famLatch, Qualifier: markerQualifier(id, ttl.Milliseconds(), newOpID())})
+		}
+		if old, ok := r.counts[c.farm]; ok {
+			deletes = append(deletes, &hbaserpc.Delete{Columns: []hbaserpc.Column{{Family: famLatch, Qualifier: qual}}, Timestamp: old.Timestamp})
+		}
+	}
+	return cond, append([]hbaserpc.Mutation{inc}, deletes...), true
+}
+
+// xdcCreated reports whether dcsync created the row's latch at level XDC (the cell
+// C:dcsync_xdc is there).
+func (r latchView) xdcCreated() bool {
+	for _, c := range r.cells {
+		if bytes.Equal(c.Qualifier, qualXDCCreated) {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedFarms(counts map[string]hbaserpc.Cell) []string {
+	farms := make([]string, 0, len(counts))
+	for f := range counts {
+		farms = append(farms, f)
+	}
+	slices.Sort(farms)
+	return farms
 }
 
 // ReadLatches reads all keys in one MultiGet (one Multi call per region server; a
@@ -223,6 +519,9 @@ func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.La
 	out := make([]dcsync.LatchCount, len(keys))
 	if len(keys) == 0 {
 		return out, nil
+	}
+	if err := s.ready(ctx, op, &s.latches); err != nil {
+		return nil, err
 	}
 	gets := make([]hbaserpc.Get, len(keys))
 	for i, k := range keys {

@@ -16,25 +16,28 @@ type lockRow struct {
 	owner   string // D:O, "" for a Java-held lock
 	token   uint64 // D:T, 0 when absent
 	expires time.Time
+	expRaw  []byte // D:E as stored
+	ts      int64  // the latest timestamp of the row's cells: the version of the holder's cells
 }
 
 func (r lockRow) state() dcsync.LockState {
 	return dcsync.LockState{Owner: r.owner, Token: r.token, Expires: r.expires}
 }
 
-// fenceRow returns the row of k's fencing counter: Salt("F#" + logical lock key).
+// fenceRow returns the row of k's fencing counter: Salt("F#" + IdentityKey(k)). The
+// identity key is unambiguous, so two keys that share a Java lock row ("a#b"+"c" and
+// "a"+"b#c") still have counters of their own; no Java lock row starts with "F#".
 func fenceRow(k dcsync.Key) []byte {
-	logical := string(layout.HBaseLockRow(k)[1:])
-	return layout.Salt(FencePrefix + logical)
+	return layout.Salt(FencePrefix + layout.IdentityKey(k))
 }
 
-func (s *Store) readLock(ctx context.Context, row []byte) (lockRow, error) {
-	cells, err := s.db.Get(ctx, s.lockTable, row, hbaserpc.Column{Family: famLock})
-	if err != nil {
-		return lockRow{}, err
-	}
+func parseLock(cells []hbaserpc.Cell) lockRow {
 	var r lockRow
 	for _, c := range cells {
+		if !bytes.Equal(c.Family, famLock) {
+			continue
+		}
+		r.ts = max(r.ts, c.Timestamp)
 		switch {
 		case bytes.Equal(c.Qualifier, qualLock):
 			r.held = len(c.Value) > 0 // HBase's if-absent treats an empty value as absent
@@ -46,29 +49,51 @@ func (s *Store) readLock(ctx context.Context, row []byte) (lockRow, error) {
 			}
 		case bytes.Equal(c.Qualifier, qualExpiry):
 			if len(c.Value) == 8 {
+				r.expRaw = c.Value
 				r.expires = time.UnixMilli(int64FromBE(c.Value))
 			}
 		}
 	}
 	if !r.held {
-		return lockRow{}, nil
+		return lockRow{}
 	}
-	return r, nil
+	return r
+}
+
+func (s *Store) readLock(ctx context.Context, row []byte) (lockRow, error) {
+	cells, err := s.db.Get(ctx, s.lockTable, row, hbaserpc.Column{Family: famLock})
+	if err != nil {
+		return lockRow{}, err
+	}
+	return parseLock(cells), nil
 }
 
 func int64FromBE(b []byte) int64 { v, _ := hbaserpc.Int64(b); return v }
 
-// lockPut writes the lock cells, all with the lease as their TTL; token 0 is left out.
-func lockPut(owner string, expires time.Time, token uint64, ttl time.Duration) *hbaserpc.Put {
-	vals := []hbaserpc.Value{
+// lockPut writes every lock cell, L, O, E and T, in one Put with the lease as their
+// TTL. ts 0 lets the server stamp them (an acquire); a refresh passes the version of
+// the cells it renews, so they keep their timestamp (see the package doc).
+func lockPut(owner string, expires time.Time, token uint64, ttl time.Duration, ts int64) *hbaserpc.Put {
+	return &hbaserpc.Put{Values: []hbaserpc.Value{
 		{Family: famLock, Qualifier: qualLock, Value: lockMarker},
 		{Family: famLock, Qualifier: qualOwner, Value: []byte(owner)},
 		{Family: famLock, Qualifier: qualExpiry, Value: be64(uint64(expires.UnixMilli()))},
+		{Family: famLock, Qualifier: qualToken, Value: be64(token)},
+	}, TTL: ttl, Timestamp: ts}
+}
+
+// ownedDelete deletes the lock row of a holder whose cells have version ts: the row
+// delete's markers are stamped ts, so they hide those cells (and older ones) and
+// nothing written after them with a later timestamp, such as the next holder's Put.
+func ownedDelete(ts int64) *hbaserpc.Delete { return &hbaserpc.Delete{Timestamp: ts} }
+
+// ownedBy is the condition that r is still the row read: the same owner, with the same
+// recorded expiry (a refresh of that owner changes it).
+func ownedBy(owner string, r lockRow) hbaserpc.Condition {
+	if len(r.expRaw) != 8 {
+		return hbaserpc.IfEquals(famLock, qualOwner, []byte(owner))
 	}
-	if token != 0 {
-		vals = append(vals, hbaserpc.Value{Family: famLock, Qualifier: qualToken, Value: be64(token)})
-	}
-	return &hbaserpc.Put{Values: vals, TTL: ttl}
+	return hbaserpc.IfAll(hbaserpc.IfEquals(famLock, qualOwner, []byte(owner)), hbaserpc.IfEquals(famLock, qualExpiry, r.expRaw))
 }
 
 func holder(r lockRow) string {
@@ -86,23 +111,25 @@ func lost(op string, k dcsync.Key, owner string) error {
 	return dcsync.Errorf(dcsync.LockLost, op, "%s is not held by owner %s", k, owner)
 }
 
-// AcquireLock takes the lock at k for owner with a lease of ttl, in three steps:
+// AcquireLock takes the lock at k for owner with a lease of ttl, in two calls:
 //
-//  1. check-and-mutate "D:L absent": put L, O, E with the lease as cell TTL (the Java
-//     acquire, plus dcsync's cells). Not applied: the holder's state and LockUnavailable
-//     (Owner "" and Token 0 for a Java holder).
-//  2. Increment the fencing counter (nonce'd, so a retried Increment counts once): the
-//     token.
-//  3. check-and-mutate "D:O == owner": put T, with what is left of the lease as its
-//     TTL (the lease is not extended: it runs from before step 1). Not applied: the
-//     lease lapsed during steps 1-2 and someone else may hold the lock:
-//     LockUnavailable, never success.
+//  1. Increment the fencing counter (nonce'd, so a retried Increment counts once): the
+//     token. (An attempt that finds the lock held has used a token too: tokens skip,
+//     and still strictly increase per acquisition.)
+//  2. check-and-mutate "D:L absent": put L, O, E and T, stamped by the server, with the
+//     lease as cell TTL (the Java acquire, HBaseStore.java:78-82, plus dcsync's
+//     cells), and read the row back in the same call to the server. The read shows
+//     the holder: our owner id means acquired, another holder LockUnavailable (Owner
+//     "" and Token 0 for a Java holder). Applied but not visible means a delete marker
+//     of the same millisecond or later hides our cells (a Java release, or a release in
+//     the millisecond our predecessor acquired): the acquire starts over, so dcsync
+//     never reports a lock it cannot be seen to hold.
 //
-// When the outcome of step 1 or 3 is unknown, the row is read back: our owner id in D:O
-// means the step took effect; an absent lock means it did not, and the acquire starts
-// over (at most a few times); another holder means LockUnavailable. A release in the
-// same millisecond as step 1 can hide step 1's cells behind its delete marker; that is
-// seen in step 3 and the acquire starts over too. When ctx ends during step 1, see
+// When the outcome of step 2 is unknown, the row is read back: our owner id in D:O
+// means the step took effect; an absent lock means it did not, and the step is sent
+// again (at most a few times); another holder means LockUnavailable. A resend that
+// finds the lock held by our own owner id (an earlier attempt that reached the server
+// late) is success, with the token and expiry stored. When ctx ends during step 2, see
 // abandon.
 func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
 	const op = "hbase.AcquireLock"
@@ -112,7 +139,14 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 	if err := s.check(op); err != nil {
 		return dcsync.LockState{}, err
 	}
+	if err := s.ready(ctx, op, &s.locks); err != nil {
+		return dcsync.LockState{}, err
+	}
 	row := layout.HBaseLockRow(k)
+	token, err := s.bumpFence(ctx, k)
+	if err != nil {
+		return dcsync.LockState{}, wrap(err, op)
+	}
 	var last error
 	for try := 0; try < maxTries; try++ {
 		if try > 1 {
@@ -122,54 +156,29 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 				return dcsync.LockState{}, ctxErr(ctx, op)
 			}
 		}
-		// Step 1. The lease runs from before it is sent: every cell written in this
-		// acquire expires by then (plus the write's own latency), not later.
-		start := time.Now()
-		expires := start.Add(ttl)
-		applied, err := s.casTake(ctx, row, owner, expires, ttl)
+		// The lease runs from before the write is sent: every cell written here expires
+		// by then (plus the write's own latency), not later.
+		expires := time.Now().Add(ttl)
+		applied, r, err := s.casTake(ctx, row, owner, expires, token, ttl)
 		if err != nil {
 			return s.abandon(ctx, op, k, row, owner, err)
 		}
-		if !applied {
-			r, err := s.readLock(ctx, row)
-			if err != nil {
-				return s.abandon(ctx, op, k, row, owner, err)
-			}
-			if r.held {
-				return r.state(), unavailable(op, k, r)
-			}
+		switch {
+		case r.held && r.owner == owner:
+			return r.state(), nil
+		case r.held:
+			return r.state(), unavailable(op, k, r)
+		case applied:
+			s.log.Debug("hbase: acquired cells hidden by a delete marker; retrying", "key", k.String(), "try", try)
+			last = dcsync.Errorf(dcsync.LockUnavailable, op, "%s: acquired cells hidden by a delete of the same millisecond", k)
+		default:
 			last = dcsync.Errorf(dcsync.LockUnavailable, op, "%s: freed and taken again while acquiring", k)
-			continue // freed meanwhile: try again
 		}
-		// Step 2.
-		token, err := s.bumpFence(ctx, k)
-		if err != nil {
-			s.releaseQuiet(row, owner)
-			return dcsync.LockState{}, wrap(err, op)
-		}
-		// Step 3: the token, with what is left of the lease as its TTL.
-		left := ttl - time.Since(start)
-		ok := false
-		if left >= time.Millisecond {
-			ok, err = s.casRecord(ctx, row, owner, token, left)
-			if err != nil {
-				s.releaseQuiet(row, owner)
-				return dcsync.LockState{}, wrap(err, op)
-			}
-		}
-		if ok {
-			return dcsync.LockState{Owner: owner, Token: token, Expires: expires}, nil
-		}
-		// Our step-1 cells are gone: the lease lapsed (and someone else may hold the
-		// lock now), or a row delete of the same millisecond masked them. Start over;
-		// step 1 tells which.
-		s.log.Debug("hbase: acquired cells vanished; retrying", "key", k.String(), "try", try)
-		last = dcsync.Errorf(dcsync.LockUnavailable, op, "%s: lease lapsed while acquiring", k)
 	}
 	return dcsync.LockState{}, last
 }
 
-// abandon ends an acquire whose step 1 failed with err. When ctx has ended, the outcome
+// abandon ends an acquire whose step 2 failed with err. When ctx has ended, the outcome
 // may still be unknown, so the row is read back on a short deadline of its own: a lock
 // this acquire took after all is released at once (rather than blocking everyone for
 // the lease), and a lock someone else holds is reported as LockUnavailable, wrapping
@@ -185,7 +194,7 @@ func (s *Store) abandon(ctx context.Context, op string, k dcsync.Key, row []byte
 	switch {
 	case rerr != nil:
 	case r.held && r.owner == owner:
-		s.releaseQuiet(row, owner)
+		s.releaseQuiet(row, owner, r)
 	case r.held:
 		return r.state(), &dcsync.Error{Code: dcsync.LockUnavailable, Op: op,
 			Msg: k.String() + " is held by " + holder(r) + "; gave up", Err: cerr}
@@ -193,57 +202,29 @@ func (s *Store) abandon(ctx context.Context, op string, k dcsync.Key, row []byte
 	return dcsync.LockState{}, wrap(err, op)
 }
 
-// casTake is step 1 of AcquireLock; it resolves an unknown outcome by reading back and
-// reports whether owner now holds the lock.
-func (s *Store) casTake(ctx context.Context, row []byte, owner string, expires time.Time, ttl time.Duration) (bool, error) {
+// casTake is step 2 of AcquireLock: it reports whether the check-and-mutate was
+// applied and the row as read right after it. It resolves an unknown outcome by
+// reading back.
+func (s *Store) casTake(ctx context.Context, row []byte, owner string, expires time.Time, token uint64, ttl time.Duration) (bool, lockRow, error) {
+	put := lockPut(owner, expires, token, ttl, 0)
 	for try := 0; ; try++ {
-		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, hbaserpc.IfAbsent(famLock, qualLock),
-			lockPut(owner, expires, 0, ttl))
+		ok, _, cells, err := s.db.CheckAndMutateRead(ctx, s.lockTable, row, hbaserpc.IfAbsent(famLock, qualLock),
+			[]hbaserpc.Mutation{put}, hbaserpc.Column{Family: famLock})
 		if err == nil {
-			return ok, nil
+			return ok, parseLock(cells), nil
 		}
 		if !inDoubt(err) || try >= maxTries-1 {
-			return false, err
+			return false, lockRow{}, err
 		}
 		r, rerr := s.readLock(ctx, row)
 		if rerr != nil {
-			return false, err
+			return false, lockRow{}, err
 		}
 		s.log.Debug("hbase: acquire outcome unknown; read back", "row", row, "held", r.held, "mine", r.owner == owner)
-		switch {
-		case r.held && r.owner == owner:
-			return true, nil
-		case r.held:
-			return false, nil
+		if r.held {
+			return false, r, nil
 		}
-		// Absent: not applied (or already lapsed); send it again.
-	}
-}
-
-// casRecord is step 3 of AcquireLock: it puts the token with ttl (what is left of the
-// lease) if owner still holds the lock, and resolves an unknown outcome by reading back.
-func (s *Store) casRecord(ctx context.Context, row []byte, owner string, token uint64, ttl time.Duration) (bool, error) {
-	put := &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famLock, Qualifier: qualToken, Value: be64(token)}}, TTL: ttl}
-	for try := 0; ; try++ {
-		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, hbaserpc.IfEquals(famLock, qualOwner, []byte(owner)), put)
-		if err == nil {
-			return ok, nil
-		}
-		if !inDoubt(err) || try >= maxTries-1 {
-			return false, err
-		}
-		r, rerr := s.readLock(ctx, row)
-		if rerr != nil {
-			return false, err
-		}
-		s.log.Debug("hbase: token record outcome unknown; read back", "row", row, "held", r.held, "token", r.token)
-		switch {
-		case !r.held || r.owner != owner:
-			return false, nil
-		case r.token == token:
-			return true, nil
-		}
-		// Still ours without the token: not applied; send it again.
+		// Absent: not applied (or not yet, or already lapsed); send it again.
 	}
 }
 
@@ -272,22 +253,24 @@ func (s *Store) bumpFence(ctx context.Context, k dcsync.Key) (uint64, error) {
 	return 0, dcsync.Errorf(dcsync.Internal, op, "Increment of the fencing counter of %s returned no value", k)
 }
 
-// releaseQuiet releases a half-taken lock after a failure, best effort, on its own short
-// deadline (the caller's ctx may be what failed).
-func (s *Store) releaseQuiet(row []byte, owner string) {
+// releaseQuiet deletes a lock row r that owner holds, after a failure, best effort,
+// on its own short deadline (the caller's ctx may be what failed).
+func (s *Store) releaseQuiet(row []byte, owner string, r lockRow) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, hbaserpc.IfEquals(famLock, qualOwner, []byte(owner)),
-		&hbaserpc.Delete{}); err != nil {
+	if _, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, ownedBy(owner, r), ownedDelete(r.ts)); err != nil {
 		s.log.Debug("hbase: releasing a half-taken lock failed; it lapses with its lease", "row", row, "err", err)
 	}
 }
 
-// RefreshLock extends owner's lease to ttl from now: it reads the row (LockLost unless
-// owner holds it and its recorded expiry D:E has not passed), then check-and-mutates "D:O == owner" to put L, O, E and T again with
-// the new TTL (LockLost when not applied). An unknown outcome is resolved by reading
-// back D:O and D:E: our owner with the new expiry means refreshed, our owner with the
-// old one means not applied (sent again), another or no owner means LockLost.
+// RefreshLock extends owner's lease to ttl from now. It reads the row and the server's
+// clock in one call (LockLost unless owner holds it and its recorded expiry D:E has not
+// passed), then check-and-mutates "D:O == owner" to put L, O, E and T again, at the
+// timestamp the holder's cells already have (so a later release, stamped there, still
+// hides only them; see the package doc), with a TTL that ends ttl after the server time
+// just read (LockLost when not applied). An unknown outcome is resolved by reading back
+// D:O and D:E: our owner with the new expiry means refreshed, our owner with the old
+// one means not applied (sent again), another or no owner means LockLost.
 func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
 	const op = "hbase.RefreshLock"
 	if err := dcsync.CheckLease(k, owner, ttl); err != nil {
@@ -296,18 +279,27 @@ func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl
 	if err := s.check(op); err != nil {
 		return dcsync.LockState{}, err
 	}
+	if err := s.ready(ctx, op, &s.locks); err != nil {
+		return dcsync.LockState{}, err
+	}
 	row := layout.HBaseLockRow(k)
-	r, err := s.readLock(ctx, row)
+	cells, now, err := s.db.GetWithClock(ctx, s.lockTable, row, famLock, hbaserpc.Column{Family: famLock})
 	if err != nil {
 		return dcsync.LockState{}, wrap(err, op)
 	}
+	r := parseLock(cells)
 	if !r.held || r.owner != owner || !r.expires.IsZero() && !time.Now().Before(r.expires) {
 		return dcsync.LockState{}, lost(op, k, owner)
 	}
+	sent := time.Now()
 	for try := 0; ; try++ {
 		expires := time.Now().Add(ttl)
+		// The cells keep version r.ts; their TTL counts from it. now (a lower bound of
+		// the server's time when the Put lands) plus what has passed here since it was
+		// read, plus ttl, is when they expire.
+		cellTTL := time.Duration(now-r.ts)*time.Millisecond + time.Since(sent) + ttl
 		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, hbaserpc.IfEquals(famLock, qualOwner, []byte(owner)),
-			lockPut(owner, expires, r.token, ttl))
+			lockPut(owner, expires, r.token, cellTTL, r.ts))
 		if err == nil {
 			if !ok {
 				return dcsync.LockState{}, lost(op, k, owner)
@@ -332,17 +324,28 @@ func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl
 }
 
 // ReleaseLock frees the lock if owner holds it: it reads the row (LockLost unless owner
-// holds it), then check-and-mutates "D:O == owner" to delete the lock row (the fencing
-// counter lives in another row). Not applied: LockLost. A lease already past its
-// recorded expiry (D:E) is deleted too but reported as LockLost. An unknown outcome is
-// resolved by reading back D:O: no longer ours means released; still ours means not
-// applied (sent again).
+// holds it), then check-and-mutates "D:O == owner and D:E unchanged" to delete the lock
+// row (the fencing counter lives in another row), with the row delete stamped at the
+// timestamp of the cells it reads, not at the server's current time: it hides those
+// cells and never a Put made after them by the next holder (see the package doc). A
+// refresh of the same owner that lands in between changes D:E; the release then reads
+// again and deletes the refreshed cells. Not applied otherwise: LockLost. A lease
+// already past its recorded expiry (D:E) is deleted too but reported as LockLost.
+//
+// An unknown outcome is resolved by reading back D:O: no longer ours means released
+// (unless the lease had run out by then: LockLost); still ours means not applied, and
+// the delete is sent again. A resend that finds the row gone or held by another, after
+// an attempt in doubt, is the first attempt having reached the server late: released,
+// if the lease had not run out by then.
 func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
 	const op = "hbase.ReleaseLock"
 	if err := dcsync.CheckLock(k, owner, 0); err != nil {
 		return err
 	}
 	if err := s.check(op); err != nil {
+		return err
+	}
+	if err := s.ready(ctx, op, &s.locks); err != nil {
 		return err
 	}
 	row := layout.HBaseLockRow(k)
@@ -356,41 +359,65 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 	// A lease past its recorded expiry is lost, though HBase may keep its cells for the
 	// moment its write took to arrive; free it all the same.
 	expired := !r.expires.IsZero() && !time.Now().Before(r.expires)
+	// gone decides a row no longer ours after an attempt in doubt.
+	gone := func() error {
+		if expired || !r.expires.IsZero() && !time.Now().Before(r.expires) {
+			return lost(op, k, owner)
+		}
+		return nil
+	}
+	doubted := false
 	for try := 0; ; try++ {
-		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, hbaserpc.IfEquals(famLock, qualOwner, []byte(owner)),
-			&hbaserpc.Delete{})
+		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, ownedBy(owner, r), ownedDelete(r.ts))
 		if err == nil {
-			if !ok || expired {
-				return lost(op, k, owner)
+			if ok {
+				if expired {
+					return lost(op, k, owner)
+				}
+				return nil
 			}
-			return nil
+			back, rerr := s.readLock(ctx, row)
+			if rerr != nil {
+				return wrap(rerr, op)
+			}
+			switch {
+			case back.held && back.owner == owner && try < maxTries-1:
+				r = back // refreshed in between: delete the new cells
+				continue
+			case doubted && (!back.held || back.owner != owner):
+				return gone()
+			}
+			return lost(op, k, owner)
 		}
 		if !inDoubt(err) || try >= maxTries-1 {
 			return wrap(err, op)
 		}
+		doubted = true
 		back, rerr := s.readLock(ctx, row)
 		if rerr != nil {
 			return wrap(err, op)
 		}
 		s.log.Debug("hbase: release outcome unknown; read back", "key", k.String(), "held", back.held, "mine", back.owner == owner)
 		if !back.held || back.owner != owner {
-			if expired {
-				return lost(op, k, owner)
-			}
-			return nil
+			return gone()
 		}
+		r = back
 	}
 }
 
 // InspectLock returns the holder's state, or NotFound when D:L is absent. For a lock a
-// Java client holds, Owner is "", Token 0 and Expires the zero time (the Java store
-// records no expiry, and HBase does not return cell TTLs).
+// Java client holds, Owner is "", Token 0 and Expires the zero time, meaning unknown:
+// the Java store records no owner, token or expiry, and HBase does not return cell
+// TTLs (the lease is whatever TTL that Java client was configured with).
 func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState, error) {
 	const op = "hbase.InspectLock"
 	if err := k.Validate("lock"); err != nil {
 		return dcsync.LockState{}, err
 	}
 	if err := s.check(op); err != nil {
+		return dcsync.LockState{}, err
+	}
+	if err := s.ready(ctx, op, &s.locks); err != nil {
 		return dcsync.LockState{}, err
 	}
 	r, err := s.readLock(ctx, layout.HBaseLockRow(k))
