@@ -13,8 +13,8 @@
 //     generation 0, with the lease as the record's TTL. (AerospikeStore.java.)
 //
 // dcsync adds bins a Java client ignores (none contains "count#", which the Java XDC
-// read sums): on a latch record OpsBin (the ids of its latest updates, in the order the
-// server applied them, so that an update whose first try was in doubt is never applied
+// read sums): on a latch record OpsBin (for each recent writer, the sequence number of
+// its last update, so that an update whose first try was in doubt is never applied
 // twice), EndsBin (each cell's end), IdentityBin (whose latch the record is) and AtBin;
 // on a lock record OwnerBin, TokenBin, LeaseBin (only the owner refreshes or releases,
 // every acquisition carries a fencing token, and a lease ends to the ms) and
@@ -95,6 +95,7 @@ package aerospike
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -120,16 +121,17 @@ const (
 	DefaultAttempts       = 5
 	DefaultRetryDelay     = 10 * time.Millisecond
 	DefaultTimeout        = time.Second
-	DefaultOpIDsKept      = 64
+	DefaultOpIDsKept      = 256
 )
 
 // Bin and set names dcsync adds to the Java layout. All bin names fit Aerospike's
 // 15-byte limit, and none contains "count#", which the Java latch library's XDC read
 // looks for (AerospikeLatchStorage.java:113-114).
 const (
-	// OpsBin is the latch record's list of the ids of its latest updates (8-byte
-	// blobs), in the order the server applied them; it keeps Config.OpIDsKept.
-	OpsBin = "dcsync_oplog"
+	// OpsBin is the latch record's map from writer (an integer: a store's random id
+	// and one of its operation slots, see opID) to [server ms, sequence number] of that
+	// writer's last update; it keeps the Config.OpIDsKept most recently written.
+	OpsBin = "dcsync_writers"
 	// EndsBin is the latch record's map from farm id to the end of that farm's cell, in
 	// ms since the Unix epoch by the server's clock.
 	EndsBin = "dcsync_ends"
@@ -152,7 +154,7 @@ const (
 )
 
 // maxOpIDsKept bounds Config.OpIDsKept, keeping latch records small.
-const maxOpIDsKept = 4096
+const maxOpIDsKept = 8192
 
 // Config configures a Store. Only Namespace is required.
 type Config struct {
@@ -176,12 +178,14 @@ type Config struct {
 	RetryDelay time.Duration
 	// Timeout bounds each try: the client's socket and total timeout (default 1s).
 	Timeout time.Duration
-	// OpIDsKept is how many recent update ids a latch record remembers (default 64),
-	// in the order the server applied them. A retried update is recognised as long as
-	// fewer than this many later updates of the same record land between its in-doubt
-	// attempt and its retry, whatever the writers' clocks say. A record updated faster
-	// than OpIDsKept per retry window (Attempts × Timeout) needs more; each id costs
-	// about 10 bytes in the record and in every XDC update's reply.
+	// OpIDsKept is how many writers a latch record remembers the last update of
+	// (default 256). A writer is one operation slot of one Store: a Store runs each
+	// update in a slot of its own and numbers the slot's updates, so a retry is
+	// recognised by its slot's number in the record however many updates other writers
+	// made meanwhile. It is forgotten only once OpIDsKept other slots have updated the
+	// record after it: keep this above the number of updates that can be in flight on
+	// one latch at once, across all processes. Each costs about 25 bytes in the record
+	// and in every XDC update's reply.
 	OpIDsKept int
 	// Logger receives retries and in-doubt outcomes (default: discarded).
 	Logger *slog.Logger
@@ -194,6 +198,7 @@ type Store struct {
 	cfg      Config
 	latchSet string
 	log      *slog.Logger
+	writers  *writers
 
 	// mu is held shared by every operation and exclusively by Close, so that Close
 	// waits for operations in flight before it closes an owned client.
@@ -271,7 +276,7 @@ func newStore(client *as.Client, owned bool, cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{client: client, owned: owned, cfg: cfg, latchSet: latchSet, log: log}, nil
+	return &Store{client: client, owned: owned, cfg: cfg, latchSet: latchSet, log: log, writers: newWriters()}, nil
 }
 
 // OpenURL dials the cluster named by u and returns a store that owns the client: Close
@@ -428,14 +433,58 @@ func expires(now time.Time, exp uint32) time.Time {
 	return now.Add(time.Duration(exp) * time.Second)
 }
 
-// newOpID returns a fresh update id: 8 random bytes (two of a record's last OpIDsKept
-// ids collide with odds below 1e-15), kept short because an XDC update's reply carries
-// every id the record keeps. Ids carry no clock: the record keeps them in the order the
-// server applied them (see OpsBin).
-func newOpID() []byte {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return b
+// opID identifies one update: its writer (a Store's random 48-bit id and the slot the
+// update holds, 15 bits) and the slot's sequence number. The slot is the update's own
+// until it ends, retries included, so a record whose entry for the writer holds seq or
+// more has applied the update. No clock is involved.
+type opID struct{ writer, seq int64 }
+
+// slotBits is the width of the slot part of a writer id.
+const slotBits = 15
+
+// writers hands out operation slots: at most 1<<slotBits updates of one Store are in
+// flight at once (more wait).
+type writers struct {
+	base int64 // random, shifted left by slotBits
+
+	mu   sync.Mutex
+	cond *sync.Cond
+	free []int64
+	seq  []int64 // by slot: the last sequence number handed out
+}
+
+func newWriters() *writers {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	w := &writers{base: int64(binary.BigEndian.Uint64(b[:])>>16) << slotBits}
+	w.cond = sync.NewCond(&w.mu)
+	return w
+}
+
+// acquire takes a free slot and returns the id of its next update.
+func (w *writers) acquire() opID {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(w.free) == 0 && len(w.seq) == 1<<slotBits {
+		w.cond.Wait()
+	}
+	var slot int64
+	if n := len(w.free); n > 0 {
+		slot, w.free = w.free[n-1], w.free[:n-1]
+	} else {
+		slot = int64(len(w.seq))
+		w.seq = append(w.seq, 0)
+	}
+	w.seq[slot]++
+	return opID{writer: w.base | slot, seq: w.seq[slot]}
+}
+
+// release frees the slot of id, whose update has ended.
+func (w *writers) release(id opID) {
+	w.mu.Lock()
+	w.free = append(w.free, id.writer&(1<<slotBits-1))
+	w.mu.Unlock()
+	w.cond.Signal()
 }
 
 // serverNow is the server's clock, in ms since the Unix epoch, inside an expression:

@@ -73,32 +73,38 @@ func identityOK(id string) *as.Expression {
 	return as.ExpOr(as.ExpNot(as.ExpBinExists(IdentityBin)), as.ExpEq(as.ExpStringBin(IdentityBin), as.ExpStringVal(id)))
 }
 
-// hasOpID is true when the record remembers update id: an earlier, in-doubt try of
-// that very update was applied.
-func hasOpID(id []byte) *as.Expression {
+// applied is true when the record has applied update id (its writer's entry in OpsBin
+// holds id's sequence number or a later one): an earlier, in-doubt try of it.
+func applied(id opID) *as.Expression {
+	w := as.ExpIntVal(id.writer)
+	entry := as.ExpMapGetByKey(as.MapReturnType.VALUE, as.ExpTypeLIST, w, as.ExpMapBin(OpsBin))
 	return as.ExpAnd(as.ExpBinExists(OpsBin),
-		as.ExpListGetByValue(as.ListReturnTypeExists, as.ExpBlobVal(id), as.ExpListBin(OpsBin)))
+		as.ExpMapGetByKey(as.MapReturnType.EXISTS, as.ExpTypeBOOL, w, as.ExpMapBin(OpsBin)),
+		as.ExpGreaterEq(as.ExpListGetByIndex(as.ListReturnTypeValue, as.ExpTypeINT, as.ExpIntVal(1), entry), as.ExpIntVal(id.seq)))
 }
 
 // ---- write ops ----
 
-// recordOpID appends id to OpsBin and keeps the newest Config.OpIDsKept ids. A list
-// keeps the server's order of application, whatever the writers' clocks, so an id is
-// forgotten only after OpIDsKept later updates of the record.
-func (s *Store) recordOpID(id []byte) *as.Operation {
-	list := as.ExpCond(as.ExpBinExists(OpsBin), as.ExpListBin(OpsBin), as.ExpListVal())
-	appended := as.ExpListAppend(as.DefaultListPolicy(), as.ExpBlobVal(id), list)
-	kept := as.ExpListRemoveByIndexRange(as.ListReturnTypeNone|as.ListReturnTypeInverted,
-		as.ExpIntVal(-int64(s.cfg.OpIDsKept)), appended)
+// recordOp sets id's writer's entry in OpsBin to [server ms, sequence number], and
+// keeps the Config.OpIDsKept entries written last (by rank: the server's time, then the
+// number). An entry is forgotten only after OpIDsKept other writers updated the record
+// since; no client clock is involved.
+func (s *Store) recordOp(id opID) *as.Operation {
+	m := as.ExpCond(as.ExpBinExists(OpsBin), as.ExpMapBin(OpsBin), as.ExpMapVal(map[any]any{}))
+	lp := as.DefaultListPolicy()
+	entry := as.ExpListAppend(lp, as.ExpIntVal(id.seq), as.ExpListAppend(lp, serverNow(), as.ExpListVal()))
+	put := as.ExpMapPut(as.DefaultMapPolicy(), as.ExpIntVal(id.writer), entry, m)
+	kept := as.ExpMapRemoveByRankRange(as.MapReturnType.NONE|as.MapReturnType.INVERTED,
+		as.ExpIntVal(-int64(s.cfg.OpIDsKept)), put)
 	return as.ExpWriteOp(OpsBin, kept, as.ExpWriteFlagDefault)
 }
 
 // freshRecordOps writes a new record (create-only or replacing one whose cells have all
-// ended): farm's cell, its end ttl from now, the identity and the op id.
-func (s *Store) freshRecordOps(k dcsync.Key, count int64, ttl time.Duration, id []byte) []*as.Operation {
+// ended): farm's cell, its end ttl from now, the identity and the update's id.
+func (s *Store) freshRecordOps(k dcsync.Key, count int64, ttl time.Duration, id opID) []*as.Operation {
 	end := as.ExpNumAdd(serverNow(), as.ExpIntVal(ceilMS(ttl)))
 	return []*as.Operation{
-		s.recordOpID(id),
+		s.recordOp(id),
 		as.PutOp(as.NewBin(layout.AerospikeLatchBin(k.Farm), count)),
 		as.ExpWriteOp(EndsBin, as.ExpMapPut(as.DefaultMapPolicy(), as.ExpStringVal(k.Farm), end, as.ExpMapVal(map[any]any{})),
 			as.ExpWriteFlagDefault),
@@ -108,11 +114,11 @@ func (s *Store) freshRecordOps(k dcsync.Key, count int64, ttl time.Duration, id 
 
 // cellOps writes farm's cell into a live record: the count, its end ttl from now
 // (only where the record has EndsBin: in a Java-created record every cell lives as long
-// as the record), and the op id.
-func (s *Store) cellOps(k dcsync.Key, count int64, ttl time.Duration, id []byte) []*as.Operation {
+// as the record), and the update's id.
+func (s *Store) cellOps(k dcsync.Key, count int64, ttl time.Duration, id opID) []*as.Operation {
 	end := as.ExpNumAdd(serverNow(), as.ExpIntVal(ceilMS(ttl)))
 	return []*as.Operation{
-		s.recordOpID(id),
+		s.recordOp(id),
 		as.PutOp(as.NewBin(layout.AerospikeLatchBin(k.Farm), count)),
 		as.ExpWriteOp(EndsBin, as.ExpCond(hasEnds(), as.ExpMapPut(as.DefaultMapPolicy(), as.ExpStringVal(k.Farm), end, endsMap()),
 			as.ExpUnknown()), as.ExpWriteFlagEvalNoFail),
@@ -139,7 +145,7 @@ type latchState struct {
 	exists     bool
 	identity   string // "" when the record has none
 	hasEnds    bool
-	ours       bool // the record remembers the op id
+	ours       bool // the record has applied the update (applied)
 	latchAlive bool
 	cellAlive  bool
 	ttl        int64 // the record's remaining TTL in s, -1 for never
@@ -155,13 +161,13 @@ const (
 	rNow     = "dcsync_r_now"
 )
 
-func (s *Store) readState(ctx context.Context, op string, key *as.Key, farm string, id []byte) (latchState, error) {
+func (s *Store) readState(ctx context.Context, op string, key *as.Key, farm string, id opID) (latchState, error) {
 	var st latchState
 	err := s.retry(ctx, op, false, func(*attempt) error {
 		rec, err := s.client.Operate(s.writePolicy(ctx, 0), key,
 			as.GetBinOp(IdentityBin),
 			as.ExpReadOp(rHasEnds, hasEnds(), as.ExpReadFlagDefault),
-			as.ExpReadOp(rOurs, hasOpID(id), as.ExpReadFlagDefault),
+			as.ExpReadOp(rOurs, applied(id), as.ExpReadFlagDefault),
 			as.ExpReadOp(rLatch, latchAlive(), as.ExpReadFlagDefault),
 			as.ExpReadOp(rCell, cellAlive(farm), as.ExpReadFlagDefault),
 			as.ExpReadOp(rTTL, as.ExpTTL(), as.ExpReadFlagDefault))
@@ -237,8 +243,8 @@ func (s *Store) write(ctx context.Context, op string, policy func() *as.WritePol
 //     write sets the TTL only if the record would end sooner (filter on its TTL), and
 //     otherwise leaves it (TTL_DONT_UPDATE).
 //
-// Every write carries the same op id: a try that was applied in doubt shows in the
-// record's op ids, and the latch is then ours.
+// Every write carries the same update id (recordOp): a try that was applied in doubt
+// shows in the record (applied), and the latch is then ours.
 func (s *Store) createLatch(ctx context.Context, op string, k dcsync.Key, count int64, ttl time.Duration) (bool, error) {
 	if err := dcsync.CheckLatch(k, ttl); err != nil {
 		return false, err
@@ -256,7 +262,8 @@ func (s *Store) createLatch(ctx context.Context, op string, k dcsync.Key, count 
 	if err != nil {
 		return false, err
 	}
-	id := newOpID()
+	id := s.writers.acquire()
+	defer s.writers.release(id)
 	ident := latchIdentity(k)
 	secs := recordTTL(ttl)
 	fresh := s.freshRecordOps(k, count, ttl, id)
@@ -305,7 +312,7 @@ func (s *Store) createLatch(ctx context.Context, op string, k dcsync.Key, count 
 				wp := s.writePolicy(ctx, recTTL)
 				wp.RecordExistsAction = as.UPDATE_ONLY
 				wp.FilterExpression = as.ExpAnd(identityOK(ident), latchAlive(), as.ExpNot(cellAlive(k.Farm)),
-					as.ExpNot(hasOpID(id)), ttlOK)
+					as.ExpNot(applied(id)), ttlOK)
 				return wp
 			}
 			ops = s.cellOps(k, count, ttl, id)
@@ -349,7 +356,7 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 // the update, in one operate that leaves the record's TTL and every cell's end alone
 // (TTL_DONT_UPDATE): updates never move a latch's end. Its filter requires the latch to
 // exist (DC: the caller's cell alive; XDC: any cell), the record to be this latch's
-// (identity), and the update's fresh op id to be unknown to the record; the operate
+// (identity), and the update not to be applied already (applied); the operate
 // records that id. A retry of an update whose earlier try was applied is then filtered
 // out, and the count is read instead. NotFound when the latch does not exist;
 // InvalidArgument when the record belongs to another latch with the same Java key.
@@ -369,10 +376,12 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 // separate read, but the CLI prints the count after the update, and one atomic round
 // trip costs less.
 func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
-	return s.addLatch(ctx, k, delta, newOpID())
+	id := s.writers.acquire()
+	defer s.writers.release(id)
+	return s.addLatch(ctx, k, delta, id)
 }
 
-func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id []byte) (int64, error) {
+func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID) (int64, error) {
 	const op = "aerospike.AddLatch"
 	if err := k.Validate("latch"); err != nil {
 		return 0, err
@@ -390,14 +399,14 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id []by
 	var ops []*as.Operation
 	if k.Level == dcsync.DC {
 		alive = cellAlive(k.Farm)
-		ops = []*as.Operation{s.recordOpID(id), as.AddOp(as.NewBin(bin, delta)), as.GetBinOp(bin)}
+		ops = []*as.Operation{s.recordOp(id), as.AddOp(as.NewBin(bin, delta)), as.GetBinOp(bin)}
 	} else {
 		alive = latchAlive()
 		ownEnd := as.ExpCond(as.ExpNot(hasEnds()), as.ExpUnknown(),
 			entryAlive(k.Farm), endsMap(),
 			as.ExpMapPut(as.DefaultMapPolicy(), as.ExpStringVal(k.Farm), latchEnd(), endsMap()))
 		ops = []*as.Operation{
-			s.recordOpID(id),
+			s.recordOp(id),
 			// The cell first: its liveness is judged on the ends before this update.
 			as.ExpWriteOp(bin, as.ExpCond(cellAlive(k.Farm), as.ExpNumAdd(as.ExpIntBin(bin), as.ExpIntVal(delta)), as.ExpIntVal(delta)),
 				as.ExpWriteFlagDefault),
@@ -409,7 +418,7 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id []by
 	rec, code, err := s.write(ctx, op, func() *as.WritePolicy {
 		wp := s.writePolicy(ctx, as.TTLDontUpdate)
 		wp.RecordExistsAction = as.UPDATE_ONLY
-		wp.FilterExpression = as.ExpAnd(identityOK(ident), alive, as.ExpNot(hasOpID(id)))
+		wp.FilterExpression = as.ExpAnd(identityOK(ident), alive, as.ExpNot(applied(id)))
 		return wp
 	}, key, ops, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
 	switch {

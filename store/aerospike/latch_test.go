@@ -2,9 +2,6 @@ package aerospike_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -19,41 +16,33 @@ import (
 	"github.com/dcsync/dcsync/store/aerospike"
 )
 
-// clockID is an update id that starts with a writer's wall clock, as dcsync's ids once
-// did: 16 hex digits of the clock in ns, then 16 random hex digits.
-func clockID(now time.Time) string {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:8], uint64(now.UnixNano()))
-	_, _ = rand.Read(b[8:])
-	return hex.EncodeToString(b[:])
-}
-
-// TestOpIDsSurviveClockSkew: the record remembers the last OpIDsKept update ids in the
-// order the server applied them, whatever the writers' clocks say. Writer A's clock runs
-// 2 s ahead of writer B's; B's update is in doubt while A updates once more; B's retry
-// must be recognised (one later update, fewer than OpIDsKept) and not applied again.
-// With ids ordered by their clock prefix, A's ids sorted after B's newer one and
-// trimming pushed B's out: 1 count-down became 2.
+// TestOpIDsSurviveClockSkew: update ids once started with the writer's wall clock and
+// the record kept the highest 64: a writer whose clock ran 2 s ahead pushed out another
+// writer's newer, in-doubt id, whose retry was then applied again (1 count-down became
+// 2). Ids now carry no clock: each writer's entry holds its last sequence number, and
+// entries are ranked by the server's time. Writer A updates, B's update is in doubt, A
+// updates again; B's retry must be recognised.
 func TestOpIDsSurviveClockSkew(t *testing.T) {
 	c := realClient(t)
 	s := newStore(t, c, aerospike.Config{OpIDsKept: 4})
 	ctx := ctxT(t)
 	k := latchKey(dcsync.DC, "dc1", unique("skew"))
 	must(t, s.CreateLatch(ctx, k, 100, time.Minute), "create")
-	idA := func() string { return clockID(time.Now().Add(2 * time.Second)) }
+	a := aerospike.NewOpID()
 	for i := 0; i < 4; i++ {
-		_, err := aerospike.AddLatchWithOpID(ctx, s, k, -1, idA())
+		_, err := aerospike.AddLatchWithOpID(ctx, s, k, -1, a)
 		must(t, err, "A counts down")
+		a = aerospike.Next(a)
 	}
-	idB := clockID(time.Now())
-	n, err := aerospike.AddLatchWithOpID(ctx, s, k, -1, idB)
+	b := aerospike.NewOpID()
+	n, err := aerospike.AddLatchWithOpID(ctx, s, k, -1, b)
 	must(t, err, "B counts down (its reply is lost)")
 	if n != 95 {
 		t.Fatalf("B's count-down = %d, want 95", n)
 	}
-	_, err = aerospike.AddLatchWithOpID(ctx, s, k, -1, idA())
+	_, err = aerospike.AddLatchWithOpID(ctx, s, k, -1, a)
 	must(t, err, "A counts down again")
-	n, err = aerospike.AddLatchWithOpID(ctx, s, k, -1, idB)
+	n, err = aerospike.AddLatchWithOpID(ctx, s, k, -1, b)
 	must(t, err, "B retries its count-down")
 	if n != 94 {
 		t.Fatalf("B's retry returned %d, want 94: its one count-down was applied twice", n)
@@ -63,6 +52,7 @@ func TestOpIDsSurviveClockSkew(t *testing.T) {
 	}
 }
 
+// TestOpIDsAreTrimmed: the record remembers the OpIDsKept writers that updated it last.
 func TestOpIDsAreTrimmed(t *testing.T) {
 	c := realClient(t)
 	ctx := ctxT(t)
@@ -72,14 +62,14 @@ func TestOpIDsAreTrimmed(t *testing.T) {
 		k := latchKey(dcsync.XDC, "dc1", name)
 		must(t, s.CreateLatch(ctx, k, 100, time.Minute), "create")
 		for i := 0; i < 10; i++ {
-			_, err := s.AddLatch(ctx, k, -1)
+			_, err := aerospike.AddLatchWithOpID(ctx, s, k, -1, aerospike.NewOpID())
 			must(t, err, "AddLatch")
 		}
 		rec, err := c.Get(nil, latchRecord(t, name))
 		must(t, err, "raw get")
-		ops, _ := rec.Bins[aerospike.OpsBin].([]any)
+		ops, _ := rec.Bins[aerospike.OpsBin].(map[any]any)
 		if len(ops) != kept {
-			t.Fatalf("OpIDsKept %d: the record remembers %d ids: %v", kept, len(ops), rec.Bins[aerospike.OpsBin])
+			t.Fatalf("OpIDsKept %d: the record remembers %d writers: %v", kept, len(ops), rec.Bins[aerospike.OpsBin])
 		}
 		if n := javaCount(t, c, rec.Key, dcsync.XDC, ""); n != 90 {
 			t.Fatalf("count = %d, want 90", n)
@@ -334,5 +324,35 @@ func TestLatchKeyCollision(t *testing.T) {
 	}
 	if n, err := s.AddLatch(ctx, k1, -1); err != nil || n != 4 {
 		t.Fatalf("owner's AddLatch = %d, %v; want 4", n, err)
+	}
+}
+
+// TestInDoubtRetryAfterManyUpdates: a writer's update is in doubt while other writers
+// update the same record hundreds of times (a busy latch: the retry comes a timeout
+// later). Its retry must still be recognised and not applied again. A record that
+// remembered the last 64 update ids forgot it (found by internal/chaos through the
+// fault proxy: an XDC count-up-down latch under dropped replies was not linearizable).
+func TestInDoubtRetryAfterManyUpdates(t *testing.T) {
+	c := realClient(t)
+	s := newStore(t, c, aerospike.Config{})
+	ctx := ctxT(t)
+	for _, level := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
+		k := latchKey(level, "dc1", unique("busy-retry"))
+		must(t, s.CreateLatch(ctx, k, 1000, time.Minute), "create")
+		b := aerospike.NewOpID()
+		n, err := aerospike.AddLatchWithOpID(ctx, s, k, -1, b)
+		must(t, err, "B counts down (its reply is lost)")
+		if n != 999 {
+			t.Fatalf("B's count-down = %d, want 999", n)
+		}
+		for i := 0; i < 300; i++ {
+			_, err := s.AddLatch(ctx, k, -1)
+			must(t, err, "others count down")
+		}
+		n, err = aerospike.AddLatchWithOpID(ctx, s, k, -1, b)
+		must(t, err, "B retries its count-down")
+		if n != 699 {
+			t.Fatalf("%v: B's retry after 300 other updates returned %d, want 699: its one count-down was applied twice", level, n)
+		}
 	}
 }
