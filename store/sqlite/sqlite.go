@@ -1,8 +1,27 @@
 // Package sqlite is dcsync's embedded default store: one SQLite file, correct across
-// the processes of one host. It runs in WAL mode with a busy timeout, and every update
-// is one IMMEDIATE transaction, so processes that share the file serialise their writes
-// and never see half an update. TTLs are enforced on read, by the host's clock, and
-// expired rows are swept as they are met and, at most once a minute, all at once.
+// the processes of one host. It runs in WAL mode, and every update is one IMMEDIATE
+// transaction, so processes that share the file serialise their writes and never see
+// half an update. TTLs are enforced on read, by the host's clock, and expired rows are
+// swept as they are met and, at most once a minute, all at once.
+//
+// Every call honours its context, also while it waits for another process's write
+// lock: SQLite's own busy handler cannot be interrupted, so the store sets it to zero
+// and waits in Go, retrying with a short backoff until the lock is free, the busy
+// timeout (WithBusyTimeout) runs out, or ctx ends. A call cut short by ctx returns a
+// Connection error that matches ctx's error with errors.Is, and has written nothing.
+//
+// A file this process may read but not write (permissions, a read-only mount, an
+// immutable file) is opened for reading: counts and lock states can be read, and every
+// write fails with NotImplemented, naming the file, before any I/O. Opening it needs the
+// dcsync tables to be there already (TableCreation otherwise). Every error names the
+// file.
+//
+// Latch counts are int64. An update that would take a farm's cell, or the count at the
+// key's level, past the int64 range is refused with InvalidArgument and writes nothing.
+// An XDC sum can still exceed the range when DC-level updates of the same name raise
+// several farms' cells near the limit; such a sum reads as math.MaxInt64 or
+// math.MinInt64 (its sign, which is what waiting depends on, is exact), and XDC
+// updates that bring it back towards zero are accepted.
 package sqlite
 
 import (
@@ -10,8 +29,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
+	"math"
+	"math/rand/v2"
 	"net/url"
-	"sync"
+	"os"
+	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/dcsync/dcsync"
@@ -19,10 +43,13 @@ import (
 	sqlite3lib "modernc.org/sqlite/lib"
 )
 
-// DefaultBusyTimeout is how long a transaction waits for another process's write.
+// DefaultBusyTimeout is how long a call waits for another process's write lock.
 const DefaultBusyTimeout = 10 * time.Second
 
 const sweepEvery = time.Minute
+
+// maxBusySleep caps the pause between two tries for a lock another process holds.
+const maxBusySleep = 20 * time.Millisecond
 
 const schema = `
 CREATE TABLE IF NOT EXISTS dcsync_locks (
@@ -39,13 +66,19 @@ CREATE TABLE IF NOT EXISTS dcsync_latch_cells (
 	PRIMARY KEY (client, name, farm)) WITHOUT ROWID;
 `
 
+// tables are the tables schema creates.
+var tables = []string{"dcsync_locks", "dcsync_fences", "dcsync_latch_cells"}
+
 // Store is a dcsync.Store in one SQLite file.
 type Store struct {
-	db  *sql.DB
-	now func() time.Time
+	db       *sql.DB
+	path     string
+	now      func() time.Time
+	busy     time.Duration
+	readOnly bool
 
-	wmu       sync.Mutex // serialises this process's writers; other processes wait on the busy timeout
-	lastSweep time.Time  // guarded by wmu
+	wsem      chan struct{} // one writer of this process at a time; waiting honours ctx
+	lastSweep time.Time     // guarded by wsem
 }
 
 var _ dcsync.Store = (*Store)(nil)
@@ -58,52 +91,160 @@ type config struct {
 	now  func() time.Time
 }
 
-// WithBusyTimeout sets how long a write waits for another process (DefaultBusyTimeout
-// if unset). When it runs out the call fails with a Connection error and writes nothing.
+// WithBusyTimeout sets how long a call waits for another process's write lock
+// (DefaultBusyTimeout if unset); ctx may end the wait sooner. When it runs out the call
+// fails with a Connection error and writes nothing.
 func WithBusyTimeout(d time.Duration) Option { return func(c *config) { c.busy = d } }
 
 // WithClock makes the store read time from now instead of time.Now; for tests. Every
 // process sharing a file must use the same clock.
 func WithClock(now func() time.Time) Option { return func(c *config) { c.now = now } }
 
-// Open opens (creating if needed) the store in the file at path.
+// Open opens the store in the file at path, creating the file and the dcsync tables if
+// needed. A file this process cannot write is opened for reading only (see the package
+// doc). Errors name the file.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	const op = "sqlite.Open"
 	c := config{busy: DefaultBusyTimeout, now: time.Now}
 	for _, o := range opts {
 		o(&c)
 	}
 	if path == "" {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "sqlite.Open", "path is empty")
+		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "path is empty")
 	}
-	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", c.busy.Milliseconds()))
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(FULL)")
-	q.Add("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+(&url.URL{Path: path}).EscapedPath()+"?"+q.Encode())
+	if c.busy < 0 {
+		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "busy timeout %v is negative", c.busy)
+	}
+	readOnly, err := probe(path)
 	if err != nil {
-		return nil, dcsync.Errorf(dcsync.Connection, "sqlite.Open", "open %s: %w", path, err)
+		return nil, dcsync.Errorf(dcsync.Connection, op, "%s: %w", path, err)
+	}
+	// SQLite's busy handler is off (busy_timeout 0): waits for a lock happen in retry,
+	// where ctx can end them. WAL mode is set once, in init: it is kept in the file.
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(0)")
+	if readOnly {
+		q.Add("mode", "ro")
+	} else {
+		q.Add("_pragma", "synchronous(FULL)")
+		q.Add("_txlock", "immediate")
+	}
+	db, err := sql.Open("sqlite", fileURI(path)+"?"+q.Encode())
+	if err != nil {
+		return nil, dcsync.Errorf(dcsync.Connection, op, "%s: %w", path, err)
 	}
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
-	s := &Store{db: db, now: c.now}
-	err = s.write(ctx, "sqlite.Open", func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, schema)
-		return err
-	})
-	if err != nil {
+	s := &Store{db: db, path: path, now: c.now, busy: c.busy, readOnly: readOnly, wsem: make(chan struct{}, 1)}
+	if err := s.init(ctx); err != nil {
 		db.Close()
 		return nil, err
 	}
 	return s, nil
 }
 
+// probe reports whether the file at path exists and cannot be opened for writing by
+// this process. A missing file is created by Open; its directory must exist.
+func probe(path string) (readOnly bool, err error) {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	switch {
+	case err == nil:
+		return false, f.Close()
+	case errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS):
+		if f, err := os.Open(path); err != nil {
+			return false, err
+		} else {
+			f.Close()
+		}
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		dir := filepath.Dir(path)
+		if st, err := os.Stat(dir); err != nil {
+			return false, fmt.Errorf("cannot create the file: %w", err)
+		} else if !st.IsDir() {
+			return false, fmt.Errorf("cannot create the file: %s is not a directory", dir)
+		}
+		return false, nil
+	}
+	return false, err
+}
+
+// fileURI returns path as an SQLite "file:" URI, every special character escaped (a
+// '?' or '#' in a file name is part of the name).
+func fileURI(path string) string {
+	p := (&url.URL{Path: filepath.ToSlash(path)}).EscapedPath()
+	if filepath.IsAbs(path) {
+		return "file://" + p // empty authority: the path may begin with "//"
+	}
+	return "file:" + p
+}
+
+// init checks for the dcsync tables and, when the file is writable, creates them and
+// puts the file in WAL mode. It writes nothing when both are already there.
+func (s *Store) init(ctx context.Context) error {
+	const op = "sqlite.Open"
+	var n int
+	var mode string
+	err := s.retry(ctx, op, func() error {
+		if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND name IN (?, ?, ?)`,
+			tables[0], tables[1], tables[2]).Scan(&n); err != nil {
+			return err
+		}
+		return s.db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode)
+	})
+	if err != nil {
+		return err
+	}
+	if n == len(tables) && (mode == "wal" || s.readOnly) {
+		return nil
+	}
+	if s.readOnly {
+		return dcsync.Errorf(dcsync.TableCreation, op, "%s is read-only for this process and has no dcsync tables (%d of %d)", s.path, n, len(tables))
+	}
+	if mode != "wal" {
+		// Not inside a transaction: SQLite refuses to change the mode there.
+		if err := s.retry(ctx, op, func() error {
+			_, err := s.db.ExecContext(ctx, `PRAGMA journal_mode = WAL`)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	if n == len(tables) {
+		return nil
+	}
+	return s.write(ctx, op, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, schema)
+		return err
+	})
+}
+
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
 
-// classify turns a database error into a dcsync error: busy and I/O troubles are
-// Connection (nothing was written: the transaction rolled back), the rest Internal.
-func classify(op string, err error) error {
+// Path returns the file the store is in.
+func (s *Store) Path() string { return s.path }
+
+// ReadOnly reports whether the file was opened for reading only.
+func (s *Store) ReadOnly() bool { return s.readOnly }
+
+func sqliteCode(err error) int {
+	var se *sqlite3.Error
+	if errors.As(err, &se) {
+		return se.Code() & 0xff
+	}
+	return 0
+}
+
+func isBusy(err error) bool {
+	c := sqliteCode(err)
+	return c == sqlite3lib.SQLITE_BUSY || c == sqlite3lib.SQLITE_LOCKED
+}
+
+// classify turns a database error into a dcsync error naming the file: a context that
+// ended, busy and I/O troubles are Connection (nothing was written: the transaction
+// rolled back), a read-only file NotImplemented, the rest Internal. dcsync errors pass.
+func (s *Store) classify(op string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -112,39 +253,100 @@ func classify(op string, err error) error {
 		return err
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return dcsync.Errorf(dcsync.Connection, op, "%w", err)
+		return dcsync.Errorf(dcsync.Connection, op, "%s: %w", s.path, err)
 	}
-	var se *sqlite3.Error
-	if errors.As(err, &se) {
-		switch se.Code() & 0xff {
-		case sqlite3lib.SQLITE_BUSY, sqlite3lib.SQLITE_LOCKED, sqlite3lib.SQLITE_IOERR, sqlite3lib.SQLITE_CANTOPEN, sqlite3lib.SQLITE_FULL:
-			return dcsync.Errorf(dcsync.Connection, op, "%w", err)
+	switch sqliteCode(err) {
+	case sqlite3lib.SQLITE_READONLY:
+		return dcsync.Errorf(dcsync.NotImplemented, op, "%s cannot be written by this process: %w", s.path, err)
+	case sqlite3lib.SQLITE_BUSY, sqlite3lib.SQLITE_LOCKED, sqlite3lib.SQLITE_IOERR, sqlite3lib.SQLITE_CANTOPEN, sqlite3lib.SQLITE_FULL, sqlite3lib.SQLITE_PERM:
+		return dcsync.Errorf(dcsync.Connection, op, "%s: %w", s.path, err)
+	}
+	return dcsync.Errorf(dcsync.Internal, op, "%s: %w", s.path, err)
+}
+
+// ctxErr reports that ctx ended while the call waited, with the store's last error.
+func (s *Store) ctxErr(ctx context.Context, op string, last error) error {
+	if last != nil {
+		return dcsync.Errorf(dcsync.Connection, op, "%s: gave up waiting for another connection's lock on the file (%v): %w", s.path, last, context.Cause(ctx))
+	}
+	return dcsync.Errorf(dcsync.Connection, op, "%s: %w", s.path, context.Cause(ctx))
+}
+
+// retry runs fn until it returns anything but "busy" (another process holds a lock
+// fn needs), pausing between tries, for at most the busy timeout and while ctx lasts.
+// fn must have no effect when it fails busy: a transaction that rolled back.
+func (s *Store) retry(ctx context.Context, op string, fn func() error) error {
+	var giveUp time.Time
+	pause := time.Millisecond
+	for {
+		if ctx.Err() != nil {
+			return s.ctxErr(ctx, op, nil)
 		}
+		err := fn()
+		if !isBusy(err) {
+			var de *dcsync.Error
+			if err != nil && ctx.Err() != nil && !errors.As(err, &de) {
+				return s.ctxErr(ctx, op, err)
+			}
+			return s.classify(op, err)
+		}
+		now := time.Now()
+		if giveUp.IsZero() {
+			giveUp = now.Add(s.busy)
+		}
+		left := giveUp.Sub(now)
+		if left <= 0 {
+			return dcsync.Errorf(dcsync.Connection, op, "%s: another connection to the file (another process, or another Store) held its lock for the whole busy timeout (%v): %w", s.path, s.busy, err)
+		}
+		t := time.NewTimer(min(pause/2+rand.N(pause/2+1), left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return s.ctxErr(ctx, op, err)
+		case <-t.C:
+		}
+		pause = min(2*pause, maxBusySleep)
 	}
-	return dcsync.Errorf(dcsync.Internal, op, "%w", err)
 }
 
 // write runs fn in one IMMEDIATE transaction and commits it, or rolls it back when fn
-// fails.
+// fails. It waits for this process's other writers and for other processes' write
+// locks only while ctx lasts.
 func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return classify(op, err)
+	if s.readOnly {
+		return dcsync.Errorf(dcsync.NotImplemented, op, "%s is opened read-only (this process cannot write the file): writes are refused", s.path)
 	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
-		return classify(op, err)
+	select {
+	case s.wsem <- struct{}{}:
+	case <-ctx.Done():
+		return s.ctxErr(ctx, op, nil)
 	}
-	if now := s.now(); now.Sub(s.lastSweep) >= sweepEvery {
-		if err := sweep(ctx, tx, now); err != nil {
-			tx.Rollback()
-			return classify(op, err)
+	defer func() { <-s.wsem }()
+	return s.retry(ctx, op, func() error {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
 		}
-		s.lastSweep = now
-	}
-	return classify(op, tx.Commit())
+		if err := fn(tx); err != nil {
+			tx.Rollback()
+			return err
+		}
+		now := s.now()
+		swept := now.Sub(s.lastSweep) >= sweepEvery
+		if swept {
+			if err := sweep(ctx, tx, now); err != nil {
+				tx.Rollback()
+				return err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		if swept {
+			s.lastSweep = now
+		}
+		return nil
+	})
 }
 
 func sweep(ctx context.Context, tx *sql.Tx, now time.Time) error {
@@ -251,36 +453,106 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 
 // InspectLock implements dcsync.LockStore.
 func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState, error) {
+	const op = "sqlite.InspectLock"
 	if err := k.Validate("lock"); err != nil {
 		return dcsync.LockState{}, err
 	}
-	st, ok, err := liveLock(ctx, s.db, k, s.now())
+	var st dcsync.LockState
+	var ok bool
+	err := s.retry(ctx, op, func() (err error) {
+		st, ok, err = liveLock(ctx, s.db, k, s.now())
+		return err
+	})
 	if err != nil {
-		return st, classify("sqlite.InspectLock", err)
+		return st, err
 	}
 	if !ok {
-		return st, dcsync.Errorf(dcsync.NotFound, "sqlite.InspectLock", "%s is free", k)
+		return st, dcsync.Errorf(dcsync.NotFound, op, "%s is free", k)
 	}
 	return st, nil
 }
 
 type querier interface {
-	QueryRowContext(context.Context, string, ...any) *sql.Row
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
 }
 
-// latchAt reads a latch's count at k's level, ignoring expired cells.
-func latchAt(ctx context.Context, q querier, k dcsync.Key, now time.Time) (dcsync.LatchCount, error) {
-	var n int64
-	var sum sql.NullInt64
+// wide is an exact sum of int64 values: lo + hi*2^64, lo wrapping as int64 does.
+type wide struct{ lo, hi int64 }
+
+func (w *wide) add(v int64) {
+	sum := w.lo + v
+	switch {
+	case v > 0 && sum < w.lo:
+		w.hi++
+	case v < 0 && sum > w.lo:
+		w.hi--
+	}
+	w.lo = sum
+}
+
+// fits reports whether the sum is an int64.
+func (w wide) fits() bool { return w.hi == 0 }
+
+// sign returns -1, 0 or 1.
+func (w wide) sign() int {
+	v := w.hi
+	if v == 0 {
+		v = w.lo
+	}
+	switch {
+	case v > 0:
+		return 1
+	case v < 0:
+		return -1
+	}
+	return 0
+}
+
+// saturated returns the sum, or the int64 bound on its side when it does not fit.
+func (w wide) saturated() int64 {
+	switch {
+	case w.hi > 0:
+		return math.MaxInt64
+	case w.hi < 0:
+		return math.MinInt64
+	}
+	return w.lo
+}
+
+// latchSum reads a latch's exact count at k's level, ignoring expired cells: the farm's
+// cell (DC) or the sum of every farm's cell (XDC), added in Go, not by SQL's SUM, which
+// fails on an int64 overflow and would make the latch unreadable.
+func latchSum(ctx context.Context, q querier, k dcsync.Key, now time.Time) (bool, wide, error) {
+	var rows *sql.Rows
 	var err error
 	if k.Level == dcsync.XDC {
-		err = q.QueryRowContext(ctx, `SELECT COUNT(*), SUM(count) FROM dcsync_latch_cells
-			WHERE client = ? AND name = ? AND expires_ms > ?`, k.Client, k.Name, now.UnixMilli()).Scan(&n, &sum)
+		rows, err = q.QueryContext(ctx, `SELECT count FROM dcsync_latch_cells
+			WHERE client = ? AND name = ? AND expires_ms > ?`, k.Client, k.Name, now.UnixMilli())
 	} else {
-		err = q.QueryRowContext(ctx, `SELECT COUNT(*), SUM(count) FROM dcsync_latch_cells
-			WHERE client = ? AND name = ? AND farm = ? AND expires_ms > ?`, k.Client, k.Name, k.Farm, now.UnixMilli()).Scan(&n, &sum)
+		rows, err = q.QueryContext(ctx, `SELECT count FROM dcsync_latch_cells
+			WHERE client = ? AND name = ? AND farm = ? AND expires_ms > ?`, k.Client, k.Name, k.Farm, now.UnixMilli())
 	}
-	return dcsync.LatchCount{Found: n > 0, Count: sum.Int64}, err
+	if err != nil {
+		return false, wide{}, err
+	}
+	defer rows.Close()
+	found := false
+	var sum wide
+	for rows.Next() {
+		var c int64
+		if err := rows.Scan(&c); err != nil {
+			return false, wide{}, err
+		}
+		found = true
+		sum.add(c)
+	}
+	return found, sum, rows.Err()
+}
+
+// latchAt reads a latch's count at k's level (saturated at the int64 bounds).
+func latchAt(ctx context.Context, q querier, k dcsync.Key, now time.Time) (dcsync.LatchCount, error) {
+	found, sum, err := latchSum(ctx, q, k, now)
+	return dcsync.LatchCount{Found: found, Count: sum.saturated()}, err
 }
 
 func putCell(ctx context.Context, tx *sql.Tx, k dcsync.Key, count int64, exp time.Time) error {
@@ -317,6 +589,7 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 	}
 	created := false
 	err := s.write(ctx, "sqlite.EnsureLatch", func(tx *sql.Tx) error {
+		created = false
 		now := s.now()
 		c, err := latchAt(ctx, tx, k, now)
 		if err != nil || c.Found {
@@ -328,20 +601,24 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 	return created && err == nil, err
 }
 
-// AddLatch implements dcsync.LatchStore.
+// AddLatch implements dcsync.LatchStore. It refuses, with InvalidArgument and writing
+// nothing, an update that would take the caller's cell or the count at k's level past
+// the int64 range (at XDC, an update that brings an out-of-range sum towards zero is
+// accepted; see the package doc).
 func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
+	const op = "sqlite.AddLatch"
 	if err := dcsync.CheckLatch(k, 0); err != nil {
 		return 0, err
 	}
 	var after int64
-	err := s.write(ctx, "sqlite.AddLatch", func(tx *sql.Tx) error {
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
 		now := s.now()
-		c, err := latchAt(ctx, tx, k, now)
+		found, sum, err := latchSum(ctx, tx, k, now)
 		if err != nil {
 			return err
 		}
-		if !c.Found {
-			return dcsync.Errorf(dcsync.NotFound, "sqlite.AddLatch", "latch %s does not exist", k)
+		if !found {
+			return dcsync.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
 		}
 		// The caller's cell may be absent (XDC, first update from this farm) or expired:
 		// either way it starts from zero, and ends with the latch (the latest end of its
@@ -356,35 +633,54 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		if err != nil {
 			return err
 		}
-		after = c.Count + delta
-		return putCell(ctx, tx, k, own+delta, time.UnixMilli(expiresMS))
+		cell := wide{lo: own}
+		cell.add(delta)
+		if !cell.fits() {
+			return dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to farm %s's count %d would overflow int64; nothing was written", k, delta, k.Farm, own)
+		}
+		total := sum
+		total.add(delta)
+		towardZero := (sum.sign() > 0 && delta < 0) || (sum.sign() < 0 && delta > 0)
+		if !total.fits() && !towardZero {
+			return dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to count %d would overflow int64; nothing was written", k, delta, sum.saturated())
+		}
+		after = total.saturated()
+		return putCell(ctx, tx, k, cell.lo, time.UnixMilli(expiresMS))
 	})
 	return after, err
 }
 
 // ReadLatches implements dcsync.LatchStore. The reads share one snapshot.
 func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
+	const op = "sqlite.ReadLatches"
 	for _, k := range keys {
 		if err := dcsync.CheckLatch(k, 0); err != nil {
 			return nil, err
 		}
 	}
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return nil, classify("sqlite.ReadLatches", err)
-	}
-	defer conn.Close()
-	// A deferred transaction gives every read one snapshot without taking the write lock.
-	if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
-		return nil, classify("sqlite.ReadLatches", err)
-	}
-	defer conn.ExecContext(context.Background(), "ROLLBACK")
-	now := s.now()
 	out := make([]dcsync.LatchCount, len(keys))
-	for i, k := range keys {
-		if out[i], err = latchAt(ctx, conn, k, now); err != nil {
-			return nil, classify("sqlite.ReadLatches", err)
+	err := s.retry(ctx, op, func() error {
+		conn, err := s.db.Conn(ctx)
+		if err != nil {
+			return err
 		}
+		defer conn.Close()
+		// A deferred transaction gives every read one snapshot without taking the
+		// write lock.
+		if _, err := conn.ExecContext(ctx, "BEGIN DEFERRED"); err != nil {
+			return err
+		}
+		defer conn.ExecContext(context.Background(), "ROLLBACK")
+		now := s.now()
+		for i, k := range keys {
+			if out[i], err = latchAt(ctx, conn, k, now); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
