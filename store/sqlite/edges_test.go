@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/store/sqlite"
 )
 
@@ -310,5 +311,59 @@ func TestLatchOverflow(t *testing.T) {
 	wantRefused(x1, 1, math.MaxInt64)
 	if n, err := s.AddLatch(ctx, x1, math.MinInt64); err != nil || n != math.MaxInt64-1 {
 		t.Fatalf("XDC count-down into range = %d, %v; want MaxInt64-1", n, err)
+	}
+}
+
+// Close ends calls in progress and refuses later ones with Connection, and closes Done,
+// so that latch waits on the store end at once (issue 8 §3: a Wait on a closed SQLite
+// store retried forever).
+func TestClose(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "close.db")
+	s, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt := key(dcsync.DC, "dc1", "latch")
+	if err := s.CreateLatch(ctx, lt, 1, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	m, err := latch.New(s, "c", "dc1", latch.WithPollInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.GetCountDown("latch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdWriteLock(t, path)
+	waited := make(chan error, 1)
+	go func() { waited <- l.Wait(ctx) }()
+	busy := make(chan error, 1)
+	go func() { _, err := s.AddLatch(ctx, lt, -1); busy <- err }()
+	time.Sleep(200 * time.Millisecond) // both are waiting now
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-s.Done():
+	default:
+		t.Fatal("Done not closed by Close")
+	}
+	for what, ch := range map[string]chan error{"Wait": waited, "AddLatch waiting for the lock": busy} {
+		select {
+		case err := <-ch:
+			if dcsync.CodeOf(err) != dcsync.Connection {
+				t.Errorf("%s on a closed store: %v, want Connection", what, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not end when the store closed", what)
+		}
+	}
+	if _, err := s.ReadLatches(ctx, []dcsync.Key{lt}); dcsync.CodeOf(err) != dcsync.Connection || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("ReadLatches after Close: %v, want Connection (closed)", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
 	}
 }

@@ -35,6 +35,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -79,6 +80,9 @@ type Store struct {
 
 	wsem      chan struct{} // one writer of this process at a time; waiting honours ctx
 	lastSweep time.Time     // guarded by wsem
+
+	closeOnce sync.Once
+	done      chan struct{} // closed by Close
 }
 
 var _ dcsync.Store = (*Store)(nil)
@@ -135,7 +139,8 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
-	s := &Store{db: db, path: path, now: c.now, busy: c.busy, readOnly: readOnly, wsem: make(chan struct{}, 1)}
+	s := &Store{db: db, path: path, now: c.now, busy: c.busy, readOnly: readOnly,
+		wsem: make(chan struct{}, 1), done: make(chan struct{})}
 	if err := s.init(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -219,8 +224,24 @@ func (s *Store) init(ctx context.Context) error {
 	})
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the database. Calls after Close fail with a Connection error; calls in
+// progress end with one. Close is idempotent.
+func (s *Store) Close() error {
+	err := error(nil)
+	s.closeOnce.Do(func() {
+		close(s.done)
+		err = s.db.Close()
+	})
+	return err
+}
+
+// Done returns a channel that Close closes, so that waiters (the latch watcher) end
+// at once when the store closes.
+func (s *Store) Done() <-chan struct{} { return s.done }
+
+func (s *Store) closedErr(op string) error {
+	return dcsync.Errorf(dcsync.Connection, op, "%s: the store is closed", s.path)
+}
 
 // Path returns the file the store is in.
 func (s *Store) Path() string { return s.path }
@@ -234,6 +255,15 @@ func sqliteCode(err error) int {
 		return se.Code() & 0xff
 	}
 	return 0
+}
+
+func isClosed(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
 }
 
 func isBusy(err error) bool {
@@ -279,10 +309,18 @@ func (s *Store) retry(ctx context.Context, op string, fn func() error) error {
 	var giveUp time.Time
 	pause := time.Millisecond
 	for {
+		select {
+		case <-s.done:
+			return s.closedErr(op)
+		default:
+		}
 		if ctx.Err() != nil {
 			return s.ctxErr(ctx, op, nil)
 		}
 		err := fn()
+		if err != nil && isClosed(s.done) {
+			return s.closedErr(op) // the database was closed under the call
+		}
 		if !isBusy(err) {
 			var de *dcsync.Error
 			if err != nil && ctx.Err() != nil && !errors.As(err, &de) {
@@ -303,6 +341,9 @@ func (s *Store) retry(ctx context.Context, op string, fn func() error) error {
 		case <-ctx.Done():
 			t.Stop()
 			return s.ctxErr(ctx, op, err)
+		case <-s.done:
+			t.Stop()
+			return s.closedErr(op)
 		case <-t.C:
 		}
 		pause = min(2*pause, maxBusySleep)
@@ -320,6 +361,8 @@ func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx) error)
 	case s.wsem <- struct{}{}:
 	case <-ctx.Done():
 		return s.ctxErr(ctx, op, nil)
+	case <-s.done:
+		return s.closedErr(op)
 	}
 	defer func() { <-s.wsem }()
 	return s.retry(ctx, op, func() error {
