@@ -83,13 +83,21 @@
 //     or lease bins: dcsync respects it until its TTL, and never refreshes or releases
 //     it; a Java release deletes any lock, dcsync's included (AerospikeStore.java:84-88).
 //
-// # Retries
+// # Retries and exactly-once updates
 //
 // Every operation is retried on network errors and timeouts (Config.Attempts tries,
 // with exponential backoff and jitter from Config.RetryDelay), and every write is
 // written so that a retry after an in-doubt try is safe. Busy replies (KEY_BUSY: more
 // than the namespace's transaction-pending-limit, 20 by default, writes queued on one
 // record) were not applied; they are retried with backoff without counting as tries.
+//
+// A count update holds one of its Store's writer slots from its first try to its last,
+// and carries the slot's next sequence number; the latch record keeps, per writer slot,
+// the number of its last applied update (OpsBin), and a write whose number the record
+// already holds is filtered out. So a retry is recognised however many updates other
+// writers made meanwhile (Kafka's idempotent producer keeps per-producer sequence
+// numbers for the same reason), and no client clock is involved. The record keeps the
+// Config.OpIDsKept writers that wrote last, by the server's time.
 package aerospike
 
 import (
