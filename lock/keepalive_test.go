@@ -3,6 +3,7 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -126,5 +127,30 @@ func TestSecondKeepAliveReturnsTheRunningContext(t *testing.T) {
 	var de *dcsync.Error
 	if after.Err() == nil || !errors.As(context.Cause(after), &de) || de.Code != dcsync.LockLost {
 		t.Fatalf("KeepAlive after Release: cause %v, want a *dcsync.Error with code LockLost", context.Cause(after))
+	}
+}
+
+// Issue 8 §6: Acquire with a cancelled ctx on a FREE lock said it was held, and printed
+// the cause twice.
+func TestAcquireCancelledOnAFreeLock(t *testing.T) {
+	m, _ := lock.New(memory.New(), "billing", "dc1")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := m.Acquire(ctx, "job")
+	if dcsync.CodeOf(err) != dcsync.LockUnavailable || !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire with a cancelled ctx: %v; want LockUnavailable matching context.Canceled", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "is held") || strings.Count(msg, "context canceled") != 1 {
+		t.Fatalf("Acquire with a cancelled ctx on a free lock: %q; want no 'is held' and the cause once", msg)
+	}
+	// When it was held, it says so.
+	if _, err := m.TryAcquire(context.Background(), "job"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer wcancel()
+	_, err = m.Acquire(wctx, "job")
+	if msg := err.Error(); !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(msg, "is held") || strings.Count(msg, "deadline exceeded") != 1 {
+		t.Fatalf("Acquire of a held lock until ctx ends: %q", msg)
 	}
 }

@@ -55,6 +55,7 @@ import (
 	crand "crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"time"
@@ -251,16 +252,32 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts ...CallOption) 
 	}
 	deadline := time.Now().Add(s.wait)
 	backoff := m.minBackoff
-	gaveUp := func(cause error) error {
-		return &dcsync.Error{Code: dcsync.LockUnavailable, Op: "lock.Acquire",
-			Msg: k.String() + " is held; gave up waiting", Err: cause}
+	held := false // a try found the lock held
+	gaveUp := func(last error) error {
+		msg := "gave up on " + k.String() + " before it could be taken"
+		if held {
+			msg = k.String() + " is held; gave up waiting"
+		}
+		// The cause matches ctx's error, said once: the store's error when it already
+		// wraps it (a call cut short by ctx), else ctx's error with the last one's text.
+		cause := ctx.Err()
+		switch {
+		case last != nil && errors.Is(last, cause):
+			cause = last
+		case last != nil && !errors.Is(last, dcsync.ErrLockUnavailable):
+			cause = fmt.Errorf("%w (last try: %v)", cause, last)
+		}
+		return &dcsync.Error{Code: dcsync.LockUnavailable, Op: "lock.Acquire", Msg: msg, Err: cause}
 	}
 	for {
 		l, err := m.try(ctx, k, s.ttl)
+		if errors.Is(err, dcsync.ErrLockUnavailable) {
+			held = true
+		}
 		if err != nil && ctx.Err() != nil {
 			// ctx ended, maybe in the middle of a store call: that is the end of
 			// the wait, whatever error the store gave on the way out.
-			return nil, gaveUp(errors.Join(ctx.Err(), err))
+			return nil, gaveUp(err)
 		}
 		if err == nil || !errors.Is(err, dcsync.ErrLockUnavailable) {
 			return l, err
@@ -275,7 +292,7 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts ...CallOption) 
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, gaveUp(ctx.Err())
+			return nil, gaveUp(nil)
 		case <-t.C:
 		}
 	}
