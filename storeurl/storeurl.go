@@ -8,8 +8,9 @@
 //	hbase://ZK_HOST:PORT[,ZK_HOST:PORT]  HBase via its ZooKeeper quorum (query: lock_table,
 //	                                  latch_table_suffix, zk_root)
 //
-// A parameter a store does not know is refused with InvalidArgument naming it, and so is
-// a fragment ("#..."): nothing in a store URL is silently ignored.
+// A parameter a store does not know is refused with InvalidArgument naming it, and so
+// are a fragment ("#...") and user information ("user:password@"): nothing in a store
+// URL is silently ignored.
 //
 // # SQLite paths
 //
@@ -115,6 +116,11 @@ func Open(ctx context.Context, raw string) (dcsync.Store, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return nil, dcsync.Errorf(dcsync.InvalidArgument, "storeurl.Open", "store URL %q: %w", raw, err)
+	}
+	if u.User != nil {
+		// Neither store takes credentials in the URL; dropping them silently would
+		// connect without the authentication the user asked for.
+		return nil, invalid(u.Redacted(), "user information is not supported")
 	}
 	if u.Fragment != "" || strings.Contains(raw, "#") {
 		return nil, invalid(raw, "unexpected fragment %q", "#"+u.Fragment)

@@ -82,7 +82,7 @@ func TestUnknownParameters(t *testing.T) {
 		t.Error("a refused URL created its file")
 	}
 	// A fragment on the other schemes is refused too, before any dialling.
-	for _, raw := range []string{"hbase://127.0.0.1:1#x", "aerospike://127.0.0.1:1/test#x"} {
+	for _, raw := range []string{"hbase://127.0.0.1:1#x", "aerospike://127.0.0.1:1/test#x", "aerospike://admin:secret@127.0.0.1:1/test"} {
 		if _, err := Open(ctx, raw); dcsync.CodeOf(err) != dcsync.InvalidArgument {
 			t.Errorf("Open(%q) = %v, want InvalidArgument", raw, err)
 		}
