@@ -40,6 +40,7 @@ package storeurl
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -115,6 +116,10 @@ func Open(ctx context.Context, raw string) (dcsync.Store, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // the *url.Error repeats the URL
+		}
 		return nil, dcsync.Errorf(dcsync.InvalidArgument, "storeurl.Open", "store URL %q: %w", raw, err)
 	}
 	if u.User != nil {
