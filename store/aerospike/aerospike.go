@@ -212,6 +212,7 @@ type Store struct {
 	// waits for operations in flight before it closes an owned client.
 	mu     sync.RWMutex
 	closed bool
+	done   chan struct{} // closed by Close
 }
 
 var _ dcsync.Store = (*Store)(nil)
@@ -284,7 +285,7 @@ func newStore(client *as.Client, owned bool, cfg Config) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{client: client, owned: owned, cfg: cfg, latchSet: latchSet, log: log, writers: newWriters()}, nil
+	return &Store{client: client, owned: owned, cfg: cfg, latchSet: latchSet, log: log, writers: newWriters(), done: make(chan struct{})}, nil
 }
 
 // OpenURL dials the cluster named by u and returns a store that owns the client: Close
@@ -373,12 +374,17 @@ func (s *Store) Close() error {
 	defer s.mu.Unlock()
 	if !s.closed {
 		s.closed = true
+		close(s.done)
 		if s.owned {
 			s.client.Close()
 		}
 	}
 	return nil
 }
+
+// Done returns a channel that Close closes: package latch ends every Wait on a closed
+// store at once.
+func (s *Store) Done() <-chan struct{} { return s.done }
 
 // Client returns the client the store uses.
 func (s *Store) Client() *as.Client { return s.client }

@@ -3,6 +3,7 @@ package aerospike
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -359,7 +360,10 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 // (identity), and the update not to be applied already (applied); the operate
 // records that id. A retry of an update whose earlier try was applied is then filtered
 // out, and the count is read instead. NotFound when the latch does not exist;
-// InvalidArgument when the record belongs to another latch with the same Java key.
+// InvalidArgument when the record belongs to another latch with the same Java key, or
+// when the caller's cell would leave the int64 range (the server would wrap it), and
+// nothing is written then. (An XDC sum that leaves the range is returned wrapped: the
+// cells are unknown to the server's check.)
 //
 // At level XDC the operate also returns the sum: it ends with a read-all op, and every
 // other op is a plain or expression write, which return nothing (see the top of this
@@ -395,13 +399,21 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 	}
 	bin := layout.AerospikeLatchBin(k.Farm)
 	ident := latchIdentity(k)
+	// The server wraps an integer add that leaves the int64 range: refuse it instead.
+	inRange := as.ExpBoolVal(true)
+	switch {
+	case delta > 0:
+		inRange = as.ExpLessEq(as.ExpIntBin(bin), as.ExpIntVal(math.MaxInt64-delta))
+	case delta < 0:
+		inRange = as.ExpGreaterEq(as.ExpIntBin(bin), as.ExpIntVal(math.MinInt64-delta))
+	}
 	var alive *as.Expression
 	var ops []*as.Operation
 	if k.Level == dcsync.DC {
-		alive = cellAlive(k.Farm)
+		alive = as.ExpAnd(cellAlive(k.Farm), inRange)
 		ops = []*as.Operation{s.recordOp(id), as.AddOp(as.NewBin(bin, delta)), as.GetBinOp(bin)}
 	} else {
-		alive = latchAlive()
+		alive = as.ExpAnd(latchAlive(), as.ExpOr(as.ExpNot(cellAlive(k.Farm)), inRange))
 		ownEnd := as.ExpCond(as.ExpNot(hasEnds()), as.ExpUnknown(),
 			entryAlive(k.Farm), endsMap(),
 			as.ExpMapPut(as.DefaultMapPolicy(), as.ExpStringVal(k.Farm), latchEnd(), endsMap()))
@@ -444,6 +456,10 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 			return res[0].Count, nil
 		case st.exists && st.identity != "" && st.identity != ident:
 			return 0, collision(op, k, st.identity)
+		case k.Level == dcsync.DC && st.cellAlive || k.Level == dcsync.XDC && st.latchAlive:
+			// The latch exists and is ours: the range check refused the update.
+			return 0, dcsync.Errorf(dcsync.InvalidArgument, op,
+				"adding %d to %s of latch %s would leave the int64 range; nothing was written", delta, bin, k)
 		}
 		return 0, dcsync.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -354,5 +355,45 @@ func TestInDoubtRetryAfterManyUpdates(t *testing.T) {
 		if n != 699 {
 			t.Fatalf("%v: B's retry after 300 other updates returned %d, want 699: its one count-down was applied twice", level, n)
 		}
+	}
+}
+
+// TestCountOverflowIsRefused: the server wraps an integer add past the int64 range; the
+// store refuses such an update (InvalidArgument) and writes nothing.
+func TestCountOverflowIsRefused(t *testing.T) {
+	c := realClient(t)
+	s := newStore(t, c, aerospike.Config{})
+	ctx := ctxT(t)
+	for _, level := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
+		k := latchKey(level, "dc1", unique("overflow"))
+		must(t, s.CreateLatch(ctx, k, math.MaxInt64-1, time.Minute), "create")
+		if n, err := s.AddLatch(ctx, k, 1); err != nil || n != math.MaxInt64 {
+			t.Fatalf("%v: AddLatch to MaxInt64 = %d, %v", level, n, err)
+		}
+		_, err := s.AddLatch(ctx, k, 1)
+		wantCode(t, err, dcsync.InvalidArgument, level.String()+" AddLatch past MaxInt64")
+		if got := javaCount(t, c, latchRecord(t, k.Name), dcsync.DC, "dc1"); got != math.MaxInt64 {
+			t.Fatalf("%v: the refused update changed the count to %d", level, got)
+		}
+		if n, err := s.AddLatch(ctx, k, -1); err != nil || n != math.MaxInt64-1 {
+			t.Fatalf("%v: AddLatch back down = %d, %v", level, n, err)
+		}
+	}
+}
+
+// TestDoneIsClosedByClose: package latch ends the Waits on a closed store through Done.
+func TestDoneIsClosedByClose(t *testing.T) {
+	s, err := aerospike.New(realClient(t), aerospike.Config{Namespace: namespace})
+	must(t, err, "New")
+	select {
+	case <-s.Done():
+		t.Fatal("Done is closed before Close")
+	default:
+	}
+	must(t, s.Close(), "Close")
+	select {
+	case <-s.Done():
+	default:
+		t.Fatal("Close left Done open")
 	}
 }
