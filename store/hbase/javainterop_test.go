@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,8 +20,7 @@ import (
 	"github.com/dcsync/dcsync/lock"
 )
 
-// jcEnv is a Java tool and a dcsync store on tables of their own (created by the Java
-// library's own initialisation; dropped when the run ends).
+// jcEnv is a Java tool and a dcsync store on this run's Java interop tables.
 type jcEnv struct {
 	tool        *javaclients.Tool
 	s           *Store
@@ -28,17 +28,28 @@ type jcEnv struct {
 	latchSuffix string
 }
 
+// jcTables names the lock table and latch table suffix every Java interop test of this
+// run shares (each of them has 257 regions: one pair per run keeps the test server's
+// memory in bounds). The tables are dropped when the run ends.
+var jcTables = sync.OnceValues(func() (string, string) {
+	run := randHex(4)
+	lockTable, latchSuffix := "dcsync_ji_locks_"+run, "dcsync_ji_"+run
+	noteTables(lockTable, "D_LTCH_"+latchSuffix)
+	return lockTable, latchSuffix
+})
+
 func jcStart(t *testing.T) jcEnv {
 	t.Helper()
 	zk := zkQuorum(t)
 	c := shared(t)
 	tool := javaclients.Require(t, javaclients.Config{HBaseZK: zk})
-	run := randHex(4)
-	e := jcEnv{tool: tool, lockTable: "dcsync_ji_locks_" + run, latchSuffix: "dcsync_ji_" + run}
-	noteTables(e.lockTable, "D_LTCH_"+e.latchSuffix)
+	e := jcEnv{tool: tool}
+	e.lockTable, e.latchSuffix = jcTables()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	// The Java libraries create their tables first, as a Java service would have.
+	// The Java library creates the lock table when absent (HBaseStore.initialize), as a
+	// Java service would have before dcsync; the latch table is created by whichever
+	// side writes a latch first.
 	if err := tool.HBaseLockInit(ctx, e.lockTable); err != nil {
 		t.Fatalf("Java HBaseStore.initialize: %v", err)
 	}
