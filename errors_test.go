@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -67,5 +68,53 @@ func TestValidateIDs(t *testing.T) {
 	}
 	if _, err := dcsync.ParseLevel("global"); !errors.Is(err, dcsync.ErrInvalidArgument) {
 		t.Error("ParseLevel accepted global")
+	}
+}
+
+// A cause is printed once: "%w" alone, a message that already ends with its cause, and
+// an error built as a literal all read "op: code: cause", not "...: cause: cause".
+func TestErrorSaysCauseOnce(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{dcsync.Errorf(dcsync.Connection, "sqlite.AcquireLock", "%w", context.Canceled),
+			"sqlite.AcquireLock: connection: context canceled"},
+		{&dcsync.Error{Code: dcsync.Connection, Op: "op", Msg: "context canceled", Err: context.Canceled},
+			"op: connection: context canceled"},
+		{&dcsync.Error{Code: dcsync.Connection, Op: "op", Msg: "dial h:1: context canceled", Err: context.Canceled},
+			"op: connection: dial h:1: context canceled"},
+		{&dcsync.Error{Code: dcsync.Connection, Op: "op", Msg: "dial", Err: context.Canceled},
+			"op: connection: dial: context canceled"},
+		// Not a whole part: the cause is still printed.
+		{&dcsync.Error{Code: dcsync.Internal, Op: "op", Msg: "not canceled", Err: errors.New("canceled")},
+			"op: internal: not canceled: canceled"},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("Error() = %q, want %q", got, tc.want)
+		}
+		if !errors.Is(tc.err, context.Canceled) && tc.want != "op: internal: not canceled: canceled" {
+			t.Errorf("%q lost its cause", tc.err)
+		}
+	}
+}
+
+func TestAddCountAndSumCounts(t *testing.T) {
+	if n, err := dcsync.AddCount("t", 5, -6); err != nil || n != -1 {
+		t.Fatalf("AddCount(5, -6) = %d, %v", n, err)
+	}
+	for _, tc := range [][2]int64{{math.MaxInt64, 1}, {math.MinInt64, -1}, {math.MaxInt64 - 1, 2}} {
+		if _, err := dcsync.AddCount("t", tc[0], tc[1]); !errors.Is(err, dcsync.ErrInvalidArgument) {
+			t.Errorf("AddCount(%d, %d) = %v, want InvalidArgument", tc[0], tc[1], err)
+		}
+	}
+	if n := dcsync.SumCounts(math.MaxInt64, 1, 1); n != math.MaxInt64 {
+		t.Errorf("saturating sum = %d", n)
+	}
+	if n := dcsync.SumCounts(math.MinInt64, -5); n != math.MinInt64 {
+		t.Errorf("saturating sum = %d", n)
+	}
+	if n := dcsync.SumCounts(3, -2, 4); n != 5 {
+		t.Errorf("sum = %d", n)
 	}
 }

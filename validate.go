@@ -1,6 +1,7 @@
 package dcsync
 
 import (
+	"math"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -146,4 +147,33 @@ func CheckLease(k Key, owner string, ttl time.Duration) error {
 		return err
 	}
 	return ValidateTTL(ttl)
+}
+
+// AddCount returns count+delta, or InvalidArgument naming op when the result does not
+// fit in an int64. Stores check every latch update with it, against the updated farm's
+// count and against the latch's sum, before writing: a count never wraps around.
+func AddCount(op string, count, delta int64) (int64, error) {
+	n := count + delta
+	if (delta > 0 && n < count) || (delta < 0 && n > count) {
+		return 0, Errorf(InvalidArgument, op, "count %d %+d does not fit in an int64; nothing was written", count, delta)
+	}
+	return n, nil
+}
+
+// SumCounts adds farm counts for an XDC read, saturating at math.MaxInt64 and
+// math.MinInt64 instead of wrapping: the sign of the sum, which waiting depends on, is
+// always exact.
+func SumCounts(counts ...int64) int64 {
+	var sum int64
+	for _, c := range counts {
+		n := sum + c
+		switch {
+		case c > 0 && n < sum:
+			n = math.MaxInt64
+		case c < 0 && n > sum:
+			n = math.MinInt64
+		}
+		sum = n
+	}
+	return sum
 }

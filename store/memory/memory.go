@@ -181,11 +181,11 @@ func countAt(cells map[string]cell, k dcsync.Key) int64 {
 	if k.Level == dcsync.DC {
 		return cells[k.Farm].count
 	}
-	var sum int64
+	counts := make([]int64, 0, len(cells))
 	for _, c := range cells {
-		sum += c.count
+		counts = append(counts, c.count)
 	}
-	return sum
+	return dcsync.SumCounts(counts...)
 }
 
 func (s *Store) putCell(id latchID, farm string, c cell) {
@@ -247,7 +247,14 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 			}
 		}
 	}
-	c.count += delta
+	n, err := dcsync.AddCount("memory.AddLatch", c.count, delta)
+	if err == nil {
+		_, err = dcsync.AddCount("memory.AddLatch", countAt(cells, k), delta)
+	}
+	if err != nil {
+		return 0, err
+	}
+	c.count = n
 	cells[k.Farm] = c
 	return countAt(cells, k), nil
 }

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"math"
 	"context"
 	"errors"
 	"fmt"
@@ -262,6 +263,40 @@ func runLatch(t *testing.T, h Harness) {
 		}
 		if n, err := a.Count(ctx); err != nil || n != 4 {
 			t.Fatalf("farm 1 after farm 2 re-created = %d, %v; want 4", n, err)
+		}
+	})
+
+	// Updates that would take a count past int64 are refused with InvalidArgument and
+	// write nothing, at DC and at XDC (the sum).
+	t.Run("AddLatchRefusesOverflow", func(t *testing.T) {
+		s := h.open(t)
+		ctx := ctxT(t, time.Minute)
+		read := func(k dcsync.Key) int64 {
+			t.Helper()
+			c, err := s.ReadLatches(ctx, []dcsync.Key{k})
+			must(t, err, "ReadLatches")
+			return c[0].Count
+		}
+		dc := dcsync.Key{Level: dcsync.DC, Client: client, Farm: h.Farm, Name: unique(t) + "-dc"}
+		must(t, s.CreateLatch(ctx, dc, math.MaxInt64, time.Hour), "CreateLatch MaxInt64")
+		_, err := s.AddLatch(ctx, dc, 1)
+		wantCode(t, err, dcsync.InvalidArgument, "count-up past MaxInt64")
+		if n := read(dc); n != math.MaxInt64 {
+			t.Fatalf("count after a refused count-up = %d, want MaxInt64", n)
+		}
+		n, err := s.AddLatch(ctx, dc, -1)
+		must(t, err, "count-down from MaxInt64")
+		if n != math.MaxInt64-1 {
+			t.Fatalf("count-down from MaxInt64 returned %d", n)
+		}
+		x1 := dcsync.Key{Level: dcsync.XDC, Client: client, Farm: h.Farm, Name: unique(t) + "-xdc"}
+		x2 := x1
+		x2.Farm = h.OtherFarm
+		must(t, s.CreateLatch(ctx, x1, math.MaxInt64, time.Hour), "CreateLatch XDC MaxInt64")
+		_, err = s.AddLatch(ctx, x2, 1)
+		wantCode(t, err, dcsync.InvalidArgument, "XDC count-up from another farm past MaxInt64")
+		if n := read(x1); n != math.MaxInt64 {
+			t.Fatalf("XDC count after a refused count-up = %d, want MaxInt64", n)
 		}
 	})
 

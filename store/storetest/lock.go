@@ -22,6 +22,35 @@ func locks(t *testing.T, s dcsync.LockStore, farm string, opts ...lock.Option) *
 }
 
 func runLock(t *testing.T, h Harness) {
+	// The local deadline (sent + TTL -
+	// margin) must come before the store ends the lease (applied + TTL): at the moment
+	// KeepAlive declares the loss the store still holds the lease, and Release then
+	// deletes it and reports LockLost. A 300 ms margin leaves room for a network round
+	// trip; a store that ends leases early (rounding a TTL down, a clock ahead) fails.
+	t.Run("KeepAliveLossPrecedesStoreExpiry", func(t *testing.T) {
+		noLeaks(t)
+		ctx := ctxT(t, time.Minute)
+		spy := newSpy(h.open(t))
+		m := locks(t, spy, h.Farm, lock.WithSafetyMargin(0, 300*time.Millisecond))
+		l, err := m.TryAcquire(ctx, unique(t), lock.TTL(time.Second))
+		must(t, err, "TryAcquire")
+		spy.failRefresh(dcsync.Errorf(dcsync.Connection, "storetest", "injected outage"))
+		kctx := l.KeepAlive(ctx)
+		<-kctx.Done()
+		if !errors.Is(context.Cause(kctx), dcsync.ErrLockLost) {
+			t.Fatalf("cause = %v, want LockLost", context.Cause(kctx))
+		}
+		st, err := spy.Store.InspectLock(ctx, l.Key())
+		must(t, err, "InspectLock at the declared loss (the store must still hold the lease)")
+		if st.Owner != l.Owner() {
+			t.Fatalf("holder at the declared loss = %q, want %q", st.Owner, l.Owner())
+		}
+		spy.failRefresh(nil)
+		wantCode(t, l.Release(ctx), dcsync.LockLost, "Release after the declared loss")
+		_, err = spy.Store.InspectLock(ctx, l.Key())
+		wantCode(t, err, dcsync.NotFound, "InspectLock after Release")
+	})
+
 	t.Run("AcquireReleaseAndTokens", func(t *testing.T) {
 		s := h.open(t)
 		m := locks(t, s, h.Farm)
