@@ -110,16 +110,19 @@ type LockStore interface {
 // validates its input before any I/O. A latch exists, at level DC, when the caller's
 // farm cell exists; at level XDC, when any farm's cell exists.
 type LatchStore interface {
-	// CreateLatch writes count into the caller's farm cell with the given TTL. If the
-	// latch exists it returns AlreadyExists and changes nothing.
+	// CreateLatch writes count into the caller's farm cell; the latch ends ttl from now
+	// (at level XDC the whole latch, every farm's cell, ends then). If the latch exists
+	// it returns AlreadyExists and changes nothing.
 	CreateLatch(ctx context.Context, k Key, count int64, ttl time.Duration) error
 	// EnsureLatch creates the latch with count 0 if it does not exist and leaves an
 	// existing one untouched. It reports whether it created the latch.
 	EnsureLatch(ctx context.Context, k Key, ttl time.Duration) (created bool, err error)
-	// AddLatch adds delta to the caller's farm cell, renewing its TTL, and returns the
-	// count at k's level after the update. It returns NotFound, and writes nothing, when
-	// the latch does not exist. An update is applied exactly once, also when an attempt
-	// failed in doubt and was retried.
+	// AddLatch adds delta to the caller's farm cell and returns the count at k's level
+	// after the update. It never changes when the latch ends (a latch ends TTL after its
+	// creation, whole at level XDC). It returns NotFound, and writes nothing, when the
+	// latch does not exist, and InvalidArgument when the farm's count or the latch's sum
+	// would overflow an int64 (see AddCount). An update is applied exactly once, also
+	// when an attempt failed in doubt and was retried.
 	AddLatch(ctx context.Context, k Key, delta int64) (int64, error)
 	// ReadLatches reads many latches in one round trip where the back end allows it;
 	// result i belongs to keys[i].
