@@ -136,3 +136,11 @@ type Store interface {
 	// Close releases the store's resources. Locks and latches it wrote stay.
 	Close() error
 }
+
+// CloseNotifier is implemented by stores that can tell when they are closed: Done
+// returns a channel that Close closes (once, however often Close is called). Latch
+// Waits on such a store end at once, with a Connection error, when it closes; every
+// store in this module implements it.
+type CloseNotifier interface {
+	Done() <-chan struct{}
+}

@@ -493,6 +493,16 @@ func (w *writers) acquire() opID {
 	return opID{writer: w.base | slot, seq: w.seq[slot]}
 }
 
+// fresh returns a new id on the slot of id, which the caller holds: for a second update
+// made within the same hold (the one that takes back an overflowing update).
+func (w *writers) fresh(id opID) opID {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	slot := id.writer & (1<<slotBits - 1)
+	w.seq[slot]++
+	return opID{writer: id.writer, seq: w.seq[slot]}
+}
+
 // release frees the slot of id, whose update has ended.
 func (w *writers) release(id opID) {
 	w.mu.Lock()

@@ -362,8 +362,10 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 // out, and the count is read instead. NotFound when the latch does not exist;
 // InvalidArgument when the record belongs to another latch with the same Java key, or
 // when the caller's cell would leave the int64 range (the server would wrap it), and
-// nothing is written then. (An XDC sum that leaves the range is returned wrapped: the
-// cells are unknown to the server's check.)
+// nothing is written then. An XDC sum that would leave the range (the server's check
+// cannot name the other cells) is found in the reply and the update taken back by the
+// opposite one, also InvalidArgument; readers in between see the sum saturated at the
+// bound, never with the wrong sign.
 //
 // At level XDC the operate also returns the sum: it ends with a read-all op, and every
 // other op is a plain or expression write, which return nothing (see the top of this
@@ -475,7 +477,42 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 		return 0, dcsync.Errorf(dcsync.Internal, op, "reply for %s has no %s bin: %v", k, AtBin, rec.Bins)
 	}
 	n, _ := latchSum(rec.Bins, now)
+	if (delta > 0 && n == math.MaxInt64) || (delta < 0 && n == math.MinInt64) {
+		// The server checked the caller's cell, not the sum (it cannot name the other
+		// cells). Take back an update that carried the sum out of the int64 range (or
+		// exactly onto its bound, which the saturating sum cannot tell apart) with the
+		// opposite update under a fresh id. Readers in between see the bound, never a
+		// count of the wrong sign.
+		if exact, fits := exactSum(rec.Bins, now); !fits || exact != n {
+			if _, err := s.addLatch(ctx, k, -delta, s.writers.fresh(id)); err != nil {
+				return 0, dcsync.Errorf(dcsync.Internal, op,
+					"latch %s: taking back an update that overflowed its sum failed: %v", k, err)
+			}
+			return 0, dcsync.Errorf(dcsync.InvalidArgument, op,
+				"adding %d to latch %s would take its sum out of the int64 range; the update was taken back", delta, k)
+		}
+	}
 	return n, nil
+}
+
+// exactSum is latchSum without saturation: it reports whether the sum fits in an int64.
+func exactSum(bins as.BinMap, now int64) (int64, bool) {
+	var sum int64
+	for name, v := range bins {
+		if !isCountBin(name) {
+			continue
+		}
+		one := as.BinMap{name: v}
+		if e, ok := bins[EndsBin]; ok {
+			one[EndsBin] = e
+		}
+		n, _ := latchSum(one, now)
+		var err error
+		if sum, err = dcsync.AddCount("", sum, n); err != nil {
+			return 0, false
+		}
+	}
+	return sum, true
 }
 
 // ---- read ----
@@ -512,7 +549,7 @@ func latchSum(bins as.BinMap, now int64) (int64, bool) {
 	for _, end := range e {
 		latest = max(latest, end)
 	}
-	var sum int64
+	var counts []int64
 	for name, v := range bins {
 		if !isCountBin(name) {
 			continue
@@ -525,10 +562,11 @@ func latchSum(bins as.BinMap, now int64) (int64, bool) {
 		}
 		if !has || end > now {
 			n, _ := intOf(v)
-			sum += n
+			counts = append(counts, n)
 		}
 	}
-	return sum, !has || latest > now
+	// Saturating: a sum past the int64 range reads as its bound, never with the wrong sign.
+	return dcsync.SumCounts(counts...), !has || latest > now
 }
 
 // rAlive names the value a DC read's expression op returns: whether the cell is alive.

@@ -17,6 +17,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	closed  bool
+	done    chan struct{} // closed by Close
 	locks   map[lockID]lockEntry
 	fences  map[lockID]uint64 // last token per lock key; never expires
 	latches map[latchID]map[string]cell
@@ -51,6 +52,7 @@ func New(opts ...Option) *Store {
 		locks:   map[lockID]lockEntry{},
 		fences:  map[lockID]uint64{},
 		latches: map[latchID]map[string]cell{},
+		done:    make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(s)
@@ -282,10 +284,18 @@ func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.La
 	return out, nil
 }
 
-// Close makes every later call fail with a Connection error.
+// Close makes every later call fail with a Connection error, and closes Done. It may be
+// called more than once.
 func (s *Store) Close() error {
 	s.mu.Lock()
-	s.closed = true
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.closed = true
+		close(s.done)
+	}
 	return nil
 }
+
+// Done returns a channel that Close closes: latch Waits on this store end at once when
+// it closes.
+func (s *Store) Done() <-chan struct{} { return s.done }

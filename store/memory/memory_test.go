@@ -21,6 +21,7 @@ func (sharedStore) Close() error { return nil }
 func TestConformance(t *testing.T) {
 	shared := sharedStore{memory.New()}
 	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T) dcsync.Store { return shared },
+		Open:    func(t *testing.T) dcsync.Store { return shared },
+		OpenOwn: func(t *testing.T) dcsync.Store { return memory.New() },
 	})
 }

@@ -1,10 +1,10 @@
 package storetest
 
 import (
-	"math"
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -266,38 +266,91 @@ func runLatch(t *testing.T, h Harness) {
 		}
 	})
 
-	// Updates that would take a count past int64 are refused with InvalidArgument and
-	// write nothing, at DC and at XDC (the sum).
 	t.Run("AddLatchRefusesOverflow", func(t *testing.T) {
+		// An update whose result would leave the int64 range, in the farm cell or in the
+		// XDC sum, fails with InvalidArgument and writes nothing (the latch package only
+		// ever adds +1 or -1).
 		s := h.open(t)
 		ctx := ctxT(t, time.Minute)
 		read := func(k dcsync.Key) int64 {
 			t.Helper()
-			c, err := s.ReadLatches(ctx, []dcsync.Key{k})
-			must(t, err, "ReadLatches")
-			return c[0].Count
+			res, err := s.ReadLatches(ctx, []dcsync.Key{k})
+			must(t, err, "ReadLatches "+k.String())
+			if len(res) != 1 || !res[0].Found {
+				t.Fatalf("ReadLatches %s = %+v; want the latch", k, res)
+			}
+			return res[0].Count
 		}
-		dc := dcsync.Key{Level: dcsync.DC, Client: client, Farm: h.Farm, Name: unique(t) + "-dc"}
-		must(t, s.CreateLatch(ctx, dc, math.MaxInt64, time.Hour), "CreateLatch MaxInt64")
+		add := func(k dcsync.Key, delta, want int64) {
+			t.Helper()
+			if n, err := s.AddLatch(ctx, k, delta); err != nil || n != want {
+				t.Fatalf("AddLatch %s %+d = %d, %v; want %d", k, delta, n, err, want)
+			}
+		}
+		const max = math.MaxInt64
+		dc := dcsync.Key{Level: dcsync.DC, Client: client, Farm: h.Farm, Name: unique(t)}
+		must(t, s.CreateLatch(ctx, dc, max, time.Minute), "create DC at MaxInt64")
 		_, err := s.AddLatch(ctx, dc, 1)
-		wantCode(t, err, dcsync.InvalidArgument, "count-up past MaxInt64")
-		if n := read(dc); n != math.MaxInt64 {
-			t.Fatalf("count after a refused count-up = %d, want MaxInt64", n)
+		wantCode(t, err, dcsync.InvalidArgument, "DC +1 at MaxInt64")
+		if n := read(dc); n != max {
+			t.Fatalf("DC count after the refused update = %d; want MaxInt64", n)
 		}
-		n, err := s.AddLatch(ctx, dc, -1)
-		must(t, err, "count-down from MaxInt64")
-		if n != math.MaxInt64-1 {
-			t.Fatalf("count-down from MaxInt64 returned %d", n)
-		}
+		add(dc, -1, max-1)
+		add(dc, 1, max)
 		x1 := dcsync.Key{Level: dcsync.XDC, Client: client, Farm: h.Farm, Name: unique(t) + "-xdc"}
 		x2 := x1
 		x2.Farm = h.OtherFarm
-		must(t, s.CreateLatch(ctx, x1, math.MaxInt64, time.Hour), "CreateLatch XDC MaxInt64")
+		must(t, s.CreateLatch(ctx, x1, max, time.Minute), "create XDC at MaxInt64")
 		_, err = s.AddLatch(ctx, x2, 1)
-		wantCode(t, err, dcsync.InvalidArgument, "XDC count-up from another farm past MaxInt64")
-		if n := read(x1); n != math.MaxInt64 {
-			t.Fatalf("XDC count after a refused count-up = %d, want MaxInt64", n)
+		wantCode(t, err, dcsync.InvalidArgument, "XDC +1 from another farm at sum MaxInt64")
+		if n := read(x2); n != max {
+			t.Fatalf("XDC sum after the refused update = %d; want MaxInt64", n)
 		}
+		add(x2, -1, max-1) // cells: MaxInt64 and -1
+		_, err = s.AddLatch(ctx, x1, 1)
+		wantCode(t, err, dcsync.InvalidArgument, "XDC +1 on a farm cell at MaxInt64 (the sum would fit)")
+		if n := read(x1); n != max-1 {
+			t.Fatalf("XDC sum after the refused cell update = %d; want MaxInt64-1", n)
+		}
+		add(x2, 1, max) // cells: MaxInt64 and 0: the sum may reach MaxInt64 exactly
+	})
+
+	// Close ends every Wait on the store at once, with an error (not when each Wait's
+	// ctx ends): the store says it closed through dcsync.CloseNotifier.
+	t.Run("CloseEndsWaits", func(t *testing.T) {
+		noLeaks(t)
+		open := h.Open
+		if h.OpenOwn != nil {
+			open = h.OpenOwn
+		}
+		s := open(t)
+		cn, ok := s.(dcsync.CloseNotifier)
+		if !ok {
+			s.Close()
+			t.Fatalf("%T does not implement dcsync.CloseNotifier", s)
+		}
+		m := h.latches(t, s, h.Farm, latch.WithPollInterval(time.Hour))
+		ctx := ctxT(t, time.Minute)
+		l, err := m.CreateCountDown(ctx, unique(t), 1)
+		must(t, err, "create")
+		errs := make(chan error, 1)
+		go func() { errs <- l.Wait(ctx) }()
+		waitFor(t, func() bool { return m.WatcherStats().Waits == 1 }, "the Wait to begin")
+		must(t, s.Close(), "Close")
+		select {
+		case <-cn.Done():
+		default:
+			t.Fatal("Done is open after Close")
+		}
+		select {
+		case err := <-errs:
+			if err == nil || dcsync.CodeOf(err) != dcsync.Connection {
+				t.Fatalf("Wait after Close = %v; want a Connection error", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("Wait did not end when its store closed")
+		}
+		must(t, s.Close(), "a second Close")
 	})
 
 	t.Run("WaitWakesOnLocalCountDown", func(t *testing.T) {
@@ -313,6 +366,8 @@ func runLatch(t *testing.T, h Harness) {
 		for i := 0; i < waiters; i++ {
 			go func() { errs <- l.Wait(ctx) }()
 		}
+		// Only an update begun after a Wait began may end it.
+		waitFor(t, func() bool { return m.WatcherStats().Waits == waiters }, "every Wait to begin")
 		_, err = l.CountDown(ctx)
 		must(t, err, "CountDown")
 		_, err = l.CountDown(ctx)
@@ -320,7 +375,11 @@ func runLatch(t *testing.T, h Harness) {
 		for i := 0; i < waiters; i++ {
 			must(t, <-errs, "Wait")
 		}
-		must(t, l.Wait(ctx), "Wait on a latch already at zero")
+		// A new Wait is answered by the next read, at most one interval after the last:
+		// a manager with the suite's short interval brings it soon.
+		quick, err := h.latches(t, s, h.Farm).GetCountDown(l.Key().Name)
+		must(t, err, "reference")
+		must(t, quick.Wait(ctx), "Wait on a latch already at zero")
 	})
 
 	t.Run("WaitSeesRemoteUpdates", func(t *testing.T) {

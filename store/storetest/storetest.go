@@ -31,6 +31,10 @@ type Harness struct {
 	// share state (the same file, server or table) when the store is meant to be shared
 	// between processes; the suite closes each one when the test ends.
 	Open func(t *testing.T) dcsync.Store
+	// OpenOwn, when set, returns a store the test may close without affecting other
+	// tests (for a harness whose Open shares one store and ignores Close). Defaults to
+	// Open.
+	OpenOwn func(t *testing.T) dcsync.Store
 	// ProcessEnv, when set, returns the environment (NAME=value) a child process needs
 	// to open the same store through the function passed to ChildMain; the suite then
 	// runs its multi-process cases. Leave it nil for a store that lives in one process.
