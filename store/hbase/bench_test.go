@@ -2,6 +2,8 @@ package hbase
 
 import (
 	"context"
+	"log/slog"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +21,12 @@ func BenchmarkHBase(b *testing.B) {
 	c := shared(b)
 	s := openStore(b)
 	defer s.Close()
+	// Count the acquires that found their cells hidden by a delete of the same
+	// millisecond and started over.
+	hidden := &countingHandler{msg: "hbase: acquired cells hidden by a delete marker; retrying"}
+	s.log = slog.New(hidden)
 	storetest.Bench(b, s)
+	b.Logf("acquires started over because a delete of the same millisecond hid their cells: %d", hidden.n.Load())
 
 	ctx := context.Background()
 	row := []byte("\x7fbench-raw-" + randHex(4))
@@ -48,3 +55,19 @@ func BenchmarkHBase(b *testing.B) {
 		})
 	})
 }
+
+// countingHandler counts the debug records with one message.
+type countingHandler struct {
+	msg string
+	n   atomic.Int64
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }

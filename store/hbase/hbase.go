@@ -18,7 +18,7 @@
 //	                 the lifetime marker of count_<farm>: written by the same mutation
 //	                 that created that cell, so it has the cell's creation timestamp
 //	                 and TTL, and the cell's end is the marker's timestamp + <ttl ms>;
-//	                 <op id> names the create that wrote it; the identity key names the
+//	                 <op id> names the create (or update) that wrote it; the identity key names the
 //	                 latch unambiguously (layout.IdentityKey)
 //	C:dcsync_xdc     written with the creator's cell by an XDC create, only if absent,
 //	                 so that concurrent XDC creates from several farms have one winner
@@ -26,22 +26,30 @@
 // # The latch lifetime rule on HBase
 //
 // A latch ends TTL after its creation; updates never move that end (the rule every store
-// follows, see store/storetest). HBase keeps a TTL per cell version and a VERSIONS=1
+// follows, see store/storetest). HBase keeps a TTL per cell version, and a VERSIONS=1
 // family still holds older versions until a flush: if a newer version expires first,
-// the older one reappears (a count that went 3, 2, 1 would read 3 again). So every
-// update of a marked cell is an Increment whose TTL is the marker's end minus a lower
-// bound of the timestamp HBase gives the new version (HBase stamps an updated counter
-// max(server time, previous version + 1 ms); the server time comes from a clock probe
-// in the same call that reads the row, hbaserpc.GetWithClock). Each version therefore
-// ends at the latch's end or a little after (by the update's own latency), never
-// before: no older version can outlive a newer one while the latch lives, and none is
-// left once the newest has gone. The Increment is conditional on the marker, which
-// ends exactly at the latch's end, so an update arriving later is not applied and
-// AddLatch reports NotFound instead of re-creating the cell holding only its delta. An
-// XDC update from a farm without a cell creates it with a marker of its own, ending
-// with the latch (the latest end among the row's markers): at level XDC the creator's
-// cell and every other farm's cell end together. At level DC each farm's cell ends by
-// its own marker, so DC latches of one name in two farms have independent lifetimes.
+// the older one reappears (a count that went 3, 2, 1 would read 3 again). So an update
+// of a marked cell (AddLatch) is one conditional RowMutations of
+//
+//   - an Increment whose TTL is the marker's end minus a lower bound of the timestamp
+//     HBase gives the new version (HBase stamps an updated counter max(server time,
+//     previous version + 1 ms); the server time comes from a clock probe in the same
+//     call that read the row, hbaserpc.GetWithClock): the new version ends at the
+//     latch's end, or later by at most the update's own latency, never before;
+//   - a delete of the versions it read, stamped at their timestamp: no older version,
+//     whatever its TTL, can outlive the new one and reappear;
+//
+// conditional on the marker, which ends exactly at the latch's end: an update arriving
+// later is not applied, and AddLatch reports NotFound instead of re-creating the cell
+// holding only its delta. An XDC update from a farm without a cell creates it with a
+// marker of its own, ending with the latch (the latest end among the row's markers),
+// and an XDC update of a latch dcsync created at level XDC adopts every unmarked farm
+// cell (a Java update from a farm without a cell creates one with no TTL), so at level
+// XDC the creator's cell and every other farm's cell end together. At level DC each
+// farm's cell ends by its own marker: DC latches of one name in two farms have
+// independent lifetimes. A cell without a marker (a latch a Java client created) is
+// updated as the Java library updates it, by an Increment without TTL, and keeps the
+// Java lifetime (see below).
 //
 // # Lock layout
 //
@@ -100,19 +108,28 @@
 // # A mixed Java and Go deployment
 //
 // Shared: lock rows and D:L (each excludes the other), latch rows and count cells (each
-// reads the other's counts; Java's XDC sum ignores dcsync's zero cells). What Java does
-// that dcsync cannot prevent: Java's release deletes the row unconditionally, also a
-// dcsync holder's lock; Java's delete hides a Put (Java's or dcsync's) stamped at or
-// before it (dcsync sees that and retries; Java does not); dcsync's release hides a Java
-// Put stamped with a clock behind by more than the lock was held; a Java latch create is
-// an Increment (it adds to an existing count); Java updates send no TTL, so HBase
-// carries the cell's TTL forward from each update: a Java update extends its cell's
-// lifetime, and an XDC update from a farm without a cell creates one that never
-// expires. dcsync updates a latch that has no marker (a Java-created one) the way Java
-// does (an Increment without TTL), and its Java-style lifetime follows; dcsync updates
-// of a dcsync latch keep its end, while a Java update of a dcsync-created cell extends
-// that cell (HBase carries the TTL forward). InspectLock of a Java-held lock returns
-// Owner "", Token 0 and a zero Expires: the expiry is unknown.
+// reads the other's counts; Java's XDC sum ignores dcsync's zero cells). What a Java
+// client does that dcsync cannot prevent:
+//
+//   - Java's release deletes the row unconditionally (HBaseStore.java:103), also a
+//     dcsync holder's lock, and its delete, stamped with the server's time, hides any
+//     Put stamped at or before it: a Java acquire from a client whose clock is behind
+//     the server's (HBaseStore.java:81) right after a Java release is invisible to
+//     everyone but that Java client (dcsync's own acquire reads back and retries).
+//   - dcsync's release hides a Java Put stamped with a clock behind by more than the
+//     time the released lock was held.
+//   - A Java latch create is an Increment (HBaseLatchStorage.java:80-82): it adds to an
+//     existing count.
+//   - Java updates send no TTL: HBase carries the cell's TTL forward from each update,
+//     so a Java update extends the cell it touches (until dcsync's next update of that
+//     cell, which deletes the older versions and ends it with the latch again), and a
+//     Java update of a farm without a cell creates one that never expires (until an XDC
+//     update by dcsync adopts it, for a latch dcsync created at level XDC).
+//   - A latch a Java client created has no marker: dcsync updates it the Java way and
+//     cannot check it for row collisions.
+//
+// InspectLock of a Java-held lock returns Owner "", Token 0 and a zero Expires, which
+// means unknown: the Java store records no expiry and HBase returns no cell TTLs.
 //
 // # Failures
 //
