@@ -51,6 +51,8 @@ type Lock struct {
 	lease time.Duration // ttl minus the safety margin: how long after a send the lease counts
 	owner string
 	token uint64
+	fair  bool   // taken by a fair Acquire; set before the Lock is returned
+	batch uint64 // its batch (see waiters.go); set before the Lock is returned
 
 	mu       sync.Mutex
 	expires  time.Time // by the store's clock; reported, never used for the deadline
@@ -164,6 +166,11 @@ func (l *Lock) Release(ctx context.Context) error {
 		}
 	}
 	err := dcsync.Wrap(l.m.store.ReleaseLock(ctx, l.key, l.owner), dcsync.Internal, "lock.Release")
+	if err == nil || errors.Is(err, dcsync.ErrLockLost) {
+		// Freed now, or earlier when the lease lapsed: acquirers waiting in this
+		// process look again at once.
+		l.m.freed(l.key, l)
+	}
 	l.mu.Lock()
 	lost := l.lost
 	l.mu.Unlock()
@@ -259,16 +266,22 @@ func (l *Lock) watch(k *keeper) {
 }
 
 // lose declares the lease lost with cause err (code LockLost) and ends a running
-// KeepAlive's context with it. The first cause stays.
+// KeepAlive's context with it. The first cause stays. Acquirers waiting in this process
+// look at the store again at once: the store has freed the lock, or frees it within the
+// safety margin (their next poll finds it free then).
 func (l *Lock) lose(err error) {
 	l.mu.Lock()
-	if l.lost == nil && !l.released {
+	first := l.lost == nil && !l.released
+	if first {
 		l.lost = err
 	}
 	k := l.ka
 	l.mu.Unlock()
 	if k != nil {
 		k.cancel(err)
+	}
+	if first {
+		l.m.freed(l.key, l)
 	}
 }
 

@@ -48,6 +48,53 @@
 // margin on the clock that ends a remote store's leases lets another process acquire the
 // lock while this one still believes it holds it. The fencing token (Token) is the
 // defence against that, as against any pause of this process longer than the lease.
+//
+// # Waiting and fairness
+//
+// The stores keep no queue of waiters: an acquirer that finds the lock held learns of
+// its release only by asking again. Acquire asks with jittered exponential backoff
+// (WithBackoff), so by default a process that releases a lock and asks for it again
+// gets it back long before the waiters elsewhere poll, and they can starve.
+//
+// Wake-ups. Acquirers in one process hear of releases made in that process: when a Lock
+// is released (Lock.Release, or Manager.Release by owner id) or its lease is declared
+// lost, every Acquire of that lock waiting in this process through any Manager on the
+// same store value (at level XDC, of any farm) asks the store again at once instead of
+// sleeping out its backoff. Releases by other processes, or through another store value
+// (two sqlite.Open of one file are two store values), are seen only by polling.
+//
+// Fair mode (WithFairness, or Fair for one call) adds two rules, and guarantees this
+// much and no more:
+//
+//   - Within a process, fair Acquires of a lock through one store value take it in the
+//     order they were called. Only the earliest one still waiting asks the store; the
+//     others wait, without store calls, for it to take the lock or give up. So a
+//     goroutine that releases the lock and calls Acquire again queues behind the fair
+//     acquirers already waiting, and no fair acquirer takes two turns while another
+//     fair acquirer of its process waits. Another process, a TryAcquire, or a non-fair
+//     Acquire can still take the lock between two fair holders (TryAcquire ignores
+//     fairness, as tryLock does on a fair java.util.concurrent.locks.ReentrantLock), but
+//     never reorders the fair acquirers of this process among themselves.
+//   - Across processes, a process yields. The fair acquirers that were waiting when the
+//     process took the lock form a batch, and the lock passes among them in order with
+//     no pause. When a lock taken by a fair Acquire is released or lost, fair acquirers
+//     of this process that are not in its batch (a goroutine asking again after its
+//     turn is never in it) do not ask the store until the yield (WithYield; by default
+//     5/4 of the maximum backoff) has passed since the release. So when another process
+//     waits for the lock and asks for it at least once per yield (its maximum backoff
+//     plus a store round trip is below the yield; the default ensures it for processes
+//     with the same backoff whose store calls take less than a quarter of it), then
+//     between two batches of this process it finds the lock free at least once. After
+//     its yield a process polls at its maximum backoff, giving the processes that have
+//     waited longer the better chance.
+//
+// There is no order across processes: when several processes find the lock free, the
+// first to ask takes it, so one of three or more processes can lose every race. Fair
+// mode makes such starvation unlikely, not impossible; a queue in the store would be
+// needed to rule it out. A waiter whose Wait or ctx ends during the yield gives up
+// without having tried. Fairness costs time when nobody else wants the lock: up to the
+// yield of idle lock per batch; WithYield(0) keeps the order within the process and
+// gives up the yield. Java clients and other store values never yield.
 package lock
 
 import (
@@ -96,6 +143,10 @@ type Manager struct {
 	margin     time.Duration
 	log        *slog.Logger
 	clk        clock
+	fair       bool          // Acquire is fair unless a call says otherwise
+	yield      time.Duration // how long fair acquirers leave a lock to others after a hold
+	yieldSet   bool
+	shared     bool // the store value keys the waiter queues (see waiters.go)
 }
 
 // Option configures a Manager.
@@ -124,6 +175,18 @@ func WithBackoff(min, max time.Duration) Option {
 func WithSafetyMargin(drift float64, margin time.Duration) Option {
 	return func(m *Manager) { m.drift, m.margin = drift, margin }
 }
+
+// WithFairness makes Acquire fair by default (see Fairness in the package doc); the
+// Fair call option overrides it for one call.
+func WithFairness(on bool) Option { return func(m *Manager) { m.fair = on } }
+
+// WithYield sets how long, after a lock taken by a fair Acquire of this manager is
+// released or lost, fair acquirers of this process that arrive later leave it to other
+// processes before they try it (see Fairness in the package doc). It should exceed the
+// longest interval at which the other processes poll: their maximum backoff plus a
+// store round trip. 0 keeps the order within this process and does not yield. Unset,
+// it is 5/4 of the maximum backoff (1.25 s with the default backoff).
+func WithYield(d time.Duration) Option { return func(m *Manager) { m.yield, m.yieldSet = d, true } }
 
 // WithLogger sets the logger (slog.Default() if unset).
 func WithLogger(l *slog.Logger) Option { return func(m *Manager) { m.log = l } }
@@ -158,16 +221,25 @@ func New(store dcsync.LockStore, client, farm string, opts ...Option) (*Manager,
 	if m.wait < 0 || m.minBackoff <= 0 || m.maxBackoff < m.minBackoff {
 		return nil, dcsync.Errorf(dcsync.InvalidArgument, "lock.New", "wait %v and backoff [%v, %v] must be positive and ordered", m.wait, m.minBackoff, m.maxBackoff)
 	}
+	if !m.yieldSet {
+		m.yield = m.maxBackoff + m.maxBackoff/4
+	}
+	if m.yield < 0 {
+		return nil, dcsync.Errorf(dcsync.InvalidArgument, "lock.New", "yield %v is negative", m.yield)
+	}
+	m.shared = shareable(store)
 	return m, nil
 }
 
-// CallOption sets the level, TTL or wait of one call, overriding the manager's defaults.
+// CallOption sets the level, TTL, wait or fairness of one call, overriding the
+// manager's defaults.
 type CallOption func(*spec)
 
 type spec struct {
 	level dcsync.Level
 	ttl   time.Duration
 	wait  time.Duration
+	fair  bool
 }
 
 // Level sets the lock's level.
@@ -179,8 +251,12 @@ func TTL(ttl time.Duration) CallOption { return func(s *spec) { s.ttl = ttl } }
 // Wait sets how long Acquire waits; 0 means try once.
 func Wait(d time.Duration) CallOption { return func(s *spec) { s.wait = d } }
 
+// Fair sets whether Acquire is fair (see Fairness in the package doc). TryAcquire is
+// never fair.
+func Fair(on bool) CallOption { return func(s *spec) { s.fair = on } }
+
 func (m *Manager) spec(name string, opts []CallOption) (dcsync.Key, spec, error) {
-	s := spec{level: m.level, ttl: m.ttl, wait: m.wait}
+	s := spec{level: m.level, ttl: m.ttl, wait: m.wait, fair: m.fair}
 	for _, o := range opts {
 		o(&s)
 	}
@@ -232,7 +308,10 @@ func (m *Manager) try(ctx context.Context, k dcsync.Key, ttl time.Duration) (*Lo
 }
 
 // TryAcquire takes the lock if it is free and fails at once, with LockUnavailable,
-// when someone holds it.
+// when someone holds it. It ignores fairness: like tryLock on a fair
+// java.util.concurrent.locks.ReentrantLock, it takes a free lock even while fair
+// acquirers wait for it. Acquire with Wait(0) and Fair(true) tries once and honours
+// their order.
 func (m *Manager) TryAcquire(ctx context.Context, name string, opts ...CallOption) (*Lock, error) {
 	k, s, err := m.spec(name, opts)
 	if err != nil {
@@ -242,8 +321,11 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, opts ...CallOptio
 }
 
 // Acquire takes the lock, retrying with jittered exponential backoff while it is held,
-// for at most the wait (DefaultWait unless set) and while ctx lasts. When the wait runs
-// out it returns LockUnavailable; when ctx ends it returns an error with code
+// for at most the wait (DefaultWait unless set) and while ctx lasts. A release or lease
+// loss of the lock in this process makes it retry at once. A fair Acquire (WithFairness,
+// Fair) also waits for its turn among the fair acquirers of this process, and for the
+// yield after this process held the lock (see Fairness in the package doc). When the
+// wait runs out it returns LockUnavailable; when ctx ends it returns an error with code
 // LockUnavailable that also matches ctx's error with errors.Is.
 func (m *Manager) Acquire(ctx context.Context, name string, opts ...CallOption) (*Lock, error) {
 	k, s, err := m.spec(name, opts)
@@ -251,8 +333,11 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts ...CallOption) 
 		return nil, err
 	}
 	deadline := time.Now().Add(s.wait)
+	w := m.join(k, s.fair)
+	defer w.leave()
 	backoff := m.minBackoff
-	held := false // a try found the lock held
+	held := false // a try found the lock held, or fair acquirers of this process are ahead
+	due := false  // a backoff pause has run out since the last try
 	gaveUp := func(last error) error {
 		msg := "gave up on " + k.String() + " before it could be taken"
 		if held {
@@ -270,7 +355,45 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts ...CallOption) 
 		return &dcsync.Error{Code: dcsync.LockUnavailable, Op: "lock.Acquire", Msg: msg, Err: cause}
 	}
 	for {
+		if s.fair {
+			v := w.view()
+			if v.ahead > 0 || v.yield > 0 {
+				// Not this acquirer's turn: wait to be first (woken by the one
+				// ahead leaving), or for the yield to end, without asking the store.
+				held = true
+				d, why := time.Duration(-1), fmt.Sprintf("%d earlier fair acquirer(s) in this process still wait for it", v.ahead)
+				if v.ahead == 0 {
+					d, why = v.yield, "this process leaves it to other processes for a while after holding it"
+				}
+				over, err := w.pause(ctx, d, deadline)
+				if err != nil {
+					return nil, gaveUp(nil)
+				}
+				if over {
+					return nil, dcsync.Errorf(dcsync.LockUnavailable, "lock.Acquire", "%s: gave up waiting: %s", k, why)
+				}
+				if v.ahead == 0 {
+					// Having yielded, poll at the slowest rate: acquirers elsewhere
+					// that have waited longer get the better chance.
+					backoff = m.maxBackoff
+				}
+				continue
+			}
+			if v.taken && !due {
+				// A fair acquirer of this process holds it: its release or lease
+				// loss wakes this one. Poll only when the backoff runs out (it may
+				// lapse unnoticed, or be released by owner id elsewhere).
+				held = true
+				if err := m.backOff(ctx, w, &backoff, deadline); err != nil {
+					return nil, gaveUp(nil)
+				}
+				due = true
+				continue
+			}
+		}
+		w.drain() // the try below sees every release made so far
 		l, err := m.try(ctx, k, s.ttl)
+		due = false
 		if errors.Is(err, dcsync.ErrLockUnavailable) {
 			held = true
 		}
@@ -279,23 +402,29 @@ func (m *Manager) Acquire(ctx context.Context, name string, opts ...CallOption) 
 			// the wait, whatever error the store gave on the way out.
 			return nil, gaveUp(err)
 		}
+		if err == nil && s.fair {
+			w.took(l)
+		}
 		if err == nil || !errors.Is(err, dcsync.ErrLockUnavailable) {
 			return l, err
 		}
-		left := time.Until(deadline)
-		if left <= 0 {
+		if time.Until(deadline) <= 0 {
 			return nil, err
 		}
-		sleep := min(left, backoff/2+rand.N(backoff/2+1))
-		backoff = min(2*backoff, m.maxBackoff)
-		t := time.NewTimer(sleep)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if err := m.backOff(ctx, w, &backoff, deadline); err != nil {
 			return nil, gaveUp(nil)
-		case <-t.C:
 		}
+		due = true
 	}
+}
+
+// backOff sleeps for a jittered backoff (never past the deadline), cut short by a
+// wake-up, and doubles the backoff up to its maximum. It returns ctx's error if ctx ends.
+func (m *Manager) backOff(ctx context.Context, w *waiter, backoff *time.Duration, deadline time.Time) error {
+	sleep := min(max(time.Until(deadline), 0), *backoff/2+rand.N(*backoff/2+1))
+	*backoff = min(2**backoff, m.maxBackoff)
+	_, err := w.pause(ctx, sleep, deadline)
+	return err
 }
 
 // Inspect returns the state of the lock's holder, or NotFound when it is free.
@@ -318,5 +447,9 @@ func (m *Manager) Release(ctx context.Context, name, owner string, opts ...CallO
 	if err := dcsync.ValidateOwner(owner); err != nil {
 		return err
 	}
-	return dcsync.Wrap(m.store.ReleaseLock(ctx, k, owner), dcsync.Internal, "lock.Release")
+	err = dcsync.Wrap(m.store.ReleaseLock(ctx, k, owner), dcsync.Internal, "lock.Release")
+	if err == nil {
+		m.freed(k, nil)
+	}
+	return err
 }
