@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/dcsync/dcsync"
@@ -62,4 +63,47 @@ func ExampleWithSafetyMargin() {
 	fmt.Println("counted locally at most 9.75s:", left <= 9750*time.Millisecond && left > 9*time.Second)
 	// Output:
 	// counted locally at most 9.75s: true
+}
+
+// Fair acquirers of one process take the lock in the order they asked for it; a
+// releasing goroutine that asks again queues behind them. Across processes, a process
+// that held the lock leaves it free for a while (WithYield) before its next batch of
+// acquirers tries: see "Waiting and fairness" in the package doc.
+func ExampleWithFairness() {
+	ctx := context.Background()
+	locks, err := lock.New(memory.New(), "billing", "dc1", lock.WithFairness(true))
+	if err != nil {
+		panic(err)
+	}
+	held, err := locks.TryAcquire(ctx, "report")
+	if err != nil {
+		panic(err)
+	}
+	var wg sync.WaitGroup
+	turns := make(chan string, 3)
+	for i, who := range []string{"first", "second", "third"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := locks.Acquire(ctx, "report")
+			if err != nil {
+				panic(err)
+			}
+			turns <- who
+			_ = l.Release(ctx)
+		}()
+		for locks.Waiting("report") < i+1 {
+			time.Sleep(time.Millisecond) // let each one queue before the next asks
+		}
+	}
+	_ = held.Release(ctx)
+	wg.Wait()
+	close(turns)
+	for who := range turns {
+		fmt.Println(who)
+	}
+	// Output:
+	// first
+	// second
+	// third
 }

@@ -87,8 +87,9 @@ func (m *Manager) scope() any {
 	return m
 }
 
-// shareable reports whether store can key the queue map.
-func shareable(store dcsync.LockStore) bool { return reflect.TypeOf(store).Comparable() }
+// shareable reports whether store can key the queue map: its value is comparable (a
+// struct holding an interface is comparable only if the value it holds is).
+func shareable(store dcsync.LockStore) bool { return reflect.ValueOf(store).Comparable() }
 
 // join queues an Acquire of k.
 func (m *Manager) join(k dcsync.Key, fair bool) *waiter {
