@@ -83,10 +83,12 @@
 //     5/4 of the maximum backoff) has passed since the release. So when another process
 //     waits for the lock and asks for it at least once per yield (its maximum backoff
 //     plus a store round trip is below the yield; the default ensures it for processes
-//     with the same backoff whose store calls take less than a quarter of it), then
-//     between two batches of this process it finds the lock free at least once. After
-//     its yield a process polls at its maximum backoff, giving the processes that have
-//     waited longer the better chance.
+//     with the same backoff whose store calls take less than a quarter of it; a fair
+//     process that is yielding itself asks when its own yield ends, which with equal
+//     yields is earlier), then between two batches of this process it asks at least
+//     once while the lock is free, and takes it unless a third process asks first.
+//     After its yield a process polls at its maximum backoff, giving the processes
+//     that have waited longer the better chance.
 //
 // There is no order across processes: when several processes find the lock free, the
 // first to ask takes it, so one of three or more processes can lose every race. Fair
