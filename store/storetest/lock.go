@@ -27,6 +27,49 @@ func runLock(t *testing.T, h Harness) {
 	// KeepAlive declares the loss the store still holds the lease, and Release then
 	// deletes it and reports LockLost. A 300 ms margin leaves room for a network round
 	// trip; a store that ends leases early (rounding a TTL down, a clock ahead) fails.
+	// A release wakes a waiting Acquire of the same process at once: with an hour's
+	// backoff only the wake-up can end its wait (the bound below is on a hang).
+	t.Run("AcquireWakesOnRelease", func(t *testing.T) {
+		noLeaks(t)
+		s := h.open(t)
+		ctx := ctxT(t, time.Minute)
+		for _, lv := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
+			name := unique(t)
+			holder := locks(t, s, h.Farm, lock.WithLevel(lv))
+			waiterFarm := h.Farm
+			if lv == dcsync.XDC {
+				waiterFarm = h.OtherFarm
+			}
+			waiter := locks(t, s, waiterFarm, lock.WithLevel(lv), lock.WithBackoff(time.Hour, time.Hour))
+			l, err := holder.TryAcquire(ctx, name)
+			must(t, err, "TryAcquire")
+			got := make(chan *lock.Lock, 1)
+			errs := make(chan error, 1)
+			go func() {
+				w, err := waiter.Acquire(ctx, name, lock.Wait(time.Minute))
+				if err != nil {
+					errs <- err
+					return
+				}
+				got <- w
+			}()
+			waitFor(t, func() bool { return waiter.Waiting(name) == 1 }, "the Acquire to wait")
+			time.Sleep(20 * time.Millisecond) // let it make its first try and start its backoff
+			must(t, l.Release(ctx), "Release")
+			select {
+			case w := <-got:
+				if w.Token() <= l.Token() {
+					t.Fatalf("%v: woken waiter's token %d <= released token %d", lv, w.Token(), l.Token())
+				}
+				must(t, w.Release(ctx), "Release the woken waiter's lock")
+			case err := <-errs:
+				t.Fatalf("%v: waiting Acquire: %v", lv, err)
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%v: the waiting Acquire was not woken by the release", lv)
+			}
+		}
+	})
+
 	t.Run("KeepAliveLossPrecedesStoreExpiry", func(t *testing.T) {
 		noLeaks(t)
 		ctx := ctxT(t, time.Minute)
