@@ -30,7 +30,6 @@ func runLock(t *testing.T, h Harness) {
 	// A release wakes a waiting Acquire of the same process at once: with an hour's
 	// backoff only the wake-up can end its wait (the bound below is on a hang).
 	t.Run("AcquireWakesOnRelease", func(t *testing.T) {
-		noLeaks(t)
 		s := h.open(t)
 		ctx := ctxT(t, time.Minute)
 		for _, lv := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
