@@ -224,6 +224,7 @@ type Store struct {
 	log        *slog.Logger
 	closed     atomic.Bool
 	closeOnce  sync.Once
+	done       chan struct{} // closed by Close
 }
 
 // lazyTable is a table the store creates (when absent) the first time it is used.
@@ -237,7 +238,10 @@ func newLazyTable(spec hbaserpc.TableSpec) lazyTable {
 	return lazyTable{spec: spec, sem: make(chan struct{}, 1)}
 }
 
-var _ dcsync.Store = (*Store)(nil)
+var (
+	_ dcsync.Store         = (*Store)(nil)
+	_ dcsync.CloseNotifier = (*Store)(nil)
+)
 
 // New returns a store on an already-connected client, as the Java libraries take a
 // connection. It creates no table: the lock table is created, when absent, by the first
@@ -285,7 +289,8 @@ func newStore(client *hbaserpc.Client, owned bool, cfg Config) *Store {
 			Families:  []hbaserpc.FamilySpec{{Name: layout.HBaseLatchFamily, Compression: "GZ"}},
 			SplitKeys: layout.SplitKeys(),
 		}),
-		log: cfg.Logger,
+		log:  cfg.Logger,
+		done: make(chan struct{}),
 	}
 }
 
@@ -362,12 +367,17 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		s.closed.Store(true)
+		close(s.done)
 		if s.owned {
 			s.client.Close()
 		}
 	})
 	return nil
 }
+
+// Done returns a channel that Close closes: latch Waits on this store end at once when
+// it closes.
+func (s *Store) Done() <-chan struct{} { return s.done }
 
 // LockTable returns the lock table's name.
 func (s *Store) LockTable() string { return s.lockTable }

@@ -87,11 +87,14 @@ func TestInDoubtLock(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	for _, tc := range []struct {
 		name string
-		plan []fault // acquire's check-and-mutate attempts
+		plan []fault // acquire: step 1, step 3
 	}{
 		{"TakeLost", []fault{lostAck}},
 		{"TakeNotSent", []fault{notSent}},
 		{"TakeNotSentThenLost", []fault{notSent, lostAck}},
+		{"RecordLost", []fault{pass, lostAck}},
+		{"RecordNotSent", []fault{pass, notSent}},
+		{"BothLost", []fault{lostAck, lostAck}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k := key(dcsync.XDC, "dc1")
@@ -285,6 +288,18 @@ func lateStore(t *testing.T) (*Store, *lateFaulty) {
 func TestInDoubtLate(t *testing.T) {
 	s, f := lateStore(t)
 	ctx := ctxT(t, time.Minute)
+	t.Run("AcquireRecord", func(t *testing.T) {
+		k := key(dcsync.DC, "dc1")
+		f.set(pass, late)
+		st, err := s.AcquireLock(ctx, k, "me", time.Minute)
+		must(t, err, "AcquireLock whose token record lands late")
+		in, err := s.InspectLock(ctx, k)
+		must(t, err, "Inspect")
+		if in.Owner != "me" || in.Token != st.Token || st.Token == 0 {
+			t.Fatalf("acquired %+v, stored %+v", st, in)
+		}
+		must(t, s.ReleaseLock(ctx, k, "me"), "release")
+	})
 	t.Run("Acquire", func(t *testing.T) {
 		k := key(dcsync.XDC, "dc1")
 		f.set(late)

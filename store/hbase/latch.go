@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"math"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -145,17 +147,50 @@ func latchCols(k dcsync.Key) []hbaserpc.Column {
 	return []hbaserpc.Column{{Family: famLatch, Qualifier: layout.HBaseLatchQualifier(k.Farm)}}
 }
 
-// sumCells adds up cells as the Java reader does (Bytes.toLong of every cell).
+// sumCells adds up cells as the Java reader does (Bytes.toLong of every cell), but
+// saturating at the int64 bounds instead of wrapping (dcsync.SumCounts).
 func sumCells(op string, cells []hbaserpc.Cell) (int64, error) {
-	var n int64
+	vals, err := cellValues(op, cells)
+	if err != nil {
+		return 0, err
+	}
+	return dcsync.SumCounts(vals...), nil
+}
+
+func cellValues(op string, cells []hbaserpc.Cell) ([]int64, error) {
+	vals := make([]int64, 0, len(cells))
 	for _, c := range cells {
 		v, err := decode64(op, c)
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
-		n += v
+		vals = append(vals, v)
 	}
-	return n, nil
+	return vals, nil
+}
+
+// exactSum returns the sum of vals without overflow.
+func exactSum(vals ...int64) *big.Int {
+	n := new(big.Int)
+	for _, v := range vals {
+		n.Add(n, big.NewInt(v))
+	}
+	return n
+}
+
+var (
+	minInt64 = big.NewInt(math.MinInt64)
+	maxInt64 = big.NewInt(math.MaxInt64)
+)
+
+// sumRefused reports whether an XDC update of delta that takes the sum from before to
+// before+delta must be refused: the result does not fit in an int64 and the update
+// does not move the sum toward zero.
+func sumRefused(before *big.Int, delta int64) bool {
+	after := new(big.Int).Add(before, big.NewInt(delta))
+	fits := after.Cmp(minInt64) >= 0 && after.Cmp(maxInt64) <= 0
+	towardZero := before.Sign() > 0 && delta < 0 || before.Sign() < 0 && delta > 0
+	return !fits && !towardZero
 }
 
 func newOpID() string {
@@ -369,6 +404,26 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		if !r.exists(k) {
 			return 0, notFound()
 		}
+		// A count never wraps around: refuse, writing nothing, an update whose farm cell
+		// or (XDC) sum would leave the int64 range.
+		if own, ok := r.counts[k.Farm]; ok {
+			v, err := decode64(op, own)
+			if err != nil {
+				return 0, err
+			}
+			if _, err := dcsync.AddCount(op, v, delta); err != nil {
+				return 0, dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: farm %s: %v", k, k.Farm, err)
+			}
+		}
+		if k.Level == dcsync.XDC {
+			vals, err := cellValues(op, r.cells)
+			if err != nil {
+				return 0, err
+			}
+			if sumRefused(exactSum(vals...), delta) {
+				return 0, dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to count %d would overflow int64; nothing was written", k, delta, dcsync.SumCounts(vals...))
+			}
+		}
 		cond, muts, ok := r.update(k, delta, now)
 		if !ok {
 			return 0, notFound() // the latch has ended, by the server's clock
@@ -402,12 +457,38 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		if !found {
 			return 0, dcsync.Errorf(dcsync.Internal, op, "Increment of %s returned no value", k)
 		}
+		// A concurrent update between the read and the write may still have carried the
+		// cell (HBase adds with Java's wrapping arithmetic) or the sum out of range: take
+		// this update back and refuse it.
+		if pre := own - delta; delta > 0 && pre > own || delta < 0 && pre < own {
+			return 0, s.takeBack(ctx, op, k, row, cond, muts, delta, "farm "+k.Farm+"'s count")
+		}
 		if k.Level == dcsync.DC {
 			return own, nil
 		}
-		return sumCells(op, after)
+		vals, err := cellValues(op, after)
+		if err != nil {
+			return 0, err
+		}
+		if sumRefused(new(big.Int).Sub(exactSum(vals...), big.NewInt(delta)), delta) {
+			return 0, s.takeBack(ctx, op, k, row, cond, muts, delta, "the sum")
+		}
+		return dcsync.SumCounts(vals...), nil
 	}
 	return 0, notFound()
+}
+
+// takeBack undoes an applied update of delta whose result left the int64 range (muts
+// is the update: its Increment is sent again with -delta, under the same condition)
+// and returns the InvalidArgument error AddLatch reports.
+func (s *Store) takeBack(ctx context.Context, op string, k dcsync.Key, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, delta int64, what string) error {
+	inc := *muts[0].(*hbaserpc.Increment)
+	inc.Deltas = []hbaserpc.Delta{{Family: famLatch, Qualifier: layout.HBaseLatchQualifier(k.Farm), Amount: -delta}}
+	if _, _, err := s.db.CheckAndMutate(ctx, s.latchTable, row, cond, &inc); err != nil {
+		s.log.Warn("hbase: taking back an update that overflowed failed", "key", k.String(), "delta", delta, "err", err)
+		return wrap(err, op)
+	}
+	return dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d carried %s out of the int64 range; the update was taken back", k, delta, what)
 }
 
 // update plans AddLatch's write from the row as read with the server clock now (see

@@ -70,9 +70,9 @@ func (s *Store) readLock(ctx context.Context, row []byte) (lockRow, error) {
 
 func int64FromBE(b []byte) int64 { v, _ := hbaserpc.Int64(b); return v }
 
-// lockPut writes every lock cell, L, O, E and T, in one Put with the lease as their
-// TTL. ts 0 lets the server stamp them (an acquire); a refresh passes the version of
-// the cells it renews, so they keep their timestamp (see the package doc).
+// lockPut writes every lock cell, L, O, E and T, in one Put at version ts (a refresh
+// passes the version of the cells it renews, so they keep their timestamp; see the
+// package doc) with cell TTL ttl.
 func lockPut(owner string, expires time.Time, token uint64, ttl time.Duration, ts int64) *hbaserpc.Put {
 	return &hbaserpc.Put{Values: []hbaserpc.Value{
 		{Family: famLock, Qualifier: qualLock, Value: lockMarker},
@@ -111,26 +111,30 @@ func lost(op string, k dcsync.Key, owner string) error {
 	return dcsync.Errorf(dcsync.LockLost, op, "%s is not held by owner %s", k, owner)
 }
 
-// AcquireLock takes the lock at k for owner with a lease of ttl, in two calls:
+// AcquireLock takes the lock at k for owner with a lease of ttl, in three calls:
 //
-//  1. Increment the fencing counter (nonce'd, so a retried Increment counts once): the
-//     token. (An attempt that finds the lock held has used a token too: tokens skip,
-//     and still strictly increase per acquisition.)
-//  2. check-and-mutate "D:L absent": put L, O, E and T, stamped by the server, with the
+//  1. check-and-mutate "D:L absent": put L, O and E, stamped by the server, with the
 //     lease as cell TTL (the Java acquire, HBaseStore.java:78-82, plus dcsync's
 //     cells), and read the row back in the same call to the server. The read shows
-//     the holder: our owner id means acquired, another holder LockUnavailable (Owner
-//     "" and Token 0 for a Java holder). Applied but not visible means a delete marker
-//     of the same millisecond or later hides our cells (a Java release, or a release in
-//     the millisecond our predecessor acquired): the acquire starts over, so dcsync
-//     never reports a lock it cannot be seen to hold.
+//     the holder: another holder means LockUnavailable (Owner "" and Token 0 for a
+//     Java holder), at the cost of this one call. Applied but not visible means a
+//     delete marker of the same millisecond or later hides our cells (a Java
+//     release, or a release in the millisecond our predecessor acquired): the acquire
+//     starts over, so dcsync never reports a lock it cannot be seen to hold.
+//  2. Increment the fencing counter (nonce'd, so a retried Increment counts once): the
+//     token. It is bumped only once the lock is held, so it is larger than the token
+//     of every earlier holder (each bumped while it held the lock), also when a step 1
+//     reached the server late.
+//  3. check-and-mutate "D:O == owner": put T at the version of the cells of step 1,
+//     with the same TTL (it ends with them). Not applied: the lease lapsed during
+//     steps 1-2 and someone else may hold the lock: LockUnavailable, never success.
 //
-// When the outcome of step 2 is unknown, the row is read back: our owner id in D:O
-// means the step took effect; an absent lock means it did not, and the step is sent
-// again (at most a few times); another holder means LockUnavailable. A resend that
-// finds the lock held by our own owner id (an earlier attempt that reached the server
-// late) is success, with the token and expiry stored. When ctx ends during step 2, see
-// abandon.
+// When the outcome of step 1 or 3 is unknown, the row is read back: our owner id in D:O
+// means step 1 took effect (and, with the token in D:T, step 3); an absent lock means
+// it did not, and the step is sent again (at most a few times); another holder means
+// LockUnavailable. A resend that finds the lock held by our own owner id (an earlier
+// attempt that reached the server late) goes on as if it had been applied. When ctx
+// ends during step 1, see abandon.
 func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
 	const op = "hbase.AcquireLock"
 	if err := dcsync.CheckLease(k, owner, ttl); err != nil {
@@ -143,10 +147,6 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return dcsync.LockState{}, err
 	}
 	row := layout.HBaseLockRow(k)
-	token, err := s.bumpFence(ctx, k)
-	if err != nil {
-		return dcsync.LockState{}, wrap(err, op)
-	}
 	var last error
 	for try := 0; try < maxTries; try++ {
 		if try > 1 {
@@ -156,24 +156,45 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 				return dcsync.LockState{}, ctxErr(ctx, op)
 			}
 		}
-		// The lease runs from before the write is sent: every cell written here expires
-		// by then (plus the write's own latency), not later.
+		// Step 1. The lease runs from before the write is sent: every cell written here
+		// expires by then (plus the write's own latency), not later.
 		expires := time.Now().Add(ttl)
-		applied, r, err := s.casTake(ctx, row, owner, expires, token, ttl)
+		applied, r, err := s.casTake(ctx, row, owner, expires, ttl)
 		if err != nil {
 			return s.abandon(ctx, op, k, row, owner, err)
 		}
 		switch {
-		case r.held && r.owner == owner:
-			return r.state(), nil
-		case r.held:
+		case r.held && r.owner != owner:
 			return r.state(), unavailable(op, k, r)
-		case applied:
+		case !r.held && applied:
 			s.log.Debug("hbase: acquired cells hidden by a delete marker; retrying", "key", k.String(), "try", try)
 			last = dcsync.Errorf(dcsync.LockUnavailable, op, "%s: acquired cells hidden by a delete of the same millisecond", k)
-		default:
+			continue
+		case !r.held:
 			last = dcsync.Errorf(dcsync.LockUnavailable, op, "%s: freed and taken again while acquiring", k)
+			continue
+		case r.token != 0:
+			return r.state(), nil // a late earlier attempt of this acquire went all the way
 		}
+		// Step 2.
+		token, err := s.bumpFence(ctx, k)
+		if err != nil {
+			s.releaseQuiet(row, owner, r)
+			return dcsync.LockState{}, wrap(err, op)
+		}
+		// Step 3.
+		ok, err := s.casRecord(ctx, row, owner, token, ttl, r.ts)
+		if err != nil {
+			s.releaseQuiet(row, owner, r)
+			return dcsync.LockState{}, wrap(err, op)
+		}
+		if ok {
+			return dcsync.LockState{Owner: owner, Token: token, Expires: r.expires}, nil
+		}
+		// Our cells are gone: the lease lapsed, and someone else may hold the lock now.
+		// Start over; step 1 tells.
+		s.log.Debug("hbase: lease lapsed while acquiring; retrying", "key", k.String(), "try", try)
+		last = dcsync.Errorf(dcsync.LockUnavailable, op, "%s: lease lapsed while acquiring", k)
 	}
 	return dcsync.LockState{}, last
 }
@@ -202,11 +223,15 @@ func (s *Store) abandon(ctx context.Context, op string, k dcsync.Key, row []byte
 	return dcsync.LockState{}, wrap(err, op)
 }
 
-// casTake is step 2 of AcquireLock: it reports whether the check-and-mutate was
+// casTake is step 1 of AcquireLock: it reports whether the check-and-mutate was
 // applied and the row as read right after it. It resolves an unknown outcome by
 // reading back.
-func (s *Store) casTake(ctx context.Context, row []byte, owner string, expires time.Time, token uint64, ttl time.Duration) (bool, lockRow, error) {
-	put := lockPut(owner, expires, token, ttl, 0)
+func (s *Store) casTake(ctx context.Context, row []byte, owner string, expires time.Time, ttl time.Duration) (bool, lockRow, error) {
+	put := &hbaserpc.Put{Values: []hbaserpc.Value{
+		{Family: famLock, Qualifier: qualLock, Value: lockMarker},
+		{Family: famLock, Qualifier: qualOwner, Value: []byte(owner)},
+		{Family: famLock, Qualifier: qualExpiry, Value: be64(uint64(expires.UnixMilli()))},
+	}, TTL: ttl}
 	for try := 0; ; try++ {
 		ok, _, cells, err := s.db.CheckAndMutateRead(ctx, s.lockTable, row, hbaserpc.IfAbsent(famLock, qualLock),
 			[]hbaserpc.Mutation{put}, hbaserpc.Column{Family: famLock})
@@ -225,6 +250,34 @@ func (s *Store) casTake(ctx context.Context, row []byte, owner string, expires t
 			return false, r, nil
 		}
 		// Absent: not applied (or not yet, or already lapsed); send it again.
+	}
+}
+
+// casRecord is step 3 of AcquireLock: it puts the token at version ts (the version of
+// the cells of step 1) with the lease's TTL, if owner still holds the lock, and
+// resolves an unknown outcome by reading back.
+func (s *Store) casRecord(ctx context.Context, row []byte, owner string, token uint64, ttl time.Duration, ts int64) (bool, error) {
+	put := &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famLock, Qualifier: qualToken, Value: be64(token)}}, TTL: ttl, Timestamp: ts}
+	for try := 0; ; try++ {
+		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, hbaserpc.IfEquals(famLock, qualOwner, []byte(owner)), put)
+		if err == nil {
+			return ok, nil
+		}
+		if !inDoubt(err) || try >= maxTries-1 {
+			return false, err
+		}
+		r, rerr := s.readLock(ctx, row)
+		if rerr != nil {
+			return false, err
+		}
+		s.log.Debug("hbase: token record outcome unknown; read back", "row", row, "held", r.held, "token", r.token)
+		switch {
+		case !r.held || r.owner != owner:
+			return false, nil
+		case r.token == token:
+			return true, nil
+		}
+		// Still ours without the token: not applied; send it again.
 	}
 }
 
