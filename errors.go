@@ -3,6 +3,7 @@ package dcsync
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Code classifies an [Error]. The first six mirror the error codes of the Java lock and
@@ -83,7 +84,9 @@ var (
 	ErrLockLost         = &Error{Code: LockLost}
 )
 
-// Error formats the error as "op: code: msg: cause".
+// Error formats the error as "op: code: msg: cause". Each part is said once: a cause
+// that the message already ends with ("dial h:1: refused" with cause "refused") is not
+// repeated, nor is the code of a pure annotation of an error with the same code.
 func (e *Error) Error() string {
 	var inner *Error
 	if e.Msg == "" && errors.As(e.Err, &inner) && inner.Code == e.Code {
@@ -97,13 +100,25 @@ func (e *Error) Error() string {
 	if e.Op != "" {
 		s = e.Op + ": " + s
 	}
+	var cause string
+	if e.Err != nil {
+		cause = e.Err.Error()
+	}
 	if e.Msg != "" {
 		s += ": " + e.Msg
+		if cause != "" && endsWithPart(e.Msg, cause) {
+			cause = ""
+		}
 	}
-	if e.Err != nil {
-		s += ": " + e.Err.Error()
+	if cause != "" {
+		s += ": " + cause
 	}
 	return s
+}
+
+// endsWithPart reports whether msg is cause or ends with ": "+cause.
+func endsWithPart(msg, cause string) bool {
+	return msg == cause || strings.HasSuffix(msg, ": "+cause)
 }
 
 // Unwrap returns the underlying cause.
@@ -128,7 +143,13 @@ func Errorf(code Code, op, format string, args ...any) error {
 	return e
 }
 
+// trimCause removes cause, and the ": " before it, from the end of msg: Errorf keeps the
+// cause in Err, and Error prints it once. A message that is only the cause ("%w")
+// becomes empty.
 func trimCause(msg, cause string) string {
+	if msg == cause {
+		return ""
+	}
 	if len(msg) >= len(cause)+2 && msg[len(msg)-len(cause):] == cause {
 		m := msg[:len(msg)-len(cause)]
 		for len(m) > 0 && (m[len(m)-1] == ' ' || m[len(m)-1] == ':') {

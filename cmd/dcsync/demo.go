@@ -5,11 +5,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,13 +28,30 @@ func newDemoCmd(a *app) *cobra.Command {
 		Use:   "demo",
 		Short: "Run worker processes that share a lock and a latch, and check the result",
 		Long: `demo starts worker processes (copies of this program). Each takes one lock
-several times, printing its fencing token while it holds it, then counts down one
-latch; this process awaits the latch and then checks that every acquisition was
-exclusive and that tokens strictly increased. It uses --store like every command.`,
+several times, printing its fencing token and when it took and left the lock, then
+counts down one latch; this process awaits the latch and then checks, from those
+timestamps, that no two workers held the lock at once and that tokens strictly
+increased.
+
+Without --store (and DCSYNC_STORE) the demo works in a temporary SQLite file, removed
+afterwards: it never writes into your default store. With --store it uses that store
+(any but memory:, which the worker processes could not share).`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if a.client == "" {
 				a.client = "demo"
+			}
+			if strings.HasPrefix(strings.ToLower(a.storeURL), "memory:") {
+				return withCode(exitUsage, errors.New("demo runs worker processes, which cannot share a memory: store "+
+					"(it lives inside one process): use a sqlite://, hbase:// or aerospike:// store, or no --store for a temporary SQLite file"))
+			}
+			if !c.Flag("store").Changed && os.Getenv("DCSYNC_STORE") == "" {
+				dir, err := os.MkdirTemp("", "dcsync-demo-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				a.storeURL = "sqlite://" + filepath.Join(dir, "demo.db")
 			}
 			return a.demo(c.Context(), workers, rounds)
 		},
@@ -63,6 +83,7 @@ func (a *app) demo(ctx context.Context, workers, rounds int) error {
 	if err != nil {
 		return err
 	}
+	defer a.close() // before the temporary store's directory is removed
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	name := "demo-" + hex.EncodeToString(b[:])
@@ -81,6 +102,9 @@ func (a *app) demo(ctx context.Context, workers, rounds int) error {
 	if err != nil {
 		return err
 	}
+	// The wait for the latch ends early when a worker fails: it will never count down.
+	wctx, cancel := context.WithTimeoutCause(ctx, 5*time.Minute, errors.New("the workers did not finish within 5 minutes"))
+	defer cancel()
 	var (
 		mu    sync.Mutex
 		lines []string
@@ -110,11 +134,10 @@ func (a *app) demo(ctx context.Context, workers, rounds int) error {
 			}
 			if err := cmd.Wait(); err != nil {
 				errs <- fmt.Errorf("worker %d: %w", cmd.Process.Pid, err)
+				cancel()
 			}
 		}()
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	defer cancel()
 	waitErr := l.Wait(wctx)
 	wg.Wait()
 	close(errs)
@@ -122,37 +145,60 @@ func (a *app) demo(ctx context.Context, workers, rounds int) error {
 		return err
 	}
 	if waitErr != nil {
+		if c := context.Cause(wctx); c != nil && !errors.Is(c, context.Canceled) {
+			return fmt.Errorf("await latch %q: %w", name, c)
+		}
 		return waitErr
 	}
 	fmt.Fprintf(a.stdout, "latch %q reached zero: every worker counted down\n", name)
 
-	// Lines are "pid=P token=T held"; sorted by token they must be the order of
-	// acquisition, and no two may share a token.
-	var tokens []uint64
+	var hs []holding
 	for _, line := range lines {
-		var pid int
-		var tok uint64
-		if _, err := fmt.Sscanf(line, "pid=%d token=%d", &pid, &tok); err == nil {
-			tokens = append(tokens, tok)
+		var h holding
+		if _, err := fmt.Sscanf(line, "pid=%d token=%d held from=%d to=%d", &h.pid, &h.token, &h.start, &h.end); err == nil {
+			hs = append(hs, h)
 		}
 	}
-	sorted := sort.SliceIsSorted(tokens, func(i, j int) bool { return tokens[i] < tokens[j] })
-	for i := 1; i < len(tokens); i++ {
-		if tokens[i] <= tokens[i-1] {
-			sorted = false
-		}
+	if len(hs) != workers*rounds {
+		return fmt.Errorf("demo failed: %d acquisitions reported, want %d", len(hs), workers*rounds)
 	}
-	if len(tokens) != workers*rounds || !sorted {
-		return fmt.Errorf("demo failed: %d acquisitions (want %d), tokens in acquisition order strictly increasing: %v",
-			len(tokens), workers*rounds, sorted)
+	if err := checkHoldings(hs); err != nil {
+		return fmt.Errorf("demo failed: %w", err)
 	}
-	fmt.Fprintf(a.stdout, "%d acquisitions by %d processes, one holder at a time, tokens strictly increasing (%d..%d)\n",
-		len(tokens), workers, tokens[0], tokens[len(tokens)-1])
+	fmt.Fprintf(a.stdout, "%d acquisitions by %d processes, one holder at a time (by their timestamps), tokens strictly increasing (%d..%d)\n",
+		len(hs), workers, hs[0].token, hs[len(hs)-1].token)
 	return nil
 }
 
-// demoWorker takes the lock rounds times, printing its token while it holds it, then
-// counts the latch down once.
+// holding is one acquisition a demo worker reports: from when Acquire returned to just
+// before Release was sent, by the wall clock of this host (all workers run on it).
+type holding struct {
+	pid        int
+	token      uint64
+	start, end int64 // Unix ns
+}
+
+// checkHoldings checks what the demo claims: ordered by start, every holding ends before
+// the next one starts (no two holders at once), and tokens strictly increase. It sorts
+// hs.
+func checkHoldings(hs []holding) error {
+	sort.Slice(hs, func(i, j int) bool { return hs[i].start < hs[j].start })
+	for i := 1; i < len(hs); i++ {
+		p, h := hs[i-1], hs[i]
+		if h.start <= p.end {
+			return fmt.Errorf("two holders at once: pid %d (token %d) held the lock from %d to %d (Unix ns), pid %d (token %d) from %d",
+				p.pid, p.token, p.start, p.end, h.pid, h.token, h.start)
+		}
+		if h.token <= p.token {
+			return fmt.Errorf("token %d (pid %d) was taken after token %d (pid %d): tokens did not strictly increase",
+				h.token, h.pid, p.token, p.pid)
+		}
+	}
+	return nil
+}
+
+// demoWorker takes the lock rounds times, printing its token and the times it held it,
+// then counts the latch down once.
 func (a *app) demoWorker(ctx context.Context, name string, rounds int) error {
 	s, err := a.open(ctx)
 	if err != nil {
@@ -167,12 +213,10 @@ func (a *app) demoWorker(ctx context.Context, name string, rounds int) error {
 		if err != nil {
 			return err
 		}
-		// Printed while holding the lock, so the parent sees lines in acquisition order.
-		fmt.Fprintf(a.stdout, "pid=%d token=%d held\n", os.Getpid(), l.Token())
-		if f, ok := a.stdout.(*os.File); ok {
-			f.Sync()
-		}
+		start := time.Now().UnixNano()
 		time.Sleep(20 * time.Millisecond)
+		end := time.Now().UnixNano()
+		fmt.Fprintf(a.stdout, "pid=%d token=%d held from=%d to=%d\n", os.Getpid(), l.Token(), start, end)
 		if err := l.Release(ctx); err != nil {
 			return err
 		}

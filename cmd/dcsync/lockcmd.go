@@ -4,10 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,21 +12,31 @@ import (
 	"github.com/dcsync/dcsync/lock"
 )
 
-// killGrace is how long a stopped command gets between SIGTERM and SIGKILL.
-const killGrace = 10 * time.Second
+// defaultKillAfter is how long a command that lock run stops gets between SIGTERM and
+// SIGKILL, unless --kill-after says otherwise.
+const defaultKillAfter = 10 * time.Second
 
 type lockFlags struct {
-	ttl   time.Duration
-	wait  time.Duration
-	owner string
+	ttl          time.Duration
+	wait         time.Duration
+	owner        string
+	killAfter    time.Duration
+	conflictCode int
+	conflictSet  bool // --conflict-exit-code was given
 }
 
-func (a *app) lockManager(ctx context.Context) (*lock.Manager, []lock.CallOption, error) {
+// lockManager returns a lock manager on the store; wrap, if not nil, wraps the store's
+// lock operations first.
+func (a *app) lockManager(ctx context.Context, wrap func(dcsync.LockStore) dcsync.LockStore) (*lock.Manager, []lock.CallOption, error) {
 	s, level, err := a.setup(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := lock.New(s, a.client, a.farm)
+	var ls dcsync.LockStore = s
+	if wrap != nil {
+		ls = wrap(ls)
+	}
+	m, err := lock.New(ls, a.client, a.farm)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -66,7 +72,7 @@ func newLockCmd(a *app) *cobra.Command {
 lease (--ttl) ends or 'dcsync lock release NAME --owner ID' frees it.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			m, opts, err := a.lockManager(c.Context())
+			m, opts, err := a.lockManager(c.Context(), nil)
 			if err != nil {
 				return err
 			}
@@ -85,7 +91,7 @@ lease (--ttl) ends or 'dcsync lock release NAME --owner ID' frees it.`,
 		Short: "Release a lock held by owner ID (exit 5 if ID does not hold it)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			m, opts, err := a.lockManager(c.Context())
+			m, opts, err := a.lockManager(c.Context(), nil)
 			if err != nil {
 				return err
 			}
@@ -100,7 +106,7 @@ lease (--ttl) ends or 'dcsync lock release NAME --owner ID' frees it.`,
 		Short: "Print the lock's holder, token and time left, or 'free'",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			m, opts, err := a.lockManager(c.Context())
+			m, opts, err := a.lockManager(c.Context(), nil)
 			if err != nil {
 				return err
 			}
@@ -124,97 +130,56 @@ lease (--ttl) ends or 'dcsync lock release NAME --owner ID' frees it.`,
 	runCmd := &cobra.Command{
 		Use:   "run NAME [flags] -- CMD [ARGS...]",
 		Short: "Run CMD while holding the lock, keeping it alive; exit with CMD's code",
-		Long: `Run CMD while holding the lock. The lease is renewed every TTL/3 for as long as
-CMD runs; SIGINT and SIGTERM are forwarded to CMD; the lock is released when CMD ends
-and dcsync exits with CMD's exit code. If the lease is lost, CMD is sent SIGTERM (then
-SIGKILL after 10s) and dcsync exits 5.`,
+		Long: `Run CMD while holding the lock, and never let it run on without the lock.
+
+The lease (--ttl) is renewed every TTL/3 for as long as CMD runs. CMD runs in a process
+group of its own, with DCSYNC_LOCK_TOKEN (the fencing token) and DCSYNC_LOCK_OWNER in its
+environment; signals go to that whole group, so what CMD starts (sh -c, make, scripts)
+is stopped with it:
+  - the lease cannot be renewed (store unreachable, dcsync paused): CMD is sent SIGTERM
+    --kill-after before the lease would end and SIGKILL when it ends, by this host's
+    clock less a safety margin (5% of the TTL + 100ms), so that it is gone before
+    anyone else can take the lock;
+  - the lease is lost (the store says another owner holds it, or it was deleted): the
+    same, SIGTERM now and SIGKILL --kill-after later (or at the lease's end, if
+    sooner); dcsync exits 5 in both cases;
+  - dcsync itself dies (SIGKILL, the OOM killer): the group is killed at once;
+  - CMD exits: what it left running in its group is stopped before the lock is
+    released.
+The grace period is --kill-after, at most a third of the TTL; --kill-after 0 sends
+SIGKILL only. A process that leaves the group (setsid, a daemon) is not followed.
+
+On a terminal CMD is the foreground job: it reads the terminal, and Ctrl-C, Ctrl-\
+and Ctrl-Z reach it (once) straight from the terminal. SIGINT, SIGTERM, SIGHUP,
+SIGQUIT, SIGUSR1 and SIGUSR2 sent to dcsync are forwarded to CMD's group (once);
+before CMD starts, they end the wait for the lock.
+
+Exit codes: CMD's own; 128+N when signal N ended it (130 SIGINT, 137 SIGKILL, 143
+SIGTERM); 127 CMD not found, 126 not executable (the lock is not taken); 3 lock held,
+4 --wait ran out (both --conflict-exit-code when given, as flock -E, to tell them from
+CMD's own exit codes); 5 the lease was lost or could not be renewed in time.`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(c *cobra.Command, args []string) error {
 			if c.ArgsLenAtDash() != 1 {
 				return withCode(exitUsage, errors.New("usage: dcsync lock run NAME [flags] -- CMD [ARGS...]"))
 			}
-			m, opts, err := a.lockManager(c.Context())
-			if err != nil {
-				return err
+			if f.killAfter < 0 {
+				return withCode(exitUsage, fmt.Errorf("--kill-after %v is negative", f.killAfter))
 			}
-			return a.runLocked(c.Context(), m, args[0], f, opts, args[1:])
+			f.conflictSet = c.Flags().Changed("conflict-exit-code")
+			if f.conflictSet && (f.conflictCode < 0 || f.conflictCode > 255) {
+				return withCode(exitUsage, fmt.Errorf("--conflict-exit-code %d is not in 0..255", f.conflictCode))
+			}
+			return a.runLocked(c.Context(), args[0], f, args[1:])
 		},
 	}
 	addTTLWait(runCmd)
+	runCmd.Flags().DurationVar(&f.killAfter, "kill-after", defaultKillAfter, "grace between SIGTERM and SIGKILL when CMD must stop (at most TTL/3; 0: SIGKILL only)")
+	runCmd.Flags().IntVar(&f.conflictCode, "conflict-exit-code", 0, "exit code when the lock is held or --wait runs out (default 3 and 4), to tell them from CMD's")
 
 	for _, c := range []*cobra.Command{acq, rel, status, runCmd} {
 		addLevelFlag(c, a)
 		cmd.AddCommand(c)
 	}
 	return cmd
-}
-
-// runLocked runs argv under the lock.
-func (a *app) runLocked(ctx context.Context, m *lock.Manager, name string, f *lockFlags, opts []lock.CallOption, argv []string) error {
-	// Signals go to the child, not to us: take them over before acquiring, so a
-	// Ctrl-C during the wait still cancels the wait.
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	actx, cancel := context.WithCancel(ctx)
-	go func() {
-		select {
-		case <-sigs:
-			cancel()
-		case <-actx.Done():
-		}
-	}()
-	l, err := acquire(actx, m, name, f, opts)
-	cancel()
-	if err != nil {
-		return err
-	}
-	// Release with a fresh context: the command's own context may be cancelled by then.
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := l.Release(rctx); err != nil && !errors.Is(err, dcsync.ErrLockLost) {
-			fmt.Fprintln(a.stderr, "dcsync: release:", err)
-		}
-	}()
-	kctx := l.KeepAlive(context.Background())
-
-	child := exec.Command(argv[0], argv[1:]...)
-	child.Stdin, child.Stdout, child.Stderr = os.Stdin, a.stdout, a.stderr
-	child.Env = append(os.Environ(), fmt.Sprintf("DCSYNC_LOCK_TOKEN=%d", l.Token()), "DCSYNC_LOCK_OWNER="+l.Owner())
-	if err := child.Start(); err != nil {
-		return withCode(exitError, fmt.Errorf("start %s: %w", argv[0], err))
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- child.Wait() }()
-
-	lost := false
-	lostCh := kctx.Done()
-	var kill <-chan time.Time
-	for {
-		select {
-		case s := <-sigs:
-			_ = child.Process.Signal(s)
-		case <-lostCh:
-			lostCh, lost = nil, true
-			fmt.Fprintf(a.stderr, "dcsync: lease on %q lost (%v); stopping %s\n", name, context.Cause(kctx), argv[0])
-			_ = child.Process.Signal(syscall.SIGTERM)
-			kill = time.After(killGrace)
-		case <-kill:
-			_ = child.Process.Kill()
-		case err := <-exited:
-			if lost {
-				return withCode(exitNotOwner, fmt.Errorf("lease on %q lost; %s was stopped", name, argv[0]))
-			}
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code := ee.ExitCode()
-				if code < 0 {
-					code = 128 + 15 // killed by a signal
-				}
-				return &exitErr{code: code, err: err, quiet: true}
-			}
-			return err
-		}
-	}
 }

@@ -3,18 +3,21 @@
 //	dcsync lock acquire NAME [--level dc|xdc] [--ttl D] [--wait D]
 //	dcsync lock release NAME --owner ID
 //	dcsync lock status NAME
-//	dcsync lock run NAME [--ttl D] [--wait D] -- CMD ARGS...
+//	dcsync lock run NAME [--ttl D] [--wait D] [--kill-after D] [--conflict-exit-code N] -- CMD ARGS...
 //	dcsync latch create NAME --count N [--ttl D]
 //	dcsync latch countdown|countup|count NAME
 //	dcsync latch await NAME [--timeout D]
 //	dcsync demo
 //
-// The store is --store URL (env DCSYNC_STORE), by default a SQLite file in the user's
-// state directory; the client and farm ids are --client and --farm (env DCSYNC_CLIENT,
-// DCSYNC_FARM).
+// The store is --store URL (env DCSYNC_STORE): sqlite://PATH, memory:, hbase://... or
+// aerospike://...; by default a SQLite file in the user's state directory, which is per
+// user: two users of one host do not exclude each other unless they name one file. The
+// client and farm ids are --client and --farm (env DCSYNC_CLIENT, DCSYNC_FARM).
 //
 // Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input; 3 lock held
-// by another; 4 wait or await timed out; 5 not the owner, or lease lost.
+// by another; 4 wait or await timed out; 5 not the owner, or lease lost; 128+N stopped
+// by signal N (130 for SIGINT). lock run exits with its command's code, 127 when the
+// command is not found and 126 when it cannot be executed.
 package main
 
 import (
@@ -26,6 +29,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -37,13 +41,41 @@ import (
 
 // Exit codes.
 const (
-	exitOK       = 0
-	exitError    = 1
-	exitUsage    = 2
-	exitHeld     = 3
-	exitTimeout  = 4
-	exitNotOwner = 5
+	exitOK         = 0
+	exitError      = 1
+	exitUsage      = 2
+	exitHeld       = 3
+	exitTimeout    = 4
+	exitNotOwner   = 5
+	exitCannotExec = 126 // lock run: the command cannot be executed
+	exitNotFound   = 127 // lock run: the command is not found
 )
+
+// interrupted is the error of a command ended by a signal; its exit code is 128+signal,
+// as shells report a process a signal ended.
+type interrupted struct{ sig os.Signal }
+
+func (e *interrupted) Error() string { return "interrupted by " + signalName(e.sig) }
+
+func (e *interrupted) code() int {
+	if s, ok := e.sig.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return exitError
+}
+
+// signalName names the signals dcsync handles as a shell user knows them.
+func signalName(s os.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	}
+	return s.String()
+}
 
 // exitErr carries an exit code up to main.
 type exitErr struct {
@@ -65,11 +97,14 @@ func withCode(code int, err error) error {
 // exitCode maps an error to the exit code the CLI documents.
 func exitCode(err error) int {
 	var e *exitErr
+	var in *interrupted
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &e):
 		return e.code
+	case errors.As(err, &in):
+		return in.code()
 	case errors.Is(err, context.DeadlineExceeded):
 		return exitTimeout
 	}
@@ -95,6 +130,8 @@ type app struct {
 	store    dcsync.Store
 }
 
+// defaultStoreURL is the store of a user who names none: a SQLite file in their state
+// directory. It is per user: see the root command's help.
 func defaultStoreURL() string {
 	dir := os.Getenv("XDG_STATE_HOME")
 	if dir == "" {
@@ -161,13 +198,29 @@ func newRoot(a *app) *cobra.Command {
 		Long: `dcsync takes distributed locks (with leases and fencing tokens) and works
 distributed count-down latches, in a store shared by processes, hosts and data centers.
 
+The store is --store URL (env DCSYNC_STORE):
+  sqlite://PATH                        a SQLite file: processes of one host
+  memory:                              this process only (nothing is shared)
+  hbase://ZK_HOST:PORT[,ZK_HOST:PORT]  HBase through its ZooKeeper quorum
+                                       (?lock_table=&latch_table_suffix=&zk_root=)
+  aerospike://HOST:PORT/NAMESPACE      Aerospike (?latch_set_suffix=&lock_set_suffix=
+                                       &attempts=&retry_delay=&timeout=&op_ids_kept=)
+The default store is per user: a SQLite file in the state directory of the user who
+runs dcsync ($XDG_STATE_HOME/dcsync/dcsync.db, else ~/.local/state/dcsync/dcsync.db).
+A root cron job and an operator on the same host use two files and so do not exclude
+each other. For locks shared by every user of a host, give them all one file in a
+directory they can all write, e.g. --store sqlite:///var/lib/dcsync/dcsync.db (or set
+DCSYNC_STORE in their environment).
+
 Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
-3 lock held by another; 4 wait or await timed out; 5 not the owner, or lease lost.`,
+3 lock held by another; 4 wait or await timed out; 5 not the owner, or lease lost;
+128+N stopped by signal N (130: SIGINT). lock run: see 'dcsync lock run --help'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	pf := root.PersistentFlags()
-	pf.StringVar(&a.storeURL, "store", envOr("DCSYNC_STORE", defaultStoreURL()), "store URL: sqlite://PATH or memory: (env DCSYNC_STORE)")
+	pf.StringVar(&a.storeURL, "store", envOr("DCSYNC_STORE", defaultStoreURL()),
+		"store URL: sqlite://PATH, memory:, hbase://ZK_HOST:PORT[,...] or aerospike://HOST:PORT/NAMESPACE (env DCSYNC_STORE); the default file is per user")
 	pf.StringVar(&a.client, "client", os.Getenv("DCSYNC_CLIENT"), "client id: the application that owns locks and latches (env DCSYNC_CLIENT)")
 	pf.StringVar(&a.farm, "farm", envOr("DCSYNC_FARM", "local"), "farm id: the data center this runs in (env DCSYNC_FARM)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
@@ -181,27 +234,80 @@ func addLevelFlag(cmd *cobra.Command, a *app) {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	stdout, stderr = lockedWriter(stdout), lockedWriter(stderr)
 	a := &app{stdout: stdout, stderr: stderr}
 	defer a.close()
 	root := newRoot(a)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	// A signal cancels the command's context with the signal as the cause: the command
+	// ends as it would on a timeout, and dcsync exits 128+signal.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel(&interrupted{s})
+		case <-ctx.Done():
+		}
+	}()
 	err := root.ExecuteContext(ctx)
-	if err != nil {
-		code := exitCode(err)
-		if code == exitError && isUsage(err) {
-			code = exitUsage
-		}
-		var e *exitErr
-		if !errors.As(err, &e) || !e.quiet {
-			fmt.Fprintln(stderr, "dcsync:", err)
-		}
-		return code
+	if err == nil {
+		return exitOK
 	}
-	return exitOK
+	var e *exitErr
+	var in *interrupted
+	if !errors.As(err, &e) && !errors.As(err, &in) && errors.As(context.Cause(ctx), &in) {
+		// Whatever the command made of its cancelled context ("gave up waiting", "context
+		// canceled"), the signal is what ended it.
+		err = in
+	}
+	code := exitCode(err)
+	if code == exitError && isUsage(err) {
+		code = exitUsage
+	}
+	if !errors.As(err, &e) || !e.quiet {
+		fmt.Fprintln(stderr, "dcsync:", errorLine(err))
+	}
+	return code
+}
+
+// errorLine renders err on one line: the lines of a multi-line error (errors.Join, the
+// Aerospike client's error chains) joined with "; ".
+func errorLine(err error) string {
+	var parts []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// syncWriter serialises writes: the output of the command lock run copies and dcsync's
+// own messages may go to one writer at once.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(p)
+}
+
+// lockedWriter returns w safe for concurrent writes. Files are left as they are: a
+// child process writes to them directly.
+func lockedWriter(w io.Writer) io.Writer {
+	if _, ok := w.(*os.File); ok {
+		return w
+	}
+	return &syncWriter{w: w}
 }
 
 // isUsage recognises cobra's own argument errors.
@@ -215,9 +321,13 @@ func isUsage(err error) bool {
 	return false
 }
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	if os.Getenv(guardEnv) != "" {
+		os.Exit(guardMain()) // lock run's guardian
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
-// remaining formats the time until t, rounded to the millisecond.
 // remaining renders the time left until t; a zero t (a lease whose end the store cannot
 // know, such as a lock a Java client holds) is "unknown".
 func remaining(t time.Time) string {

@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -21,10 +24,49 @@ import (
 // TestMain doubles as the dcsync binary when DCSYNC_TEST_AS_MAIN is set, so tests can
 // run real processes (for signals and leases) without building anything.
 func TestMain(m *testing.M) {
-	if os.Getenv("DCSYNC_TEST_AS_MAIN") == "1" {
+	if os.Getenv(guardEnv) != "" {
+		os.Exit(guardMain())
+	}
+	switch os.Getenv("DCSYNC_TEST_AS_MAIN") {
+	case "1":
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	case "":
+	default:
+		os.Exit(testHelper(os.Getenv("DCSYNC_TEST_AS_MAIN")))
 	}
 	goleak.VerifyTestMain(m)
+}
+
+// testHelper is a command for lock run to run in tests, with behaviour a shell
+// script cannot give reliably:
+//
+//	signals: prints "ready", then the name of every INT, HUP or TERM it gets, one per
+//	         line, the moment it gets it; exits 0 after TERM.
+//	readline: prints "ready", reads one line from stdin and prints "got:<line>".
+func testHelper(mode string) int {
+	switch mode {
+	case "signals":
+		sigs := make(chan os.Signal, 16)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM)
+		fmt.Println("ready")
+		for s := range sigs {
+			fmt.Println(map[os.Signal]string{syscall.SIGINT: "INT", syscall.SIGHUP: "HUP", syscall.SIGTERM: "TERM"}[s])
+			if s == syscall.SIGTERM {
+				return 0
+			}
+		}
+	case "readline":
+		fmt.Println("ready")
+		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+		if err != nil {
+			fmt.Println("read:", err)
+			return 1
+		}
+		fmt.Println("got:" + strings.TrimSpace(line))
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "unknown test helper", mode)
+	return 2
 }
 
 type cli struct {
@@ -133,7 +175,7 @@ func TestUsageAndInvalidInput(t *testing.T) {
 		{"latch", "create", "x"},
 		{"latch", "create", "x", "--count", "-1"},
 		{"latch", "count", "bad\nname"},
-		{"--client", "a_b", "latch", "count", "x"},
+		{"--client", "a\x01b", "latch", "count", "x"},
 		{"--store", "redis://x", "latch", "count", "x"},
 	} {
 		if _, errs, code := c.run(args...); code != 2 {
@@ -237,7 +279,7 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "12 acquisitions by 3 processes, one holder at a time, tokens strictly increasing") {
+	if !strings.Contains(string(out), "12 acquisitions by 3 processes, one holder at a time (by their timestamps), tokens strictly increasing") {
 		t.Fatalf("demo output:\n%s", out)
 	}
 }
@@ -250,5 +292,260 @@ func TestRemainingOfUnknownEnd(t *testing.T) {
 	}
 	if got := remaining(time.Now().Add(time.Hour)); !strings.HasPrefix(got, "59m") && !strings.HasPrefix(got, "1h") {
 		t.Fatalf("remaining(+1h) = %q", got)
+	}
+}
+
+// A child's death by a signal gives 128+signal, as shells report it; a command that
+// cannot be found is 127 and one that cannot be executed 126, before the lock is taken.
+func TestLockRunExitCodesAsShellsDo(t *testing.T) {
+	c := newCLI(t)
+	for sig, want := range map[string]int{"INT": 130, "KILL": 137, "TERM": 143, "HUP": 129} {
+		if _, errs, code := c.run("lock", "run", "job", "--", "sh", "-c", "kill -"+sig+" $$"); code != want {
+			t.Errorf("child killed by SIG%s: exit %d, want %d (%s)", sig, code, want, errs)
+		}
+	}
+	if _, errs, code := c.run("lock", "run", "job", "--", "no-such-command-dcsync"); code != 127 || !strings.Contains(errs, "no-such-command-dcsync") {
+		t.Errorf("missing command: exit %d, want 127 (%s)", code, errs)
+	}
+	notExec := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\necho hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, code := c.run("lock", "run", "job", "--", notExec); code != 126 {
+		t.Errorf("command not executable: exit %d, want 126 (%s)", code, errs)
+	}
+	if st := c.want(0, "lock", "status", "job"); st != "free\n" {
+		t.Fatalf("lock left held: %q", st)
+	}
+}
+
+// --conflict-exit-code tells "the lock is held" apart from the command's own exit 3.
+func TestLockRunConflictExitCode(t *testing.T) {
+	c := newCLI(t)
+	c.want(3, "lock", "run", "free", "--conflict-exit-code", "75", "--", "sh", "-c", "exit 3")
+	c.want(0, "lock", "acquire", "held", "--ttl", "1m")
+	c.want(75, "lock", "run", "held", "--conflict-exit-code", "75", "--", "true")
+	c.want(75, "lock", "run", "held", "--conflict-exit-code", "75", "--wait", "100ms", "--", "true")
+	c.want(3, "lock", "run", "held", "--", "true")
+	c.want(4, "lock", "run", "held", "--wait", "100ms", "--", "true")
+	c.want(2, "lock", "run", "held", "--conflict-exit-code", "256", "--", "true")
+	c.want(2, "lock", "run", "held", "--kill-after", "-1s", "--", "true")
+}
+
+// stealLock deletes every lock behind the holders' backs (as a Java client's
+// unconditional release does) and takes "job" as another owner.
+func (c *cli) stealLock() {
+	c.t.Helper()
+	db, err := sql.Open("sqlite", strings.TrimPrefix(c.store, "sqlite://")+"?_pragma=busy_timeout(10000)")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(context.Background(), `DELETE FROM dcsync_locks`); err != nil {
+		c.t.Fatal(err)
+	}
+	c.want(0, "lock", "acquire", "job", "--ttl", "1m")
+}
+
+// runProc is a `dcsync lock run` process started by startRun.
+type runProc struct {
+	cmd *exec.Cmd
+	sc  *bufio.Scanner // its stdout, line by line
+	out *os.File       // the read end of its stdout
+}
+
+// startRun starts `dcsync lock run` as a process and returns it once the command has
+// printed its first line (in p.sc.Text()).
+func (c *cli) startRun(stderr *bytes.Buffer, args ...string) *runProc {
+	c.t.Helper()
+	cmd := c.process(append([]string{"lock", "run"}, args...)...)
+	cmd.Stderr = stderr
+	r, w, err := os.Pipe()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cmd.Stdout = w
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { _ = cmd.Process.Kill(); r.Close() })
+	sc := bufio.NewScanner(r)
+	if !sc.Scan() {
+		c.t.Fatalf("command did not start: %s", stderr)
+	}
+	return &runProc{cmd: cmd, sc: sc, out: r}
+}
+
+// finish waits, for at most bound, for the process to exit and returns the rest of its
+// output. Output that processes left behind write after it exits is not waited for long.
+func finish(t *testing.T, p *runProc, bound time.Duration) []string {
+	t.Helper()
+	exited := make(chan struct{})
+	go func() { _ = p.cmd.Wait(); close(exited) }()
+	lines := make(chan []string, 1)
+	go func() {
+		var rest []string
+		for p.sc.Scan() {
+			rest = append(rest, p.sc.Text())
+		}
+		lines <- rest
+	}()
+	select {
+	case <-exited:
+	case <-time.After(bound):
+		_ = p.cmd.Process.Kill()
+		<-exited
+		p.out.Close()
+		<-lines
+		t.Fatalf("dcsync lock run did not end within %v", bound)
+	}
+	select {
+	case rest := <-lines:
+		return rest
+	case <-time.After(10 * time.Second):
+		p.out.Close()
+		return append(<-lines, "(stdout still open 10s after dcsync exited)")
+	}
+}
+
+// --kill-after 0: a lost lease ends the command with SIGKILL at once, no SIGTERM.
+func TestLockRunKillAfterZero(t *testing.T) {
+	c := newCLI(t)
+	var stderr bytes.Buffer
+	p := c.startRun(&stderr, "job", "--ttl", "3s", "--kill-after", "0", "--", "sh", "-c",
+		`trap 'echo got-term' TERM; echo ready; while true; do sleep 0.05; done`)
+	c.stealLock()
+	rest := finish(t, p, time.Minute)
+	if code := p.cmd.ProcessState.ExitCode(); code != 5 || len(rest) != 0 {
+		t.Fatalf("exit %d, output %q, stderr %q; want 5 and no SIGTERM", code, rest, stderr.String())
+	}
+}
+
+// A command that traps SIGTERM gets it, and the grace period, when the lease is lost.
+func TestLockRunKillAfterGivesGrace(t *testing.T) {
+	c := newCLI(t)
+	var stderr bytes.Buffer
+	p := c.startRun(&stderr, "job", "--ttl", "3s", "--kill-after", "1m", "--", "sh", "-c",
+		`trap 'echo got-term; exit 9' TERM; echo ready; while true; do sleep 0.05; done`)
+	c.stealLock()
+	rest := finish(t, p, time.Minute)
+	if code := p.cmd.ProcessState.ExitCode(); code != 5 || len(rest) != 1 || rest[0] != "got-term" {
+		t.Fatalf("exit %d, output %q, stderr %q; want 5 and got-term", code, rest, stderr.String())
+	}
+}
+
+// Every error is printed on one line, however many lines the store's error has, and no
+// cause is printed twice.
+func TestErrorsPrintOnOneLine(t *testing.T) {
+	if got := errorLine(errors.New("dial: failed\n  ResultCode: X\n\n  dial tcp: refused\n")); got != "dial: failed; ResultCode: X; dial tcp: refused" {
+		t.Fatalf("errorLine = %q", got)
+	}
+	c := newCLI(t)
+	c.store = "aerospike://127.0.0.1:1/test?timeout=200ms&attempts=1"
+	_, errs, code := c.run("lock", "status", "x")
+	if code == 0 || strings.Count(errs, "\n") != 1 || !strings.HasPrefix(errs, "dcsync: ") {
+		t.Fatalf("exit %d, stderr %q: want one line", code, errs)
+	}
+}
+
+// Ids are named as characters: the CLI path prints "é" as it was given.
+func TestNonASCIIClientID(t *testing.T) {
+	c := newCLI(t)
+	var out, errb bytes.Buffer
+	if code := run([]string{"--store", c.store, "--client", "é\x01", "latch", "count", "x"}, &out, &errb); code != 2 ||
+		!strings.Contains(errb.String(), `"é\x01"`) || !strings.Contains(errb.String(), "U+0001 at byte 2") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"--store", c.store, "--client", "é", "--farm", "dc1", "latch", "create", "x", "--count", "1"}, &out, &errb); code != 0 {
+		t.Fatalf("client é: exit %d, stderr %q", code, errb.String())
+	}
+}
+
+// --help names every store URL scheme and says that the default store is per user.
+func TestHelpNamesStoresAndPerUserDefault(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"--help"}, &out, &errb); code != 0 {
+		t.Fatalf("--help: exit %d %s", code, errb.String())
+	}
+	help := out.String()
+	var flagLine string
+	for _, line := range strings.Split(help, "\n") {
+		if strings.Contains(line, "--store") {
+			flagLine = line
+		}
+	}
+	for _, scheme := range []string{"sqlite://", "memory:", "hbase://", "aerospike://"} {
+		if !strings.Contains(flagLine, scheme) {
+			t.Errorf("--store help %q does not name %s", flagLine, scheme)
+		}
+	}
+	flat := strings.Join(strings.Fields(help), " ")
+	for _, want := range []string{"per user", "do not exclude each other", "sqlite:///var/lib/dcsync/dcsync.db"} {
+		if !strings.Contains(flat, want) {
+			t.Errorf("--help does not say %q:\n%s", want, help)
+		}
+	}
+}
+
+// The demo's workers are separate processes: a memory: store cannot be shared, and the
+// demo says so at once instead of hanging.
+func TestDemoRefusesMemoryStore(t *testing.T) {
+	c := newCLI(t)
+	c.store = "memory:"
+	cmd := c.process("demo", "--workers", "2", "--rounds", "1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("demo on memory: did not end within a minute:\n%s", out.String())
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(out.String(), "memory:") {
+		t.Fatalf("exit %d, output %q; want 2 and a message naming memory:", code, out.String())
+	}
+}
+
+// Without --store the demo works in a temporary file, not in the user's default store.
+func TestDemoLeavesDefaultStoreAlone(t *testing.T) {
+	state := t.TempDir()
+	cmd := exec.Command(os.Args[0], "demo", "--workers", "2", "--rounds", "2")
+	cmd.Env = append(os.Environ(), "DCSYNC_TEST_AS_MAIN=1", "XDG_STATE_HOME="+state, "DCSYNC_STORE=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(filepath.Join(state, "dcsync")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("demo wrote into the default store's directory (%v):\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "4 acquisitions by 2 processes") {
+		t.Fatalf("demo output:\n%s", out)
+	}
+}
+
+// The demo checks what it claims: two holders at once, by their timestamps, or tokens out
+// of order, fail it.
+func TestDemoCheckFindsOverlapAndTokenOrder(t *testing.T) {
+	ok := []holding{{pid: 1, token: 1, start: 10, end: 20}, {pid: 2, token: 2, start: 21, end: 30}}
+	if err := checkHoldings(ok); err != nil {
+		t.Fatalf("exclusive holdings: %v", err)
+	}
+	overlap := []holding{{pid: 1, token: 1, start: 10, end: 20}, {pid: 2, token: 2, start: 19, end: 30}}
+	if err := checkHoldings(overlap); err == nil || !strings.Contains(err.Error(), "at once") {
+		t.Fatalf("overlapping holdings: %v", err)
+	}
+	order := []holding{{pid: 1, token: 2, start: 10, end: 20}, {pid: 2, token: 1, start: 21, end: 30}}
+	if err := checkHoldings(order); err == nil || !strings.Contains(err.Error(), "token") {
+		t.Fatalf("tokens out of order: %v", err)
 	}
 }

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/dcsync/dcsync"
+)
+
+// Safety margin of `lock run`: the command is treated as unprotected from
+// sent + TTL - TTL/leaseDriftDivisor - leaseSlack on, where sent is when the last
+// successful acquisition or renewal was sent, by this process's clock. The store starts
+// the lease no earlier than that, so by the store's clock the lease lasts past this
+// point by the margin: room for clock-rate drift between the hosts (TTL/20: 5%), for
+// stores that keep expiries in whole milliseconds, and for the time between the
+// decision to kill and the command's death (leaseSlack).
+const (
+	leaseDriftDivisor = 20
+	leaseSlack        = 100 * time.Millisecond
+)
+
+// safeEnd is when a lease of ttl, acquired or renewed by a request sent at sent, must be
+// treated as over.
+func safeEnd(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - ttl/leaseDriftDivisor - leaseSlack)
+}
+
+// leaseClock wraps the lock store of `lock run` to learn when each successful
+// acquisition or renewal was sent, and so when the lease must be treated as over by
+// this process's clock. (lock.Lock keeps such a deadline for KeepAlive but does not
+// expose it; this wrapper sees the same calls KeepAlive makes.)
+type leaseClock struct {
+	dcsync.LockStore
+
+	mu      sync.Mutex
+	end     time.Time
+	changed chan struct{} // a token when end moved; capacity 1
+}
+
+func newLeaseClock(s dcsync.LockStore) *leaseClock {
+	return &leaseClock{LockStore: s, changed: make(chan struct{}, 1)}
+}
+
+// End returns the safe end of the lease (zero before the first acquisition).
+func (c *leaseClock) End() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.end
+}
+
+// extend moves the end to the safe end of a lease sent at sent, if that is later.
+func (c *leaseClock) extend(sent time.Time, ttl time.Duration) {
+	end := safeEnd(sent, ttl)
+	c.mu.Lock()
+	moved := end.After(c.end)
+	if moved {
+		c.end = end
+	}
+	c.mu.Unlock()
+	if moved {
+		select {
+		case c.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// AcquireLock records when a successful acquisition was sent.
+func (c *leaseClock) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+	sent := time.Now()
+	st, err := c.LockStore.AcquireLock(ctx, k, owner, ttl)
+	if err == nil {
+		c.extend(sent, ttl)
+	}
+	return st, err
+}
+
+// RefreshLock records when a successful renewal was sent.
+func (c *leaseClock) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+	sent := time.Now()
+	st, err := c.LockStore.RefreshLock(ctx, k, owner, ttl)
+	if err == nil {
+		c.extend(sent, ttl)
+	}
+	return st, err
+}

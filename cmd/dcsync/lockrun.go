@@ -1,0 +1,215 @@
+//go:build linux || darwin || freebsd || openbsd
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/lock"
+)
+
+// forwarded are the signals lock run passes on to the command's process group. Those a
+// terminal sends (Ctrl-C, Ctrl-\) reach the command directly when lock run runs in the
+// foreground; these are the ones sent to lock run itself (kill, timeout(1), systemd).
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// clockAt converts a time of this process's clock to clockNow's.
+func clockAt(t time.Time) int64 { return clockNow() + int64(time.Until(t)) }
+
+// runLocked runs argv under the lock; see the help of `lock run` for what it promises.
+func (a *app) runLocked(ctx context.Context, name string, f *lockFlags, argv []string) error {
+	path, err := lookCommand(argv[0])
+	if err != nil {
+		return err
+	}
+	var lc *leaseClock
+	m, opts, err := a.lockManager(ctx, func(s dcsync.LockStore) dcsync.LockStore {
+		lc = newLeaseClock(s)
+		return lc
+	})
+	if err != nil {
+		return err
+	}
+
+	// From here on the signals are lock run's to handle: before the command runs, one
+	// ends the wait for the lock; then it is forwarded.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	l, err := a.acquireInterruptible(ctx, m, name, f, opts, sigs)
+	if err != nil {
+		if code := exitCode(err); f.conflictSet && (code == exitHeld || code == exitTimeout) {
+			return withCode(f.conflictCode, err)
+		}
+		return err
+	}
+	// Release with a fresh context: the command's own may be cancelled by then.
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := l.Release(rctx); err != nil && !errors.Is(err, dcsync.ErrLockLost) {
+			fmt.Fprintln(a.stderr, "dcsync: release:", errorLine(err))
+		}
+	}()
+	kctx := l.KeepAlive(context.Background())
+	grace := min(f.killAfter, l.TTL()/3)
+
+	ctlR, ctlW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	// Closed only once the guardian has exited: the guardian takes the end of this
+	// pipe for the end of lock run and kills the command.
+	defer ctlW.Close()
+	stR, stW, err := os.Pipe()
+	if err != nil {
+		ctlR.Close()
+		return err
+	}
+	cfg, _ := json.Marshal(guardConfig{Path: path, Args: argv, Lock: name, Grace: grace, End: clockAt(lc.End()), Job: syscall.Getpgrp()})
+	self, err := selfExe()
+	if err != nil {
+		return err
+	}
+	g := exec.Command(self)
+	g.Args = []string{os.Args[0], "(lock run guard)", name}
+	g.Env = append(withoutEnv(os.Environ(), guardEnv),
+		fmt.Sprintf("DCSYNC_LOCK_TOKEN=%d", l.Token()), "DCSYNC_LOCK_OWNER="+l.Owner(), guardEnv+"="+string(cfg))
+	g.Stdin, g.Stdout, g.Stderr = os.Stdin, a.stdout, a.stderr
+	g.ExtraFiles = []*os.File{ctlR, stW}
+	// Its own process group: stopping lock run's job (Ctrl-Z, kill -STOP -PGID) does
+	// not stop the guardian, which must stop the command when the lease ends.
+	g.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	g.WaitDelay = time.Second // output the command's strays keep open is not waited for
+	err = g.Start()
+	ctlR.Close()
+	stW.Close()
+	if err != nil {
+		stR.Close()
+		return fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	stopped := make(chan bool, 1) // whether the guardian stopped the command for the lease
+	go func() {
+		b, _ := io.ReadAll(stR)
+		stR.Close()
+		stopped <- strings.IndexByte(string(b), statusStopped) >= 0
+	}()
+	exited := make(chan error, 1)
+	go func() { exited <- g.Wait() }()
+	conts := make(chan os.Signal, 1)
+	signal.Notify(conts, syscall.SIGCONT)
+	defer signal.Stop(conts)
+
+	lost, lostCh := false, kctx.Done()
+	for {
+		select {
+		case s := <-sigs:
+			_ = writeMsg(ctlW, msgSignal, int64(s.(syscall.Signal)))
+		case <-lc.changed:
+			_ = writeMsg(ctlW, msgEnd, clockAt(lc.End()))
+		case <-conts:
+			_ = writeMsg(ctlW, msgCont, 0)
+		case <-lostCh:
+			lostCh, lost = nil, true
+			how := "SIGKILL"
+			if grace > 0 {
+				how = fmt.Sprintf("SIGTERM, SIGKILL after %v", grace)
+			}
+			fmt.Fprintf(a.stderr, "dcsync: lease on %q lost (%s); stopping %s (%s)\n", name, errorLine(context.Cause(kctx)), argv[0], how)
+			_ = writeMsg(ctlW, msgLost, 0)
+		case err := <-exited:
+			if <-stopped {
+				return withCode(exitNotOwner, fmt.Errorf("lease on %q was not renewed in time; %s was stopped before it ended", name, argv[0]))
+			}
+			if lost {
+				return withCode(exitNotOwner, fmt.Errorf("lease on %q lost; %s was stopped", name, argv[0]))
+			}
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code := ee.ExitCode()
+				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					code = 128 + int(ws.Signal())
+				}
+				return &exitErr{code: code, err: err, quiet: true}
+			}
+			return err
+		}
+	}
+}
+
+// acquireInterruptible takes the lock as acquire does, unless one of sigs comes first
+// (or came while the lock was being taken): then it returns an interrupted error.
+func (a *app) acquireInterruptible(ctx context.Context, m *lock.Manager, name string, f *lockFlags, opts []lock.CallOption, sigs chan os.Signal) (*lock.Lock, error) {
+	actx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done, watched := make(chan struct{}), make(chan struct{})
+	var got os.Signal
+	go func() {
+		defer close(watched)
+		select {
+		case got = <-sigs:
+			cancel(&interrupted{got})
+		case <-done:
+		}
+	}()
+	l, err := acquire(actx, m, name, f, opts)
+	close(done)
+	<-watched
+	if got == nil {
+		select {
+		case got = <-sigs:
+		default:
+		}
+	}
+	if got != nil {
+		if l != nil {
+			rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = l.Release(rctx)
+		}
+		return nil, &interrupted{got}
+	}
+	return l, err
+}
+
+// lookCommand finds the command as a shell would, failing as a shell does: 127 when it
+// is not found, 126 when it cannot be executed.
+func lookCommand(name string) (string, error) {
+	path, err := exec.LookPath(name)
+	if errors.Is(err, exec.ErrDot) {
+		err = nil // found through a relative PATH entry: a shell runs it too
+	}
+	if err == nil {
+		return path, nil
+	}
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return "", withCode(exitNotFound, fmt.Errorf("%s: command not found", name))
+	}
+	var ee *exec.Error
+	if errors.As(err, &ee) {
+		err = ee.Err
+	}
+	return "", withCode(exitCannotExec, fmt.Errorf("%s: cannot execute: %w", name, err))
+}
+
+// withoutEnv returns env without the variable name.
+func withoutEnv(env []string, name string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, name+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
