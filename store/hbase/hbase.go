@@ -58,8 +58,8 @@
 // the cell D:L (value "M") that it writes with check-and-mutate "if D:L is absent"
 // (HBaseStore.java:78-82), and releases it by deleting the row (HBaseStore.java:103).
 // dcsync takes the lock the same way, so each excludes the other, and adds cells a Java
-// client ignores, all written by the one Put that takes the lock, with the lease as
-// their cell TTL:
+// client ignores, all at one version (the timestamp the server gives the Put that
+// takes the lock) with the lease as their cell TTL:
 //
 //	D:L  "M"                       the Java marker
 //	D:O  owner id                  only this owner refreshes or releases the lock
@@ -67,11 +67,14 @@
 //	D:T  fencing token             8-byte big-endian
 //
 // Fencing tokens come from a counter that never expires, in row Salt("F#" +
-// layout.IdentityKey(key)), cell D:F, bumped with HBase's nonce'd Increment before the
-// lock is taken. No Java lock row starts with "F#", a Java release (a row delete)
-// cannot touch it, and two keys that share a Java lock row have counters of their own.
+// layout.IdentityKey(key)), cell D:F, bumped with HBase's nonce'd Increment once the
+// lock is held and recorded in D:T by a check-and-mutate "D:O is ours": every holder
+// bumps it while it holds the lock, so each acquisition's token is larger than every
+// earlier one's, also after a lease lapsed. No Java lock row starts with "F#", a Java
+// release (a row delete) cannot touch it, and two keys that share a Java lock row have
+// counters of their own.
 //
-// # Timestamps of lock cells and deletes
+// # Timestamps of lock cells, and releases without delete markers
 //
 // A delete in HBase is a marker that hides every version, present or future, whose
 // timestamp is at or before the marker's. The Java release is a row delete stamped
@@ -79,18 +82,24 @@
 // with the Java client's clock (new Put(row, System.currentTimeMillis()),
 // HBaseStore.java:81), so a Java acquire that follows a release, from a client whose
 // clock is behind the server's (or in the same millisecond), is hidden: the Java client
-// believes it holds a lock that everyone else sees free. dcsync stamps its own deletes
-// at the version of the cells it owns, read just before: an acquire's Put is stamped by
-// the server, a refresh rewrites the cells at that same version with a new TTL, and a
-// release (also the release of a half-taken lock) deletes the row with its markers
-// stamped at that version, conditional on "D:O is ours and D:E unchanged". The release
-// hides the holder's own cells and nothing written after them: the next holder's Put is
-// hidden only if it is stamped at or before the time this holder acquired, which for a
-// Java client means a clock behind by more than the time the lock was held. dcsync's
-// acquire reads the row back in the same call as its check-and-mutate: its cells
-// hidden by a delete of the same millisecond or later (a Java release, or a dcsync
-// release in the millisecond its holder acquired) are seen at once and the acquire
-// starts over, so dcsync never reports a lock it cannot be seen to hold.
+// believes it holds a lock that everyone else sees free.
+//
+// dcsync stamps its releases at the version of the cells it owns, read just before,
+// and writes no marker at all: an acquire's Put is stamped by the server, the token
+// and every refresh are written at that same version (a refresh with a new TTL), and a
+// release (also the release of a half-taken lock) overwrites the holder's cells at
+// that version with empty values, conditional on "D:O is ours and D:E unchanged". HBase
+// returns the latest write of a cell version, and its check "D:L absent" (dcsync's and
+// the Java acquire's) takes an empty D:L as absent, so the lock is free at once. Such a
+// release hides nothing written after it, not a Put of the same millisecond (the later
+// write of a version wins) nor a Java Put stamped by a clock that is behind the
+// server's by less than the time the lock was held (one behind by more is older than
+// the emptied cells, and shadowed by them). The empty cells live until the cells they
+// replaced would have expired, plus a day (so that those never show through), then
+// vanish. dcsync's acquire reads the row back in the same call as its check-and-mutate:
+// its cells hidden by a Java release's marker of the same millisecond are seen at once
+// and the acquire starts over, so dcsync never reports a lock it cannot be seen to
+// hold.
 //
 // # Ids that share a Java row
 //
@@ -116,8 +125,9 @@
 //     Put stamped at or before it: a Java acquire from a client whose clock is behind
 //     the server's (HBaseStore.java:81) right after a Java release is invisible to
 //     everyone but that Java client (dcsync's own acquire reads back and retries).
-//   - dcsync's release hides a Java Put stamped with a clock behind by more than the
-//     time the released lock was held.
+//   - After a dcsync release, a Java Put stamped with a clock behind by more than the
+//     time the released lock was held is older than the emptied cells and shadowed by
+//     them: that Java client believes it holds a lock others see free.
 //   - A Java latch create is an Increment (HBaseLatchStorage.java:80-82): it adds to an
 //     existing count.
 //   - Java updates send no TTL: HBase carries the cell's TTL forward from each update,

@@ -33,9 +33,10 @@ func javaAcquire(t *testing.T, ctx context.Context, row []byte, ts int64, ttl ti
 }
 
 // TestReleaseNeverHidesNewerHolder: dcsync's release is stamped at the timestamp of
-// the cells it owns, so it cannot hide a Put the next holder makes after it, even one
-// stamped (as the Java store stamps its Put, with its client's clock) at or before the
-// server time of the release itself.
+// the cells it owns (and writes no delete marker), so it cannot hide a Put the next
+// holder makes after it, even one stamped (as the Java store stamps its Put, with its
+// client's clock) at or before the server time of the release itself, or exactly at
+// the version of the released cells.
 func TestReleaseNeverHidesNewerHolder(t *testing.T) {
 	s := openStore(t)
 	defer s.Close()
@@ -63,6 +64,20 @@ func TestReleaseNeverHidesNewerHolder(t *testing.T) {
 		// B holds it: dcsync cannot take it.
 		_, err = s.AcquireLock(ctx, k, "C", time.Minute)
 		wantCode(t, err, dcsync.LockUnavailable, "acquire while B holds")
+	}
+	// A Put stamped exactly at the version of the released cells.
+	k := key(dcsync.DC, "dc1")
+	row := layout.HBaseLockRow(k)
+	_, err := s.AcquireLock(ctx, k, "A", time.Minute)
+	must(t, err, "A acquires")
+	cells, err := s.client.Get(ctx, s.lockTable, row)
+	must(t, err, "Get")
+	must(t, s.ReleaseLock(ctx, k, "A"), "A releases")
+	if !javaAcquire(t, ctx, row, cells[0].Timestamp, time.Minute) {
+		t.Fatal("B's if-absent acquire after A's release was refused")
+	}
+	if _, err := s.InspectLock(ctx, k); err != nil {
+		t.Fatalf("B's lock, put at the version A's cells had, is invisible: %v", err)
 	}
 }
 

@@ -82,10 +82,33 @@ func lockPut(owner string, expires time.Time, token uint64, ttl time.Duration, t
 	}, TTL: ttl, Timestamp: ts}
 }
 
-// ownedDelete deletes the lock row of a holder whose cells have version ts: the row
-// delete's markers are stamped ts, so they hide those cells (and older ones) and
-// nothing written after them with a later timestamp, such as the next holder's Put.
-func ownedDelete(ts int64) *hbaserpc.Delete { return &hbaserpc.Delete{Timestamp: ts} }
+// releaseMargin is how much longer than the holder's recorded expiry the empty cells of
+// a release live: they must outlive the cells they replace (see ownedRelease), whose
+// TTL counts by the server's clock while D:E was computed by the holder's.
+const releaseMargin = 24 * time.Hour
+
+// ownedRelease frees the lock row r, held by this store's owner, without a delete
+// marker: it overwrites the holder's cells L, O, E and T at their own version r.ts with
+// empty values. HBase reads the latest write of a cell version, and its check "D:L
+// absent" (dcsync's and the Java acquire's) takes an empty value as absent, so the lock
+// is free at once; and since no marker is written, nothing written afterwards is
+// hidden, not even a Put of the same millisecond (the later write of a version wins),
+// nor a Java Put stamped with a client clock behind the server's by less than the time
+// the lock was held. The empty cells live until the replaced ones would have expired
+// (by D:E) plus releaseMargin, so an older write of the same version never shows
+// through.
+func ownedRelease(r lockRow) *hbaserpc.Put {
+	ttl := releaseMargin
+	if !r.expires.IsZero() && r.expires.UnixMilli() > r.ts {
+		ttl += time.Duration(r.expires.UnixMilli()-r.ts) * time.Millisecond
+	}
+	return &hbaserpc.Put{Values: []hbaserpc.Value{
+		{Family: famLock, Qualifier: qualLock},
+		{Family: famLock, Qualifier: qualOwner},
+		{Family: famLock, Qualifier: qualExpiry},
+		{Family: famLock, Qualifier: qualToken},
+	}, Timestamp: r.ts, TTL: ttl}
+}
 
 // ownedBy is the condition that r is still the row read: the same owner, with the same
 // recorded expiry (a refresh of that owner changes it).
@@ -118,9 +141,9 @@ func lost(op string, k dcsync.Key, owner string) error {
 //     cells), and read the row back in the same call to the server. The read shows
 //     the holder: another holder means LockUnavailable (Owner "" and Token 0 for a
 //     Java holder), at the cost of this one call. Applied but not visible means a
-//     delete marker of the same millisecond or later hides our cells (a Java
-//     release, or a release in the millisecond our predecessor acquired): the acquire
-//     starts over, so dcsync never reports a lock it cannot be seen to hold.
+//     delete marker of the same millisecond or later hides our cells (a Java release:
+//     dcsync's releases write no marker): the acquire starts over, so dcsync never
+//     reports a lock it cannot be seen to hold.
 //  2. Increment the fencing counter (nonce'd, so a retried Increment counts once): the
 //     token. It is bumped only once the lock is held, so it is larger than the token
 //     of every earlier holder (each bumped while it held the lock), also when a step 1
@@ -306,12 +329,12 @@ func (s *Store) bumpFence(ctx context.Context, k dcsync.Key) (uint64, error) {
 	return 0, dcsync.Errorf(dcsync.Internal, op, "Increment of the fencing counter of %s returned no value", k)
 }
 
-// releaseQuiet deletes a lock row r that owner holds, after a failure, best effort,
+// releaseQuiet frees a lock row r that owner holds, after a failure, best effort,
 // on its own short deadline (the caller's ctx may be what failed).
 func (s *Store) releaseQuiet(row []byte, owner string, r lockRow) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, ownedBy(owner, r), ownedDelete(r.ts)); err != nil {
+	if _, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, ownedBy(owner, r), ownedRelease(r)); err != nil {
 		s.log.Debug("hbase: releasing a half-taken lock failed; it lapses with its lease", "row", row, "err", err)
 	}
 }
@@ -377,17 +400,18 @@ func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl
 }
 
 // ReleaseLock frees the lock if owner holds it: it reads the row (LockLost unless owner
-// holds it), then check-and-mutates "D:O == owner and D:E unchanged" to delete the lock
-// row (the fencing counter lives in another row), with the row delete stamped at the
-// timestamp of the cells it reads, not at the server's current time: it hides those
-// cells and never a Put made after them by the next holder (see the package doc). A
-// refresh of the same owner that lands in between changes D:E; the release then reads
-// again and deletes the refreshed cells. Not applied otherwise: LockLost. A lease
-// already past its recorded expiry (D:E) is deleted too but reported as LockLost.
+// holds it), then check-and-mutates "D:O == owner and D:E unchanged" to empty the
+// holder's cells at the version it read (ownedRelease; the fencing counter lives in
+// another row). The release is stamped at the timestamp of the cells it owns, not at
+// the server's current time, and writes no delete marker: it never hides a Put made
+// after it by the next holder (see the package doc). A refresh of the same owner that
+// lands in between changes D:E; the release then reads again and empties the
+// refreshed cells. Not applied otherwise: LockLost. A lease already past its recorded
+// expiry (D:E) is freed too but reported as LockLost.
 //
 // An unknown outcome is resolved by reading back D:O: no longer ours means released
 // (unless the lease had run out by then: LockLost); still ours means not applied, and
-// the delete is sent again. A resend that finds the row gone or held by another, after
+// the release is sent again. A resend that finds the row free or held by another, after
 // an attempt in doubt, is the first attempt having reached the server late: released,
 // if the lease had not run out by then.
 func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
@@ -421,7 +445,7 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 	}
 	doubted := false
 	for try := 0; ; try++ {
-		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, ownedBy(owner, r), ownedDelete(r.ts))
+		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, ownedBy(owner, r), ownedRelease(r))
 		if err == nil {
 			if ok {
 				if expired {
@@ -435,7 +459,7 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 			}
 			switch {
 			case back.held && back.owner == owner && try < maxTries-1:
-				r = back // refreshed in between: delete the new cells
+				r = back // refreshed in between: empty the new cells
 				continue
 			case doubted && (!back.held || back.owner != owner):
 				return gone()
