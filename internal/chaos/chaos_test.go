@@ -76,6 +76,8 @@ func TestCheckerFindsDoubleAppliedUpdates(t *testing.T) {
 		rec(2, 1, PhaseCall, KindAdd, 0, -1, 0, "", 5), // killed: unknown
 		rec(3, 1, PhaseCall, KindRead, 0, 0, 0, "", 20),
 	}
+	// A read cut off by SIGKILL (no return) says nothing.
+	h = append(h, rec(4, 1, PhaseCall, KindRead, 0, 0, 0, "", 15))
 	for _, tc := range []struct {
 		read int64
 		ok   bool

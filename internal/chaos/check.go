@@ -212,7 +212,8 @@ func LatchOperations(records []Record) (ops []porcupine.Operation, unknown int) 
 		case p.call.Kind == KindAdd && (p.ret == nil || p.ret.Outcome == Unknown):
 			op.Input, op.Output = latchInput{add: true, delta: p.call.Delta}, latchOutput{unknown: true}
 			unknown++
-		case p.ret.Outcome != OK:
+		case p.ret == nil || p.ret.Outcome != OK:
+			// A read cut off, or an operation that certainly changed nothing.
 			continue
 		case p.call.Kind == KindAdd:
 			op.Input, op.Output = latchInput{add: true, delta: p.call.Delta}, latchOutput{}
