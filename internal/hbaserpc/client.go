@@ -13,8 +13,15 @@
 // after the request was written), only idempotent calls are retried: reads, Put,
 // Delete, and Increment, which carries a nonce (MutationProto.nonce plus the
 // client's nonce group) that every retry of the call reuses, so HBase's nonce
-// manager applies it at most once. CheckAndMutate is not retried then; it fails
-// with a dcsync.Connection error, meaning "outcome unknown".
+// manager applies it at most once. CheckAndMutate is not retried then (it fails with
+// a dcsync.Connection error, meaning "outcome unknown"), unless it is made of
+// nonce'd Increments and Deletes at explicit timestamps that leave its condition
+// alone (see CheckAndMutate).
+//
+// Timestamps: Put and Delete take explicit cell timestamps (a Delete then hides only
+// versions at or before its own), and GetWithClock reads a row together with a lower
+// bound of its region server's clock, for choosing TTLs relative to the timestamps
+// HBase will give new versions.
 //
 // All errors are *dcsync.Error values (Connection, Internal, TableCreation,
 // RetriesExhausted, InvalidArgument); server exceptions are also reachable as
