@@ -20,7 +20,7 @@ import (
 
 func TestMain(m *testing.M) {
 	if IsChild() {
-		ChildMain()
+		ChildMain(func(ctx context.Context, url string) (dcsync.Store, error) { return storeurl.Open(ctx, url) })
 	}
 	os.Exit(m.Run())
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/lock"
-	"github.com/dcsync/dcsync/storeurl"
 )
 
 // Scenario is one run: workers on one lock and one latch of one store, with faults.
@@ -96,12 +95,13 @@ func lockWorker(client int, m *lock.Manager, name string, ttl time.Duration, out
 // IsChild reports whether this process was started as a chaos worker.
 func IsChild() bool { return os.Getenv(envChild) != "" }
 
-// ChildMain runs a worker as a child process: it writes its records to stdout until
-// stdin closes or it is signalled, and exits.
-func ChildMain() {
+// ChildMain runs a worker as a child process: it opens the store URL it was given with
+// open (normally storeurl.Open), writes its records to stdout until stdin closes or it is
+// signalled, and exits.
+func ChildMain(open func(ctx context.Context, url string) (dcsync.Store, error)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }()
-	store, err := storeurl.Open(ctx, os.Getenv(envURL))
+	store, err := open(ctx, os.Getenv(envURL))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos child:", err)
 		os.Exit(1)
