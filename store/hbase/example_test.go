@@ -4,34 +4,34 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"log/slog"
 	"net/url"
 	"time"
 
 	"github.com/dcsync/dcsync"
-	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/lock"
 	"github.com/dcsync/dcsync/store/hbase"
 )
 
-// Example shares a connection with the rest of an application, as the Java libraries
-// do, and uses the store through the lock and latch managers. It needs a running HBase
-// (testenv/hbase/up), so it has no checked output.
+// Example opens a store from outside the module with Open (the store owns its
+// connection) and uses it through the lock and latch managers. It needs a running HBase
+// (testenv/hbase/up), so it has no checked output: go test compiles it but does not run
+// it.
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	client, err := hbaserpc.Dial(ctx, hbaserpc.Config{ZKQuorum: "127.0.0.1:21818"})
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer client.Close() // the store does not close a client it was given
 
-	// Creates dcsync_locks and D_LTCH_distributed_latch with the Java schema if absent.
-	store, err := hbase.New(ctx, client, hbase.Config{LockTable: "dcsync_locks"})
+	// Creates dcsync_locks and D_LTCH_distributed_latch with the Java schema, if absent,
+	// on their first use.
+	store, err := hbase.Open(ctx, hbase.Options{
+		Quorum:    []string{"127.0.0.1:21818"},
+		LockTable: "dcsync_locks",
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer store.Close()
+	defer store.Close() // closes the connection Open made
 
 	locks, err := lock.New(store, "billing", "dc1", lock.WithLevel(dcsync.XDC))
 	if err != nil {
@@ -56,6 +56,27 @@ func Example() {
 	}
 	n, err := done.CountDown(ctx)
 	fmt.Println("left:", n, err)
+}
+
+// ExampleOpen sets every option a deployment usually names: the quorum, HBase's root
+// znode, the tables the Java services use, and the client's timeouts.
+func ExampleOpen() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	store, err := hbase.Open(ctx, hbase.Options{
+		Quorum:           []string{"zk1.example.com:2181", "zk2.example.com:2181", "zk3.example.com:2181"},
+		ZKRoot:           "/hbase",
+		LockTable:        "dlm_locks",         // the table the Java DLM services use
+		LatchTableSuffix: "distributed_latch", // D_LTCH_distributed_latch
+		DialTimeout:      5 * time.Second,
+		RPCTimeout:       10 * time.Second,
+		Logger:           slog.Default(),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer store.Close()
+	fmt.Println(store.LockTable(), store.LatchTable())
 }
 
 // ExampleOpenURL opens a store that owns its connection: Close closes it.

@@ -253,8 +253,9 @@ var (
 	_ dcsync.CloseNotifier = (*Store)(nil)
 )
 
-// New returns a store on an already-connected client, as the Java libraries take a
-// connection. It creates no table: the lock table is created, when absent, by the first
+// New returns a store on an already-connected client of this module's internal HBase
+// client package, so only code inside the module can call it; applications use Open (or
+// OpenURL), which dial the cluster themselves. It creates no table: the lock table is created, when absent, by the first
 // lock call, and the latch table by the first latch call (as the Java lock store
 // creates its table in initialize(), HBaseStore.java:52-71, and the Java latch creates
 // its own on the first latch create, HBaseLatchStorage.java:77), with the Java
@@ -326,7 +327,7 @@ func (s *Store) ready(ctx context.Context, op string, t *lazyTable) error {
 }
 
 // OpenURL dials the cluster named by u and returns a store that owns its client (Close
-// closes it). The form is
+// closes it), as Open does with Options. The form is
 //
 //	hbase://ZKHOST:PORT[,ZKHOST2:PORT...]?lock_table=T&latch_table_suffix=S&zk_root=/hbase
 //
@@ -372,7 +373,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	return newStore(client, true, cfg), nil
 }
 
-// Close releases the store. It closes the client only when OpenURL dialed it. Locks and
+// Close releases the store. It closes the client only when Open or OpenURL dialed it. Locks and
 // latches it wrote stay. Calls after Close fail with a Connection error.
 func (s *Store) Close() error {
 	s.closeOnce.Do(func() {

@@ -1,0 +1,94 @@
+package hbase
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/internal/hbaserpc"
+)
+
+// Options configures Open: where the cluster is, and the store's tables. Only Quorum is
+// required; every zero field takes the default documented on it.
+type Options struct {
+	// Quorum lists the ZooKeeper servers of the cluster, each "host:port" (a host
+	// without a port means port 2181), as hbase.zookeeper.quorum names them.
+	Quorum []string
+	// ZKRoot is HBase's root znode, zookeeper.znode.parent. Default "/hbase".
+	ZKRoot string
+
+	// LockTable is the lock table's name, "table" or "namespace:table". Default
+	// "dlm_locks" (DefaultLockTable). Java services sharing locks with dcsync must use
+	// the same table.
+	LockTable string
+	// LatchTableSuffix names the latch table D_LTCH_<suffix>. Default
+	// "distributed_latch" (DefaultLatchTableSuffix), the Java default.
+	LatchTableSuffix string
+
+	// DialTimeout bounds connecting to ZooKeeper or to one HBase server. Default 5s.
+	DialTimeout time.Duration
+	// RPCTimeout bounds one attempt of one RPC when the context allows longer; it is
+	// also sent to the server as the call's timeout. Default 30s.
+	RPCTimeout time.Duration
+	// MaxAttempts bounds the attempts of one RPC, the first included. Default 10.
+	MaxAttempts int
+	// BackoffBase is the first retry's backoff; it doubles per attempt up to
+	// BackoffMax, each wait drawn at random between half and all of it. Default 50ms.
+	BackoffBase time.Duration
+	// BackoffMax caps the backoff between attempts. Default 2s.
+	BackoffMax time.Duration
+	// User is the user name the connection presents (SIMPLE authentication; Kerberos
+	// is not supported). Default: the OS user, or "dcsync".
+	User string
+
+	// Logger receives the store's in-doubt outcomes and the client's debug logs
+	// (ZooKeeper's included). Default: discarded.
+	Logger *slog.Logger
+}
+
+// Open connects to the HBase cluster whose ZooKeeper quorum opts names and returns a
+// store that owns the connection: Close closes it. It is the constructor for
+// applications outside this module (New takes the module's internal client); OpenURL
+// and storeurl.Open take the same settings as a URL.
+//
+// Open returns once ZooKeeper has answered and the cluster's meta region is located;
+// it creates no table (see New: each table is created, when absent, by its first
+// call). An unreachable cluster is a Connection error; an empty quorum InvalidArgument.
+func Open(ctx context.Context, opts Options) (*Store, error) {
+	const op = "hbase.Open"
+	var hosts []string
+	for _, h := range opts.Quorum {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	if len(hosts) == 0 {
+		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "no ZooKeeper server in Options.Quorum")
+	}
+	for _, h := range hosts {
+		if strings.Contains(h, ",") {
+			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "quorum entry %q holds a comma: give one server per entry", h)
+		}
+	}
+	client, err := hbaserpc.Dial(ctx, hbaserpc.Config{
+		ZKQuorum:    strings.Join(hosts, ","),
+		ZKRoot:      opts.ZKRoot,
+		DialTimeout: opts.DialTimeout,
+		RPCTimeout:  opts.RPCTimeout,
+		MaxAttempts: opts.MaxAttempts,
+		BackoffBase: opts.BackoffBase,
+		BackoffMax:  opts.BackoffMax,
+		Logger:      opts.Logger,
+		User:        opts.User,
+	})
+	if err != nil {
+		return nil, dcsync.Wrap(err, dcsync.Connection, op)
+	}
+	return newStore(client, true, Config{
+		LockTable:        opts.LockTable,
+		LatchTableSuffix: opts.LatchTableSuffix,
+		Logger:           opts.Logger,
+	}), nil
+}

@@ -1,0 +1,69 @@
+package hbase
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dcsync/dcsync"
+)
+
+// TestOpen opens the store the way an application outside the module does (Options, no
+// internal client) and takes a lock and counts a latch on the real cluster; Close
+// closes the connection Open made.
+func TestOpen(t *testing.T) {
+	shared(t) // this run's tables
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := Open(ctx, Options{
+		Quorum:           strings.Split(zkQuorum(t), ","),
+		LockTable:        fixture.lockTable,
+		LatchTableSuffix: fixture.latchSuffix,
+		RPCTimeout:       20 * time.Second,
+		Logger:           testLogger(),
+	})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if s.LockTable() != fixture.lockTable || s.LatchTable() != "D_LTCH_"+fixture.latchSuffix {
+		t.Fatalf("tables %s, %s; want %s, D_LTCH_%s", s.LockTable(), s.LatchTable(), fixture.lockTable, fixture.latchSuffix)
+	}
+	k := dcsync.Key{Level: dcsync.DC, Farm: "dc1", Client: "open-" + randHex(4), Name: "job"}
+	st, err := s.AcquireLock(ctx, k, "owner-1", 30*time.Second)
+	if err != nil {
+		t.Fatalf("AcquireLock: %v", err)
+	}
+	if st.Token == 0 {
+		t.Fatalf("token 0 after acquire: %+v", st)
+	}
+	if err := s.ReleaseLock(ctx, k, "owner-1"); err != nil {
+		t.Fatalf("ReleaseLock: %v", err)
+	}
+	if err := s.CreateLatch(ctx, k, 2, time.Minute); err != nil {
+		t.Fatalf("CreateLatch: %v", err)
+	}
+	n, err := s.AddLatch(ctx, k, -1)
+	if err != nil || n != 1 {
+		t.Fatalf("AddLatch = %d, %v; want 1, nil", n, err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := s.ReadLatches(ctx, []dcsync.Key{k}); !errors.Is(err, dcsync.ErrConnection) {
+		t.Fatalf("ReadLatches after Close = %v; want a Connection error", err)
+	}
+}
+
+// TestOpenRefusesBadQuorum: a missing quorum, or a comma-joined entry, is InvalidArgument
+// before any I/O.
+func TestOpenRefusesBadQuorum(t *testing.T) {
+	ctx := context.Background()
+	for _, q := range [][]string{nil, {" ", ""}, {"zk1:2181,zk2:2181"}} {
+		s, err := Open(ctx, Options{Quorum: q})
+		if !errors.Is(err, dcsync.ErrInvalidArgument) || s != nil {
+			t.Errorf("Open(Quorum %q) = %v, %v; want InvalidArgument", q, s, err)
+		}
+	}
+}
