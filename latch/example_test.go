@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/latch"
@@ -50,4 +51,40 @@ func ExampleManager_GetOrCreateCountUpDown() {
 	n, _ := inflight.CountDown(ctx)
 	fmt.Println("in flight:", n)
 	// Output: in flight: 1
+}
+
+// An XDC latch is one count summed across farms: each farm's manager updates its own
+// farm's cell, and every reader sees the sum. Here two farms' managers share one store
+// (in production, two data centres' processes share an HBase or Aerospike cluster).
+func ExampleWithLevel_xdc() {
+	ctx := context.Background()
+	store := memory.New()
+	dc1, _ := latch.New(store, "payments", "dc1", latch.WithLevel(dcsync.XDC), latch.WithTTL(time.Hour))
+	dc2, _ := latch.New(store, "payments", "dc2", latch.WithLevel(dcsync.XDC), latch.WithTTL(time.Hour))
+
+	// dc1 creates the latch: the whole latch, every farm's cell, ends an hour from now.
+	a, err := dc1.CreateCountDown(ctx, "migration", 3)
+	if err != nil {
+		panic(err)
+	}
+	// dc2 counts the same latch down: its cell goes to -1, the sum to 2.
+	b, _ := dc2.GetCountDown("migration")
+	n, _ := b.CountDown(ctx)
+	fmt.Println("after dc2's count-down:", n)
+	_, _ = a.CountDown(ctx)
+	n, _ = a.CountDown(ctx)
+	fmt.Println("after dc1's two:", n)
+	fmt.Println("dc2 sees it done:", b.Wait(ctx))
+
+	// Each farm's share lives in its own cell (the Java layout: one row or record per
+	// latch name, one cell per farm), which a DC-level reader in that farm sees alone.
+	local, _ := latch.New(store, "payments", "dc2")
+	dcView, _ := local.GetCountDown("migration")
+	n, _ = dcView.Count(ctx)
+	fmt.Println("dc2's own cell:", n)
+	// Output:
+	// after dc2's count-down: 2
+	// after dc1's two: 0
+	// dc2 sees it done: <nil>
+	// dc2's own cell: -1
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dcsync/dcsync"
@@ -106,4 +108,44 @@ func ExampleWithFairness() {
 	// first
 	// second
 	// third
+}
+
+// A lease is lost when this process stops renewing it in time, for instance because it
+// was paused longer than the TTL: another owner takes the lock, and the next renewal is
+// refused. KeepAlive's context then ends with a LockLost cause, which tells the job to
+// stop. Here the store's clock is moved an hour ahead to stand for the pause.
+func ExampleLock_KeepAlive_leaseLost() {
+	ctx := context.Background()
+	var skew atomic.Int64 // how far the store's clock is ahead
+	store := memory.New(memory.WithClock(func() time.Time {
+		return time.Now().Add(time.Duration(skew.Load()))
+	}))
+
+	// The loss is logged at level WARN unless the manager is given another logger.
+	mine, _ := lock.New(store, "billing", "dc1", lock.WithLogger(slog.New(slog.DiscardHandler)))
+	l, err := mine.TryAcquire(ctx, "nightly-invoices", lock.TTL(time.Second))
+	if err != nil {
+		panic(err)
+	}
+	skew.Store(int64(time.Hour)) // the lease lapses while this process is paused
+	theirs, _ := lock.New(store, "billing", "dc1")
+	other, err := theirs.TryAcquire(ctx, "nightly-invoices", lock.TTL(time.Minute))
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("other holder's token:", other.Token())
+
+	jobCtx := l.KeepAlive(ctx) // the first renewal is refused: another owner holds it
+	<-jobCtx.Done()
+	cause := context.Cause(jobCtx)
+	fmt.Println("job stopped, lock lost:", errors.Is(cause, dcsync.ErrLockLost))
+	// Release leaves the new holder's lock alone and reports the loss.
+	fmt.Println("release says lost:", errors.Is(l.Release(ctx), dcsync.ErrLockLost))
+	fmt.Println("other still holds it:", other.Refresh(ctx) == nil)
+	_ = other.Release(ctx)
+	// Output:
+	// other holder's token: 2
+	// job stopped, lock lost: true
+	// release says lost: true
+	// other still holds it: true
 }
