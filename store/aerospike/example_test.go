@@ -3,6 +3,7 @@ package aerospike_test
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"time"
 
 	as "github.com/aerospike/aerospike-client-go/v8"
@@ -45,4 +46,46 @@ func Example() {
 	c.CountDown(ctx)
 	n, _ := c.CountDown(ctx)
 	fmt.Println("count:", n, "wait:", c.Wait(ctx))
+}
+
+// ExampleNew takes a client the application already configured (authentication,
+// timeouts, several seed hosts), as the Java libraries take one, and sets the store's
+// sets and retry policy. The Config fields left zero take their defaults.
+func ExampleNew() {
+	policy := as.NewClientPolicy()
+	policy.User, policy.Password = "app", "secret" // Enterprise security, if enabled
+	policy.Timeout = 5 * time.Second
+	client, aerr := as.NewClientWithPolicyAndHost(policy,
+		as.NewHost("aero1.example.com", 3000), as.NewHost("aero2.example.com", 3000))
+	if aerr != nil {
+		panic(aerr)
+	}
+	defer client.Close()
+
+	store, err := aerospike.New(client, aerospike.Config{
+		Namespace:      "locks",             // nsup-period > 0; see docs/stores/aerospike.md
+		LockSetSuffix:  "distributed_lock",  // sets DC#<farm>#distributed_lock, XDC#distributed_lock
+		LatchSetSuffix: "distributed_latch", // set D_LTCH#distributed_latch
+		Attempts:       5,
+		Timeout:        time.Second,
+	})
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+}
+
+// ExampleOpenURL dials the cluster itself; the store owns that client and Close closes
+// it.
+func ExampleOpenURL() {
+	u, err := url.Parse("aerospike://127.0.0.1:3000/test?lock_set_suffix=distributed_lock&timeout=500ms")
+	if err != nil {
+		panic(err)
+	}
+	store, err := aerospike.OpenURL(context.Background(), u)
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	fmt.Println("opened")
 }
