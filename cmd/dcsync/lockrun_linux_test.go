@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // gone reports whether process pid has ended (no such process, or a zombie).
@@ -104,9 +106,10 @@ func TestLockRunCommandDiesWithDcsync(t *testing.T) {
 	}
 }
 
-// heartbeat is a command that writes the wall-clock time (ns) to a file every 10 ms.
+// heartbeat is a command that writes the wall-clock time (ns) to a file every 10 ms. It
+// ignores SIGTERM: only SIGKILL stops it, as a command busy cleaning up would go on.
 func heartbeat(file string) []string {
-	return []string{"sh", "-c", `echo ready; while true; do date +%s%N >> "$0"; sleep 0.01; done`, file}
+	return []string{"sh", "-c", `trap '' TERM; echo ready; while true; do date +%s%N >> "$0"; sleep 0.01; done`, file}
 }
 
 // lastBeat returns the last time written by heartbeat.
@@ -362,6 +365,16 @@ func TestLockRunCtrlCReachesCommandOnce(t *testing.T) {
 	c := newCLI(t)
 	cmd, master, lines := c.termRun("job", "--ttl", "30s", "--", "env", "DCSYNC_TEST_AS_MAIN=signals", os.Args[0])
 	expect(t, lines, "ready")
+	// A terminal sends Ctrl-C to its foreground process group. Were dcsync in it, it
+	// would get the SIGINT too and forward it: a second one. (Two SIGINTs microseconds
+	// apart can merge into one in the receiver, so counting them alone proves little.)
+	fg, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPGRP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fg == cmd.Process.Pid { // dcsync leads its session's first process group
+		t.Fatalf("dcsync is in the terminal's foreground process group %d: a Ctrl-C reaches the command from the terminal and again from dcsync", fg)
+	}
 	if _, err := master.Write([]byte{3}); err != nil { // Ctrl-C
 		t.Fatal(err)
 	}
@@ -427,6 +440,12 @@ func TestLockRunCtrlZStopsTheJob(t *testing.T) {
 		}
 	}()
 	expect(t, lines, "ready")
+	dcsync := children(shell.Process.Pid)
+	if len(dcsync) != 1 {
+		t.Fatalf("shell children %v, want dcsync alone", dcsync)
+	}
+	// Should the shell die first, its job must not outlive the test.
+	t.Cleanup(func() { _ = syscall.Kill(dcsync[0], syscall.SIGKILL) })
 	if _, err := master.Write([]byte{26}); err != nil { // Ctrl-Z
 		t.Fatal(err)
 	}
@@ -443,10 +462,6 @@ func TestLockRunCtrlZStopsTheJob(t *testing.T) {
 			return false
 		}
 	})
-	dcsync := children(shell.Process.Pid)
-	if len(dcsync) != 1 {
-		t.Fatalf("shell children %v, want dcsync alone", dcsync)
-	}
 	if err := syscall.Kill(dcsync[0], syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
