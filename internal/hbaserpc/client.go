@@ -150,7 +150,7 @@ func (c *Client) conn(ctx context.Context, addr, service string) (*rpcConn, erro
 		s.c.close(errConnClosed) // reap the dead one's reader
 		s.c = nil
 	}
-	rc, err := dialConn(ctx, addr, service, c.cfg.User, c.cfg.DialTimeout, c.log)
+	rc, err := dialConn(ctx, c.cfg.Dial, addr, service, c.cfg.User, c.cfg.DialTimeout, c.log)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,9 @@
 package hbaserpc
 
 import (
+	"context"
 	"log/slog"
+	"net"
 	"os/user"
 	"strings"
 	"time"
@@ -34,6 +36,14 @@ type Config struct {
 	// User is the user name sent in the connection header (SIMPLE auth). Default:
 	// the OS user, or "dcsync".
 	User string
+	// Dial opens every connection the client makes: to region servers and the
+	// master (network "tcp", addr "host:port" as HBase advertises it) and to the
+	// ZooKeeper servers. ctx bounds the connection attempt only (it carries
+	// DialTimeout, and ends when the Client is closed), not the connection's life.
+	// It is the place for tests to inject faults (slow, silent or breaking
+	// connections) and for deployments to go through a proxy or tunnel. Default: a
+	// net.Dialer with DialTimeout and 30s TCP keep-alives.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -68,6 +78,10 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.BackoffMax < c.BackoffBase {
 		c.BackoffMax = c.BackoffBase
+	}
+	if c.Dial == nil {
+		d := &net.Dialer{Timeout: c.DialTimeout, KeepAlive: 30 * time.Second}
+		c.Dial = d.DialContext
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

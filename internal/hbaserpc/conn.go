@@ -68,9 +68,10 @@ type callResult struct {
 
 // dialConn connects to addr, sends the preamble and connection header and starts the
 // reader goroutine.
-func dialConn(ctx context.Context, addr, service, user string, timeout time.Duration, log *slog.Logger) (*rpcConn, error) {
-	d := net.Dialer{Timeout: timeout, KeepAlive: 30 * time.Second}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+func dialConn(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), addr, service, user string, timeout time.Duration, log *slog.Logger) (*rpcConn, error) {
+	dctx, cancel := context.WithTimeout(ctx, timeout)
+	nc, err := dial(dctx, "tcp", addr)
+	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

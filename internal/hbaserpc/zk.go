@@ -32,8 +32,9 @@ func (c *Client) zkGet(parent context.Context, path string) ([]byte, error) {
 	defer cancel()
 	dialTimeout := c.cfg.DialTimeout
 	dialer := func(network, address string, timeout time.Duration) (net.Conn, error) {
-		d := net.Dialer{Timeout: min(timeout, dialTimeout)}
-		return d.DialContext(ctx, network, address)
+		dctx, cancel := context.WithTimeout(ctx, min(timeout, dialTimeout))
+		defer cancel()
+		return c.cfg.Dial(dctx, network, address)
 	}
 	conn, events, err := zk.Connect(c.cfg.zkServers(), 10*time.Second,
 		zk.WithLogger(zkLogger{c.log}), zk.WithDialer(dialer))
