@@ -144,29 +144,8 @@ func real(t *testing.T, env, what string) string {
 
 func runScenario(t *testing.T, sc Scenario) {
 	t.Helper()
-	if sc.Duration == 0 {
-		sc.Duration = 10 * time.Second
-	}
-	if sc.TTL == 0 {
-		sc.TTL = time.Second
-	}
-	if sc.Level == 0 {
-		sc.Level = dcsync.XDC
-	}
 	sc.Name = unique(t)
-	sc.Child = self
-	rep, err := sc.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// One line per store for docs/reliability.md.
-	t.Logf("chaos %s: %v", t.Name(), rep)
-	if rep.Violations() != 0 {
-		t.Fatalf("%d violation(s):\n%v", rep.Violations(), rep)
-	}
-	if rep.Acquisitions == 0 || rep.LatchOps == 0 {
-		t.Fatalf("the run did nothing: %v", rep)
-	}
+	RunT(t, sc)
 }
 
 func TestChaosMemory(t *testing.T) {
