@@ -41,7 +41,12 @@ import (
 	"math"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/telemetry"
 )
 
 // Defaults of a Manager.
@@ -63,6 +68,9 @@ type Manager struct {
 	interval time.Duration
 	log      *slog.Logger
 	own      *watcher // for a store that cannot key the shared watcher map; else nil
+	mp       metric.MeterProvider
+	tp       trace.TracerProvider
+	tel      telemetry.Scope
 }
 
 // Option configures a Manager.
@@ -83,6 +91,15 @@ func WithPollInterval(d time.Duration) Option { return func(m *Manager) { m.inte
 
 // WithLogger sets the logger (slog.Default() if unset).
 func WithLogger(l *slog.Logger) Option { return func(m *Manager) { m.log = l } }
+
+// WithMeterProvider sets the OpenTelemetry meter provider the manager records its
+// metrics with (otel.GetMeterProvider() if unset; see package telemetry). The shared
+// watcher of a store records with the providers of the manager whose Wait started it.
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(m *Manager) { m.mp = mp } }
+
+// WithTracerProvider sets the OpenTelemetry tracer provider the manager records its
+// spans with (otel.GetTracerProvider() if unset; see package telemetry).
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(m *Manager) { m.tp = tp } }
 
 // New returns a Manager for the given client and farm ids. It validates its input and
 // does no I/O.
@@ -110,8 +127,9 @@ func New(store dcsync.LatchStore, client, farm string, opts ...Option) (*Manager
 	if m.interval < time.Millisecond {
 		return nil, dcsync.Errorf(dcsync.InvalidArgument, "latch.New", "poll interval %v is shorter than 1ms", m.interval)
 	}
+	m.tel = telemetry.NewScope(store, m.mp, m.tp)
 	if !shareable(store) {
-		m.own = newWatcher(store, m.log)
+		m.own = newWatcher(store, m.log, m.tel)
 	}
 	return m, nil
 }
@@ -145,18 +163,32 @@ func (m *Manager) open(name string, opts []CallOption) (*CountDownLatch, error) 
 	return l, nil
 }
 
-func (m *Manager) create(ctx context.Context, name string, count int64, opts []CallOption) (*CountDownLatch, error) {
-	l, err := m.open(name, opts)
+func (m *Manager) create(ctx context.Context, name string, count int64, opts []CallOption) (l *CountDownLatch, err error) {
+	ctx, span := m.tel.Start(ctx, "latch.create", m.keyOf(name, opts))
+	defer func() { telemetry.End(span, err) }()
+	l, err = m.open(name, opts)
 	if err != nil {
 		return nil, err
 	}
 	if err := dcsync.ValidateCount(count); err != nil {
 		return nil, err
 	}
-	if err := m.store.CreateLatch(ctx, l.key, count, l.ttl); err != nil {
+	start := time.Now()
+	err = m.store.CreateLatch(ctx, l.key, count, l.ttl)
+	m.tel.StoreCall(ctx, "create_latch", start, err)
+	if err != nil {
 		return nil, dcsync.Wrap(err, dcsync.Internal, "latch.Create")
 	}
 	return l, nil
+}
+
+// keyOf returns the key of latch name with opts, valid or not (for spans).
+func (m *Manager) keyOf(name string, opts []CallOption) dcsync.Key {
+	s := spec{level: m.level, ttl: m.ttl}
+	for _, o := range opts {
+		o(&s)
+	}
+	return dcsync.Key{Level: s.level, Client: m.client, Farm: m.farm, Name: name}
 }
 
 // CreateCountDown creates a count-down latch with the given count (>= 0). It fails with
@@ -193,12 +225,17 @@ func (m *Manager) GetCountUpDown(name string, opts ...CallOption) (*CountUpDownL
 
 // GetOrCreateCountUpDown returns a count-up-down latch, creating it with count 0 if it
 // does not exist; an existing latch's count is left untouched.
-func (m *Manager) GetOrCreateCountUpDown(ctx context.Context, name string, opts ...CallOption) (*CountUpDownLatch, error) {
+func (m *Manager) GetOrCreateCountUpDown(ctx context.Context, name string, opts ...CallOption) (_ *CountUpDownLatch, err error) {
+	ctx, span := m.tel.Start(ctx, "latch.get_or_create", m.keyOf(name, opts))
+	defer func() { telemetry.End(span, err) }()
 	l, err := m.open(name, opts)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := m.store.EnsureLatch(ctx, l.key, l.ttl); err != nil {
+	start := time.Now()
+	_, err = m.store.EnsureLatch(ctx, l.key, l.ttl)
+	m.tel.StoreCall(ctx, "ensure_latch", start, err)
+	if err != nil {
 		return nil, dcsync.Wrap(err, dcsync.Internal, "latch.GetOrCreate")
 	}
 	return &CountUpDownLatch{*l}, nil
@@ -218,7 +255,9 @@ func (l *CountDownLatch) Key() dcsync.Key { return l.key }
 // Count reads the count: the caller's farm cell at level DC, the sum of all farm cells
 // at level XDC. It fails with NotFound if the latch does not exist.
 func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
+	start := time.Now()
 	res, err := l.m.store.ReadLatches(ctx, []dcsync.Key{l.key})
+	l.m.tel.StoreCall(ctx, "read_latches", start, err)
 	if err != nil {
 		return 0, dcsync.Wrap(err, dcsync.Internal, "latch.Count")
 	}
@@ -234,9 +273,18 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 // add changes the count by delta, which is always +1 or -1: a count within the int64
 // range then wraps only to exactly MinInt64 (after +1) or MaxInt64 (after -1), neither
 // of which a correct store can return after such an update.
-func (l *CountDownLatch) add(ctx context.Context, op string, delta int64) (int64, error) {
+func (l *CountDownLatch) add(ctx context.Context, op string, delta int64) (n int64, err error) {
+	ctx, span := l.m.tel.Start(ctx, spanOps[op], l.key)
+	defer func() {
+		if err == nil && span.IsRecording() {
+			span.SetAttributes(attribute.Int64(telemetry.AttrCount, n))
+		}
+		telemetry.End(span, err)
+	}()
 	epoch := epochs.Add(1) // before the update: it may end the waits that began before it
-	n, err := l.m.store.AddLatch(ctx, l.key, delta)
+	start := time.Now()
+	n, err = l.m.store.AddLatch(ctx, l.key, delta)
+	l.m.tel.StoreCall(ctx, "add_latch", start, err)
 	if err != nil {
 		return 0, dcsync.Wrap(err, dcsync.Internal, op)
 	}
@@ -245,7 +293,7 @@ func (l *CountDownLatch) add(ctx context.Context, op string, delta int64) (int64
 	}
 	if n <= 0 {
 		if w := l.m.watcher(); w != nil {
-			w.reached(l.key, epoch)
+			w.reached(l.key, epoch, time.Now())
 		}
 	}
 	return n, nil
@@ -257,7 +305,10 @@ func (l *CountDownLatch) add(ctx context.Context, op string, delta int64) (int64
 func (l *CountDownLatch) undoWrap(ctx context.Context, op string, delta int64) error {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
 	defer cancel()
-	if _, err := l.m.store.AddLatch(uctx, l.key, -delta); err != nil {
+	start := time.Now()
+	_, err := l.m.store.AddLatch(uctx, l.key, -delta)
+	l.m.tel.StoreCall(uctx, "add_latch", start, err)
+	if err != nil {
 		return dcsync.Errorf(dcsync.Internal, op, "store %T wrapped the count of latch %s past the int64 range instead of refusing the update, and undoing it failed: %w", l.m.store, l.key, err)
 	}
 	return dcsync.Errorf(dcsync.InvalidArgument, op, "the count of latch %s would overflow int64 (store %T wrote it wrapped; undone)", l.key, l.m.store)
@@ -308,14 +359,19 @@ func (l *CountDownLatch) CountDown(ctx context.Context) (int64, error) {
 // and, when ctx ends first, an error with code RetriesExhausted that also matches ctx's
 // error (and, if the store was failing at the last read, the store's error) with
 // errors.Is.
-func (l *CountDownLatch) Wait(ctx context.Context) error {
+func (l *CountDownLatch) Wait(ctx context.Context) (err error) {
+	ctx, span := l.m.tel.Start(ctx, "latch.wait", l.key)
+	defer func() { telemetry.End(span, err) }()
 	w := l.m.own
 	if w == nil {
-		w = acquireWatcher(l.m.store, l.m.log)
+		w = acquireWatcher(l.m.store, l.m.log, l.m.tel)
 		defer w.release()
 	}
-	return w.wait(ctx, l.key, l.m.interval)
+	return w.wait(ctx, l.key, l.m.interval, l.m.tel)
 }
+
+// spanOps maps the op names of add to telemetry operations.
+var spanOps = map[string]string{"latch.CountDown": "latch.count_down", "latch.CountUp": "latch.count_up"}
 
 // CountUpDownLatch is a count-up-down latch: a CountDownLatch whose count may also go up.
 type CountUpDownLatch struct {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/telemetry"
 )
 
 // readTimeout bounds one pass of the watcher's reads.
@@ -46,12 +47,12 @@ func shareable(store dcsync.LatchStore) bool { return reflect.TypeOf(store).Comp
 
 // acquireWatcher returns the shared watcher of store, creating it if needed, and counts
 // the caller as a user until it calls release.
-func acquireWatcher(store dcsync.LatchStore, log *slog.Logger) *watcher {
+func acquireWatcher(store dcsync.LatchStore, log *slog.Logger, tel telemetry.Scope) *watcher {
 	watchers.Lock()
 	defer watchers.Unlock()
 	w := watchers.m[store]
 	if w == nil {
-		w = newWatcher(store, log)
+		w = newWatcher(store, log, tel)
 		if w.isClosed() {
 			return w // serves this Wait (which fails at once); not worth keeping
 		}
@@ -116,6 +117,7 @@ func (w *watcher) forget() {
 type watcher struct {
 	store  dcsync.LatchStore
 	log    *slog.Logger
+	tel    telemetry.Scope // of the manager that made the watcher
 	closed <-chan struct{} // the store's Done channel; nil (never ready) if it has none
 
 	// Guarded by the watchers lock.
@@ -146,10 +148,14 @@ type waiter struct {
 	done     chan error // buffered 1; receives the result once
 	interval time.Duration
 	since    uint64 // epochs when the waiter arrived
+	// Set by finish before it sends a nil result: when the observation that ended the
+	// wait was made (zero if unknown), and by what (telemetry.SourceRead or SourceUpdate).
+	observed time.Time
+	source   string
 }
 
-func newWatcher(store dcsync.LatchStore, log *slog.Logger) *watcher {
-	w := &watcher{store: store, log: log, kick: make(chan struct{}, 1), latches: map[dcsync.Key]*awaited{}}
+func newWatcher(store dcsync.LatchStore, log *slog.Logger, tel telemetry.Scope) *watcher {
+	w := &watcher{store: store, log: log, tel: tel, kick: make(chan struct{}, 1), latches: map[dcsync.Key]*awaited{}}
 	if c, ok := store.(closeNotifier); ok {
 		w.closed = c.Done()
 	}
@@ -172,7 +178,15 @@ func identity(k dcsync.Key) dcsync.Key {
 	return k
 }
 
-func (w *watcher) wait(ctx context.Context, key dcsync.Key, interval time.Duration) error {
+// wait waits for key; tel is the waiting manager's telemetry, which records the
+// wake-up delay.
+func (w *watcher) wait(ctx context.Context, key dcsync.Key, interval time.Duration, tel telemetry.Scope) error {
+	woken := func(me *waiter, err error) error {
+		if err == nil && !me.observed.IsZero() {
+			tel.Woken(ctx, key.Level, me.source, me.observed)
+		}
+		return err
+	}
 	if ctx.Err() != nil {
 		return gaveUp(ctx, key, nil)
 	}
@@ -197,7 +211,7 @@ func (w *watcher) wait(ctx context.Context, key dcsync.Key, interval time.Durati
 
 	select {
 	case err := <-me.done:
-		return err
+		return woken(me, err)
 	case <-ctx.Done():
 	case <-w.closed:
 	}
@@ -225,7 +239,7 @@ func (w *watcher) wait(ctx context.Context, key dcsync.Key, interval time.Durati
 	}
 	select {
 	case err := <-me.done: // finished while we were leaving: report the real result
-		return err
+		return woken(me, err)
 	default:
 	}
 	if ctx.Err() != nil {
@@ -292,14 +306,16 @@ func (w *watcher) poke() {
 }
 
 // finish delivers err to the waiters of id that arrived before the observation numbered
-// epoch, and forgets the latch when none is left. w.mu must be held.
-func (w *watcher) finish(id dcsync.Key, epoch uint64, err error) {
+// epoch, made at observed by source, and forgets the latch when none is left. w.mu
+// must be held.
+func (w *watcher) finish(id dcsync.Key, epoch uint64, err error, observed time.Time, source string) {
 	a := w.latches[id]
 	if a == nil {
 		return
 	}
 	for wt := range a.waiters {
 		if wt.since < epoch {
+			wt.observed, wt.source = observed, source
 			wt.done <- err
 			delete(a.waiters, wt)
 		}
@@ -311,9 +327,9 @@ func (w *watcher) finish(id dcsync.Key, epoch uint64, err error) {
 
 // reached wakes the waiters of key in this process that arrived before the local update
 // numbered epoch began: that update made the count zero or less.
-func (w *watcher) reached(key dcsync.Key, epoch uint64) {
+func (w *watcher) reached(key dcsync.Key, epoch uint64, observed time.Time) {
 	w.mu.Lock()
-	w.finish(identity(key), epoch, nil)
+	w.finish(identity(key), epoch, nil, observed, telemetry.SourceUpdate)
 	empty := len(w.latches) == 0
 	w.mu.Unlock()
 	if empty {
@@ -329,7 +345,7 @@ func (w *watcher) loop() {
 		w.mu.Lock()
 		if w.isClosed() {
 			for id := range w.latches {
-				w.finish(id, ^uint64(0), closedErr(w.latches[id].key))
+				w.finish(id, ^uint64(0), closedErr(w.latches[id].key), time.Time{}, "")
 			}
 			w.running = false
 			w.mu.Unlock()
@@ -373,13 +389,15 @@ func (w *watcher) loop() {
 		w.cancelRead = cancel
 		w.mu.Unlock()
 
+		w.tel.WatcherBatch(ctx, len(keys))
 		counts, errs, batchErr := w.read(ctx, keys)
+		observed := time.Now()
 		abandoned := ctx.Err() == context.Canceled // every waiter left mid-read
 		cancel()
 
 		w.mu.Lock()
 		w.cancelRead = nil
-		w.apply(epoch, ids, keys, counts, errs)
+		w.apply(epoch, observed, ids, keys, counts, errs)
 		warn := batchErr != nil && !abandoned && !w.failing
 		recovered := batchErr == nil && w.failing
 		w.failing = batchErr != nil && !abandoned
@@ -387,9 +405,11 @@ func (w *watcher) loop() {
 		switch {
 		case warn:
 			w.log.Warn("dcsync latch watcher: reading latches failed; retrying every poll interval",
-				"latches", len(keys), "interval", interval, "err", batchErr)
+				telemetry.LogStore, w.tel.Store, telemetry.LogOperation, "latch.wait",
+				telemetry.LogLatches, len(keys), telemetry.LogInterval, interval, telemetry.LogErr, batchErr)
 		case recovered:
-			w.log.Info("dcsync latch watcher: reading latches works again", "latches", len(keys))
+			w.log.Info("dcsync latch watcher: reading latches works again",
+				telemetry.LogStore, w.tel.Store, telemetry.LogOperation, "latch.wait", telemetry.LogLatches, len(keys))
 		}
 	}
 }
@@ -440,7 +460,10 @@ func (w *watcher) read(ctx context.Context, keys []dcsync.Key) (counts []dcsync.
 }
 
 func (w *watcher) readSome(ctx context.Context, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
+	start := time.Now()
 	counts, err := w.store.ReadLatches(ctx, keys)
+	w.tel.WatcherRead(ctx)
+	w.tel.StoreCall(ctx, "read_latches", start, err)
 	if err == nil && len(counts) != len(keys) {
 		err = dcsync.Errorf(dcsync.Internal, "latch.Wait", "store returned %d results for %d keys", len(counts), len(keys))
 	}
@@ -448,7 +471,7 @@ func (w *watcher) readSome(ctx context.Context, keys []dcsync.Key) ([]dcsync.Lat
 }
 
 // apply finishes the waiters the pass numbered epoch can finish. w.mu must be held.
-func (w *watcher) apply(epoch uint64, ids, keys []dcsync.Key, counts []dcsync.LatchCount, errs []error) {
+func (w *watcher) apply(epoch uint64, observed time.Time, ids, keys []dcsync.Key, counts []dcsync.LatchCount, errs []error) {
 	for i, id := range ids {
 		a := w.latches[id]
 		if a == nil {
@@ -458,11 +481,11 @@ func (w *watcher) apply(epoch uint64, ids, keys []dcsync.Key, counts []dcsync.La
 		case err != nil && transient(err):
 			a.lastErr = err
 		case err != nil:
-			w.finish(id, epoch, dcsync.Wrap(err, dcsync.Internal, "latch.Wait"))
+			w.finish(id, epoch, dcsync.Wrap(err, dcsync.Internal, "latch.Wait"), observed, telemetry.SourceRead)
 		case !counts[i].Found:
-			w.finish(id, epoch, dcsync.Errorf(dcsync.NotFound, "latch.Wait", "latch %s does not exist", keys[i]))
+			w.finish(id, epoch, dcsync.Errorf(dcsync.NotFound, "latch.Wait", "latch %s does not exist", keys[i]), observed, telemetry.SourceRead)
 		case counts[i].Count <= 0:
-			w.finish(id, epoch, nil)
+			w.finish(id, epoch, nil, observed, telemetry.SourceRead)
 		default:
 			a.seen, a.count, a.lastErr = true, counts[i].Count, nil
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/telemetry"
 )
 
 // stamp is one reading of this process's two clocks: mono on the monotonic clock (from
@@ -113,7 +114,9 @@ func (l *Lock) leftAt(sent, now stamp) time.Duration {
 // LockLost, without asking the store, once KeepAlive has declared the lease lost (the
 // protected work was told to stop: acquire the lock again instead). A LockLost from the
 // store ends a running KeepAlive's context too.
-func (l *Lock) Refresh(ctx context.Context) error {
+func (l *Lock) Refresh(ctx context.Context) (err error) {
+	ctx, span := l.m.tel.Start(ctx, "lock.refresh", l.key)
+	defer func() { telemetry.End(span, err) }()
 	l.mu.Lock()
 	lost := l.lost
 	l.mu.Unlock()
@@ -121,7 +124,10 @@ func (l *Lock) Refresh(ctx context.Context) error {
 		return lost
 	}
 	sent := l.m.clk.now()
+	start := time.Now()
 	st, err := l.m.store.RefreshLock(ctx, l.key, l.owner, l.ttl)
+	l.m.tel.StoreCall(ctx, "refresh_lock", start, err)
+	l.m.tel.Renewed(ctx, l.key.Level, start, err)
 	if err != nil {
 		err = dcsync.Wrap(err, dcsync.Internal, "lock.Refresh")
 		if errors.Is(err, dcsync.ErrLockLost) {
@@ -152,7 +158,9 @@ func (l *Lock) Refresh(ctx context.Context) error {
 // the protected work outlived the lease this process could vouch for. When ctx ends
 // while a KeepAlive renewal is still in a store call, Release returns a Connection error
 // matching ctx's error and leaves the lock to expire.
-func (l *Lock) Release(ctx context.Context) error {
+func (l *Lock) Release(ctx context.Context) (err error) {
+	ctx, span := l.m.tel.Start(ctx, "lock.release", l.key)
+	defer func() { telemetry.End(span, err) }()
 	l.mu.Lock()
 	l.released = true
 	k := l.ka
@@ -165,7 +173,10 @@ func (l *Lock) Release(ctx context.Context) error {
 			return dcsync.Errorf(dcsync.Connection, "lock.Release", "%s: keep-alive still in a store call: %w", l.key, ctx.Err())
 		}
 	}
-	err := dcsync.Wrap(l.m.store.ReleaseLock(ctx, l.key, l.owner), dcsync.Internal, "lock.Release")
+	start := time.Now()
+	err = l.m.store.ReleaseLock(ctx, l.key, l.owner)
+	l.m.tel.StoreCall(ctx, "release_lock", start, err)
+	err = dcsync.Wrap(err, dcsync.Internal, "lock.Release")
 	if err == nil || errors.Is(err, dcsync.ErrLockLost) {
 		// Freed now, or earlier when the lease lapsed: acquirers waiting in this
 		// process look again at once.
@@ -281,6 +292,9 @@ func (l *Lock) lose(err error) {
 		k.cancel(err)
 	}
 	if first {
+		l.m.tel.LeaseLost(context.Background(), l.key.Level)
+		l.m.log.Warn("dcsync lock: lease lost", telemetry.LogStore, l.m.tel.Store, telemetry.LogOperation, "lock.keep_alive",
+			telemetry.LogKey, l.key.String(), telemetry.LogOwner, l.owner, telemetry.LogToken, l.token, telemetry.LogErr, err)
 		l.m.freed(l.key, l)
 	}
 }
@@ -359,7 +373,8 @@ func (l *Lock) keepAlive(ctx context.Context, k *keeper, prev *keeper) {
 			return
 		default:
 			failed, failedAt, retryAt = true, sent, clk.now().mono+retry
-			l.m.log.Warn("dcsync lock: renewal failed; retrying", "lock", l.key.String(), "err", err)
+			l.m.log.Warn("dcsync lock: renewal failed; retrying", telemetry.LogStore, l.m.tel.Store, telemetry.LogOperation, "lock.refresh",
+				telemetry.LogKey, l.key.String(), telemetry.LogOwner, l.owner, telemetry.LogToken, l.token, telemetry.LogErr, err)
 		}
 	}
 }

@@ -109,7 +109,12 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/telemetry"
 )
 
 // Defaults of a Manager, as in the Java lock manager.
@@ -149,6 +154,9 @@ type Manager struct {
 	yield      time.Duration // how long fair acquirers leave a lock to others after a hold
 	yieldSet   bool
 	shared     bool // the store value keys the waiter queues (see waiters.go)
+	mp         metric.MeterProvider
+	tp         trace.TracerProvider
+	tel        telemetry.Scope
 }
 
 // Option configures a Manager.
@@ -193,6 +201,14 @@ func WithYield(d time.Duration) Option { return func(m *Manager) { m.yield, m.yi
 // WithLogger sets the logger (slog.Default() if unset).
 func WithLogger(l *slog.Logger) Option { return func(m *Manager) { m.log = l } }
 
+// WithMeterProvider sets the OpenTelemetry meter provider the manager records its
+// metrics with (otel.GetMeterProvider() if unset; see package telemetry).
+func WithMeterProvider(mp metric.MeterProvider) Option { return func(m *Manager) { m.mp = mp } }
+
+// WithTracerProvider sets the OpenTelemetry tracer provider the manager records its
+// spans with (otel.GetTracerProvider() if unset; see package telemetry).
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(m *Manager) { m.tp = tp } }
+
 // New returns a Manager for the given client and farm ids. It validates its input and
 // does no I/O.
 func New(store dcsync.LockStore, client, farm string, opts ...Option) (*Manager, error) {
@@ -230,6 +246,7 @@ func New(store dcsync.LockStore, client, farm string, opts ...Option) (*Manager,
 		return nil, dcsync.Errorf(dcsync.InvalidArgument, "lock.New", "yield %v is negative", m.yield)
 	}
 	m.shared = shareable(store)
+	m.tel = telemetry.NewScope(store, m.mp, m.tp)
 	return m, nil
 }
 
@@ -302,7 +319,9 @@ func newOwner() string {
 func (m *Manager) try(ctx context.Context, k dcsync.Key, ttl time.Duration) (*Lock, error) {
 	owner := newOwner()
 	sent := m.clk.now()
+	start := time.Now()
 	st, err := m.store.AcquireLock(ctx, k, owner, ttl)
+	m.tel.StoreCall(ctx, "acquire_lock", start, err)
 	if err != nil {
 		return nil, dcsync.Wrap(err, dcsync.Internal, "lock.Acquire")
 	}
@@ -314,12 +333,24 @@ func (m *Manager) try(ctx context.Context, k dcsync.Key, ttl time.Duration) (*Lo
 // java.util.concurrent.locks.ReentrantLock, it takes a free lock even while fair
 // acquirers wait for it. Acquire with Wait(0) and Fair(true) tries once and honours
 // their order.
-func (m *Manager) TryAcquire(ctx context.Context, name string, opts ...CallOption) (*Lock, error) {
+func (m *Manager) TryAcquire(ctx context.Context, name string, opts ...CallOption) (l *Lock, err error) {
+	start := time.Now()
 	k, s, err := m.spec(name, opts)
+	ctx, span := m.tel.Start(ctx, "lock.try_acquire", k)
+	defer func() { m.acquired(ctx, span, "lock.try_acquire", k, start, l, err) }()
 	if err != nil {
 		return nil, err
 	}
 	return m.try(ctx, k, s.ttl)
+}
+
+// acquired records the end of an Acquire or TryAcquire in its span and metrics.
+func (m *Manager) acquired(ctx context.Context, span trace.Span, op string, k dcsync.Key, start time.Time, l *Lock, err error) {
+	m.tel.Acquired(ctx, op, k.Level, start, err)
+	if l != nil && span.IsRecording() {
+		span.SetAttributes(attribute.Int64(telemetry.AttrToken, int64(l.token)))
+	}
+	telemetry.End(span, err)
 }
 
 // Acquire takes the lock, retrying with jittered exponential backoff while it is held,
@@ -329,11 +360,18 @@ func (m *Manager) TryAcquire(ctx context.Context, name string, opts ...CallOptio
 // yield after this process held the lock (see Fairness in the package doc). When the
 // wait runs out it returns LockUnavailable; when ctx ends it returns an error with code
 // LockUnavailable that also matches ctx's error with errors.Is.
-func (m *Manager) Acquire(ctx context.Context, name string, opts ...CallOption) (*Lock, error) {
+func (m *Manager) Acquire(ctx context.Context, name string, opts ...CallOption) (l *Lock, err error) {
+	start := time.Now()
 	k, s, err := m.spec(name, opts)
+	ctx, span := m.tel.Start(ctx, "lock.acquire", k)
+	defer func() { m.acquired(ctx, span, "lock.acquire", k, start, l, err) }()
 	if err != nil {
 		return nil, err
 	}
+	return m.acquire(ctx, k, s)
+}
+
+func (m *Manager) acquire(ctx context.Context, k dcsync.Key, s spec) (*Lock, error) {
 	deadline := time.Now().Add(s.wait)
 	w := m.join(k, s.fair)
 	defer w.leave()
@@ -435,21 +473,28 @@ func (m *Manager) Inspect(ctx context.Context, name string, opts ...CallOption) 
 	if err != nil {
 		return dcsync.LockState{}, err
 	}
+	start := time.Now()
 	st, err := m.store.InspectLock(ctx, k)
+	m.tel.StoreCall(ctx, "inspect_lock", start, err)
 	return st, dcsync.Wrap(err, dcsync.Internal, "lock.Inspect")
 }
 
 // Release frees the lock held by owner (an id from Lock.Owner, say from another
 // process). It returns LockLost, and changes nothing, when owner does not hold it.
-func (m *Manager) Release(ctx context.Context, name, owner string, opts ...CallOption) error {
+func (m *Manager) Release(ctx context.Context, name, owner string, opts ...CallOption) (err error) {
 	k, _, err := m.spec(name, opts)
+	ctx, span := m.tel.Start(ctx, "lock.release", k)
+	defer func() { telemetry.End(span, err) }()
 	if err != nil {
 		return err
 	}
 	if err := dcsync.ValidateOwner(owner); err != nil {
 		return err
 	}
-	err = dcsync.Wrap(m.store.ReleaseLock(ctx, k, owner), dcsync.Internal, "lock.Release")
+	start := time.Now()
+	err = m.store.ReleaseLock(ctx, k, owner)
+	m.tel.StoreCall(ctx, "release_lock", start, err)
+	err = dcsync.Wrap(err, dcsync.Internal, "lock.Release")
 	if err == nil {
 		m.freed(k, nil)
 	}
