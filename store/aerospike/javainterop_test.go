@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"net/url"
 	"os"
 	"testing"
@@ -88,16 +87,6 @@ func jcCode(t *testing.T, err error, code dcsync.Code, what string) {
 	}
 }
 
-// jcJavaErr returns err as a Java library failure, failing the test when it is not one.
-func jcJavaErr(t *testing.T, err error, what string) *javaclients.Error {
-	t.Helper()
-	var je *javaclients.Error
-	if !errors.As(err, &je) {
-		t.Fatalf("%s: got %v, want a Java library failure", what, err)
-	}
-	return je
-}
-
 func (e jcEnv) latch(client, name, farm string, ttl time.Duration) javaclients.AerospikeLatch {
 	return javaclients.AerospikeLatch{NS: e.ns, SetSuffix: e.latchSuffix, Client: client, Latch: name, Farm: farm, TTL: int(ttl / time.Second)}
 }
@@ -119,7 +108,7 @@ func TestJavaClientsLatch(t *testing.T) {
 				// getOrCreate tolerates; its createCountDownLatch would fail.
 				jcMust(t, e.tool.AerospikeLatchCreate(ctx, j1, 5), "Java create dc1")
 				err := e.tool.AerospikeLatchCreate(ctx, j2, 3)
-				if rc, _ := jcJavaErr(t, err, "Java create dc2 on the same record").ResultCode(); rc != 5 {
+				if rc, _ := javaclients.AsError(t, err, "Java create dc2 on the same record").ResultCode(); rc != 5 {
 					t.Fatalf("Java create of a second farm's latch: %v, want KEY_EXISTS_ERROR (5) after the library's retries", err)
 				}
 				jcMust(t, e.tool.AerospikeLatchGetOrCreate(ctx, j2), "Java getOrCreate dc2 (tolerates KEY_EXISTS)")
@@ -185,7 +174,7 @@ func TestJavaClientsLatch(t *testing.T) {
 				}
 				// A Java create of an existing dcsync latch fails (CREATE_ONLY); its
 				// getOrCreate leaves the count alone.
-				if _, ok := jcJavaErr(t, e.tool.AerospikeLatchCreate(ctx, j1, 9), "Java create over a dcsync latch").ResultCode(); !ok {
+				if _, ok := javaclients.AsError(t, e.tool.AerospikeLatchCreate(ctx, j1, 9), "Java create over a dcsync latch").ResultCode(); !ok {
 					t.Fatal("Java create over a dcsync latch failed without an Aerospike result code")
 				}
 				jcMust(t, e.tool.AerospikeLatchGetOrCreate(ctx, j1), "Java getOrCreate of a dcsync latch")
@@ -200,11 +189,11 @@ func TestJavaClientsLatch(t *testing.T) {
 		j := e.latch("CLIENT_ID", name, "dc1", time.Minute)
 		for _, lv := range []string{"DC", "XDC"} {
 			_, err := e.tool.AerospikeLatchCount(ctx, j, lv)
-			if je := jcJavaErr(t, err, "Java getCount of a missing latch"); !je.Missing() {
+			if je := javaclients.AsError(t, err, "Java getCount of a missing latch"); !je.Missing() {
 				t.Fatalf("Java getCount %s of a missing latch: %v, want the library's NullPointerException", lv, je)
 			}
 		}
-		if je := jcJavaErr(t, e.tool.AerospikeLatchCountDown(ctx, j), "Java count-down of a missing latch"); je.Code != "INTERNAL_ERROR" {
+		if je := javaclients.AsError(t, e.tool.AerospikeLatchCountDown(ctx, j), "Java count-down of a missing latch"); je.Code != "INTERNAL_ERROR" {
 			t.Fatalf("Java count-down of a missing latch: %v", je)
 		}
 		for _, lv := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
@@ -242,14 +231,14 @@ func TestJavaClientsLock(t *testing.T) {
 				_, err = m.TryAcquire(ctx, name)
 				jcCode(t, err, dcsync.LockUnavailable, "dcsync acquire of a Java-held lock")
 				jcCode(t, m.Release(ctx, name, "someone"), dcsync.LockLost, "dcsync release of a Java-held lock")
-				if je := jcJavaErr(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "second Java acquire"); !je.Unavailable() {
+				if je := javaclients.AsError(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "second Java acquire"); !je.Unavailable() {
 					t.Fatalf("second Java acquire after a dcsync release: %v, want LOCK_UNAVAILABLE (the Java holder's lock must survive)", je)
 				}
 				jcMust(t, e.tool.AerospikeLockRelease(ctx, j), "Java release")
 
 				l, err := m.TryAcquire(ctx, name)
 				jcMust(t, err, "dcsync acquire after the Java release")
-				if je := jcJavaErr(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "Java acquire of a dcsync-held lock"); !je.Unavailable() {
+				if je := javaclients.AsError(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "Java acquire of a dcsync-held lock"); !je.Unavailable() {
 					t.Fatalf("Java acquire of a dcsync-held lock: %v, want LOCK_UNAVAILABLE", je)
 				}
 				jcMust(t, l.Release(ctx), "dcsync release")
@@ -274,7 +263,7 @@ func TestJavaClientsLock(t *testing.T) {
 				jcMust(t, e.tool.AerospikeLockAcquire(ctx, j, time.Minute, 5*time.Second, 50*time.Millisecond), "Java acquire (waiting) after the dcsync lease lapsed")
 				t.Logf("the Java acquire succeeded %v after the dcsync lease ended", time.Since(lapsed).Round(10*time.Millisecond))
 				jcCode(t, l3.Release(ctx), dcsync.LockLost, "late dcsync release of a lapsed lease")
-				if je := jcJavaErr(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "Java acquire after the late dcsync release"); !je.Unavailable() {
+				if je := javaclients.AsError(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "Java acquire after the late dcsync release"); !je.Unavailable() {
 					t.Fatalf("after a late dcsync release the Java holder's lock is gone: %v", je)
 				}
 				jcMust(t, e.tool.AerospikeLockRelease(ctx, j), "Java release")
@@ -344,60 +333,18 @@ func TestJavaClientsContention(t *testing.T) {
 	}
 }
 
-// jcSample is what each side read at one moment of a latch's life.
-type jcSample struct {
-	at        time.Duration
-	dcsync    dcsync.LatchCount
-	java      int64
-	javaFound bool
-}
-
-func jcWatch(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, j javaclients.AerospikeLatch, created time.Time, until time.Duration) []jcSample {
+// jcWatch reads the latch from both sides every 200ms until until (since created).
+func jcWatch(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, j javaclients.AerospikeLatch, created time.Time, until time.Duration) []javaclients.Sample {
 	t.Helper()
-	var out []jcSample
-	for time.Since(created) < until {
-		s := jcSample{at: time.Since(created).Round(10 * time.Millisecond)}
-		got, err := e.s.ReadLatches(ctx, []dcsync.Key{k})
-		jcMust(t, err, "ReadLatches")
-		s.dcsync = got[0]
-		n, err := e.tool.AerospikeLatchCount(ctx, j, k.Level.String())
-		if err != nil {
-			if je := jcJavaErr(t, err, "Java getCount"); !je.Missing() {
-				t.Fatalf("Java getCount: %v", je)
+	return javaclients.Watch(t, created, until,
+		func() (dcsync.LatchCount, error) {
+			got, err := e.s.ReadLatches(ctx, []dcsync.Key{k})
+			if err != nil {
+				return dcsync.LatchCount{}, err
 			}
-		} else {
-			s.java, s.javaFound = n, true
-		}
-		out = append(out, s)
-		time.Sleep(200 * time.Millisecond)
-	}
-	return out
-}
-
-// jcCheckLifetime asserts that every dcsync read is the exact count (want) or NotFound,
-// that dcsync saw the latch end by endBy (since creation) and that it stayed gone; it
-// logs when each side saw the latch end.
-func jcCheckLifetime(t *testing.T, samples []jcSample, want int64, ttl, endBy time.Duration) {
-	t.Helper()
-	var dcsyncEnd, javaEnd time.Duration
-	gone := false
-	for _, s := range samples {
-		switch {
-		case s.dcsync.Found && gone:
-			t.Errorf("at +%v dcsync reads %d after the latch had ended: it came back", s.at, s.dcsync.Count)
-		case s.dcsync.Found && s.dcsync.Count != want:
-			t.Errorf("at +%v dcsync reads %d, want %d or NotFound", s.at, s.dcsync.Count, want)
-		case s.dcsync.Found && s.at > endBy:
-			t.Errorf("at +%v dcsync still reads the latch; it must have ended by +%v", s.at, endBy)
-		case !s.dcsync.Found && !gone:
-			gone, dcsyncEnd = true, s.at
-		}
-		if !s.javaFound && javaEnd == 0 {
-			javaEnd = s.at
-		}
-	}
-	t.Logf("created with TTL %v: dcsync saw it end at +%v (must by +%v), Java at +%v (0: still there at +%v)",
-		ttl, dcsyncEnd, endBy.Round(10*time.Millisecond), javaEnd, samples[len(samples)-1].at)
+			return got[0], nil
+		},
+		func() (int64, error) { return e.tool.AerospikeLatchCount(ctx, j, k.Level.String()) })
 }
 
 // TestJavaClientsLatchLifetime: what Java updates do to a dcsync latch's lifetime and vice
@@ -431,7 +378,7 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 			t.Fatalf("dcsync count-down at +1s = %d, %v; want 1", n, err)
 		}
 		endBy := max(ttl, lastJava+jTTL) + slack
-		jcCheckLifetime(t, jcWatch(t, ctx, e, k, j, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
+		javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
 	})
 
 	t.Run("JavaCreatesDcsyncAndJavaCountDown", func(t *testing.T) {
@@ -448,7 +395,7 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 		jcMust(t, e.tool.AerospikeLatchCountDown(ctx, j), "Java count-down at +1s")
 		lastJava := time.Since(created)
 		endBy := lastJava + ttl + slack
-		jcCheckLifetime(t, jcWatch(t, ctx, e, k, j, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
+		javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
 	})
 
 	t.Run("JavaUpdateInAnotherFarmResetsTheRecord", func(t *testing.T) {
@@ -466,8 +413,8 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 		jcMust(t, e.tool.AerospikeLatchCountUp(ctx, j2), "Java count-up dc2 (record TTL reset to 2s)")
 		j1 := e.latch(client, name, "dc1", jTTL)
 		samples := jcWatch(t, ctx, e, k, j1, created, 4*time.Second)
-		jcCheckLifetime(t, samples, 3, 30*time.Second, 30*time.Second)
-		if last := samples[len(samples)-1]; !last.dcsync.Found {
+		javaclients.CheckLifetime(t, samples, 3, 30*time.Second, 30*time.Second)
+		if last := samples[len(samples)-1]; !last.Dcsync.Found {
 			t.Logf("the Java dc2 update (record TTL %v) ended dcsync's 30s dc1 latch: the Java layout's one record per name", jTTL)
 		}
 	})
@@ -487,6 +434,6 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 			t.Fatalf("dcsync count-down from dc3 = %d, %v; want 1", n, err)
 		}
 		endBy := max(ttl, lastJava+ttl) + slack
-		jcCheckLifetime(t, jcWatch(t, ctx, e, k, j2, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
+		javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j2, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
 	})
 }

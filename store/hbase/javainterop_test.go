@@ -7,7 +7,6 @@ package hbase
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"os"
 	"sync"
 	"testing"
@@ -66,16 +65,6 @@ func jcCtx(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
-}
-
-// jcJavaErr returns err as a Java library failure, failing the test when it is not one.
-func jcJavaErr(t *testing.T, err error, what string) *javaclients.Error {
-	t.Helper()
-	var je *javaclients.Error
-	if !errors.As(err, &je) {
-		t.Fatalf("%s: got %v, want a Java library failure", what, err)
-	}
-	return je
 }
 
 func jcLevel(l dcsync.Level) string { return l.String() }
@@ -185,7 +174,7 @@ func TestJavaClientsLatch(t *testing.T) {
 		j := javaclients.HBaseLatch{Suffix: e.latchSuffix, Client: "CLIENT_ID", Latch: name, Farm: "dc1"}
 		for _, lv := range []string{"DC", "XDC"} {
 			_, err := e.tool.HBaseLatchCount(ctx, j, lv)
-			if je := jcJavaErr(t, err, "Java getCount of a missing latch"); !je.Missing() {
+			if je := javaclients.AsError(t, err, "Java getCount of a missing latch"); !je.Missing() {
 				t.Fatalf("Java getCount %s of a missing latch: %v, want the library's NullPointerException", lv, je)
 			}
 		}
@@ -240,7 +229,7 @@ func TestJavaClientsLock(t *testing.T) {
 				_, err = m.TryAcquire(ctx, name)
 				wantCode(t, err, dcsync.LockUnavailable, "dcsync acquire of a Java-held lock")
 				wantCode(t, m.Release(ctx, name, "someone"), dcsync.LockLost, "dcsync release of a Java-held lock")
-				if je := jcJavaErr(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "second Java acquire"); !je.Unavailable() {
+				if je := javaclients.AsError(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "second Java acquire"); !je.Unavailable() {
 					t.Fatalf("second Java acquire after a dcsync release: %v, want LOCK_UNAVAILABLE (the Java holder's lock must survive)", je)
 				}
 				st, err := m.Inspect(ctx, name)
@@ -264,7 +253,7 @@ func TestJavaClientsLock(t *testing.T) {
 				if !marker {
 					t.Fatalf("a dcsync-held row as the Java client reads it has no D:L = \"M\": %+v", cells)
 				}
-				if je := jcJavaErr(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire of a dcsync-held lock"); !je.Unavailable() {
+				if je := javaclients.AsError(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire of a dcsync-held lock"); !je.Unavailable() {
 					t.Fatalf("Java acquire of a dcsync-held lock: %v, want LOCK_UNAVAILABLE", je)
 				}
 				must(t, l.Release(ctx), "dcsync release")
@@ -291,7 +280,7 @@ func TestJavaClientsLock(t *testing.T) {
 				must(t, e.tool.HBaseLockAcquire(ctx, j, time.Minute, 5*time.Second, 50*time.Millisecond), "Java acquire (waiting) after the dcsync lease lapsed")
 				t.Logf("the Java acquire succeeded %v after the dcsync lease ended", time.Since(lapsed).Round(10*time.Millisecond))
 				wantCode(t, l3.Release(ctx), dcsync.LockLost, "late dcsync release of a lapsed lease")
-				if je := jcJavaErr(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire after the late dcsync release"); !je.Unavailable() {
+				if je := javaclients.AsError(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire after the late dcsync release"); !je.Unavailable() {
 					t.Fatalf("after a late dcsync release the Java holder's lock is gone: %v", je)
 				}
 				must(t, e.tool.HBaseLockRelease(ctx, j), "Java release")
@@ -417,90 +406,18 @@ func TestJavaClientsReleaseHidesNoJavaPut(t *testing.T) {
 	}
 }
 
-// jcSample is what each side read at one moment of a latch's life.
-type jcSample struct {
-	at        time.Duration // since the latch's creation
-	dcsync    dcsync.LatchCount
-	java      int64
-	javaFound bool
-}
-
-// jcWatch reads the latch from both sides every 200ms until until (since created),
-// and returns the samples.
-func jcWatch(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, j javaclients.HBaseLatch, created time.Time, until time.Duration) []jcSample {
+// jcWatch reads the latch from both sides every 200ms until until (since created).
+func jcWatch(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, j javaclients.HBaseLatch, created time.Time, until time.Duration) []javaclients.Sample {
 	t.Helper()
-	var out []jcSample
-	for time.Since(created) < until {
-		var s jcSample
-		s.at = time.Since(created).Round(10 * time.Millisecond)
-		got, err := e.s.ReadLatches(ctx, []dcsync.Key{k})
-		must(t, err, "ReadLatches")
-		s.dcsync = got[0]
-		n, err := e.tool.HBaseLatchCount(ctx, j, jcLevel(k.Level))
-		if err != nil {
-			if je := jcJavaErr(t, err, "Java getCount"); !je.Missing() {
-				t.Fatalf("Java getCount: %v", je)
+	return javaclients.Watch(t, created, until,
+		func() (dcsync.LatchCount, error) {
+			got, err := e.s.ReadLatches(ctx, []dcsync.Key{k})
+			if err != nil {
+				return dcsync.LatchCount{}, err
 			}
-		} else {
-			s.java, s.javaFound = n, true
-		}
-		out = append(out, s)
-		time.Sleep(200 * time.Millisecond)
-	}
-	return out
-}
-
-// jcCheckLifetime asserts that every dcsync read is the exact count (want) or NotFound
-// (never a stale count from an older cell version, never an XDC sum without the
-// creator's cell), that dcsync saw the latch end by endBy (since creation) and that it
-// stayed gone; it logs when each side saw the latch end.
-func jcCheckLifetime(t *testing.T, samples []jcSample, want int64, ttl, endBy time.Duration) {
-	t.Helper()
-	var dcsyncEnd, javaEnd time.Duration
-	gone := false
-	for _, s := range samples {
-		switch {
-		case s.dcsync.Found && gone:
-			t.Errorf("at +%v dcsync reads %d after the latch had ended: it came back", s.at, s.dcsync.Count)
-		case s.dcsync.Found && s.dcsync.Count != want:
-			t.Errorf("at +%v dcsync reads %d, want %d or NotFound", s.at, s.dcsync.Count, want)
-		case s.dcsync.Found && s.at > endBy:
-			t.Errorf("at +%v dcsync still reads the latch; it must have ended by +%v", s.at, endBy)
-		case !s.dcsync.Found && !gone:
-			gone, dcsyncEnd = true, s.at
-		}
-		if !s.javaFound && javaEnd == 0 {
-			javaEnd = s.at
-		}
-	}
-	t.Logf("created with TTL %v: dcsync saw it end at +%v (must by +%v), Java at +%v (0: still there at +%v); Java read%s",
-		ttl, dcsyncEnd, endBy.Round(10*time.Millisecond), javaEnd, samples[len(samples)-1].at, jcTrace(samples))
-}
-
-func jcTrace(samples []jcSample) string {
-	var b []byte
-	last := ""
-	for _, s := range samples {
-		v := "missing"
-		if s.javaFound {
-			v = jcItoa(s.java)
-		}
-		if v != last {
-			b = append(b, (" +" + s.at.String() + "=" + v)...)
-			last = v
-		}
-	}
-	return string(b)
-}
-
-func jcItoa(n int64) string {
-	if n < 0 {
-		return "-" + jcItoa(-n)
-	}
-	if n < 10 {
-		return string(rune('0' + n))
-	}
-	return jcItoa(n/10) + string(rune('0'+n%10))
+			return got[0], nil
+		},
+		func() (int64, error) { return e.tool.HBaseLatchCount(ctx, j, jcLevel(k.Level)) })
 }
 
 // TestJavaClientsLatchLifetime: what Java updates do to a dcsync latch's lifetime and vice
@@ -533,7 +450,7 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 		if n, err := e.s.AddLatch(ctx, k, -1); err != nil || n != 1 {
 			t.Fatalf("dcsync count-down at +2s = %d, %v; want 1", n, err)
 		}
-		jcCheckLifetime(t, jcWatch(t, ctx, e, k, j, created, lastJava+ttl+slack+1500*time.Millisecond), 1, ttl, lastJava+ttl+slack)
+		javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j, created, lastJava+ttl+slack+1500*time.Millisecond), 1, ttl, lastJava+ttl+slack)
 	})
 
 	t.Run("JavaCreatesDcsyncAndJavaCountDown", func(t *testing.T) {
@@ -549,7 +466,7 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 		time.Sleep(time.Second - time.Since(created))
 		must(t, e.tool.HBaseLatchCountDown(ctx, j), "Java count-down at +1s")
 		lastJava := time.Since(created)
-		jcCheckLifetime(t, jcWatch(t, ctx, e, k, j, created, lastJava+ttl+slack+1500*time.Millisecond), 1, ttl, lastJava+ttl+slack)
+		javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j, created, lastJava+ttl+slack+1500*time.Millisecond), 1, ttl, lastJava+ttl+slack)
 	})
 
 	t.Run("XDCDcsyncCreatesJavaCountsDownFromAnotherFarm", func(t *testing.T) {
@@ -568,6 +485,6 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 		if n, err := e.s.AddLatch(ctx, k3, -1); err != nil || n != 1 {
 			t.Fatalf("dcsync count-down from dc3 = %d, %v; want 1", n, err)
 		}
-		jcCheckLifetime(t, jcWatch(t, ctx, e, k, j2, created, ttl+slack+1500*time.Millisecond), 1, ttl, ttl+slack)
+		javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j2, created, ttl+slack+1500*time.Millisecond), 1, ttl, ttl+slack)
 	})
 }
