@@ -19,6 +19,7 @@ import (
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/lock"
 	"github.com/dcsync/dcsync/store/memory"
+	"github.com/dcsync/dcsync/store/sqlite"
 	"github.com/dcsync/dcsync/telemetry"
 )
 
@@ -358,6 +359,7 @@ func TestStoreName(t *testing.T) {
 		want  string
 	}{
 		{memory.New(), "memory"},
+		{(*sqlite.Store)(nil), "sqlite"},
 		{namedStore{memory.New()}, "custom"},
 		{nil, "unknown"},
 	} {
