@@ -7,7 +7,12 @@
 // application installs an SDK (otel.SetMeterProvider, otel.SetTracerProvider; installing
 // it after the Manager was made works too). lock.WithMeterProvider,
 // lock.WithTracerProvider, latch.WithMeterProvider and latch.WithTracerProvider choose
-// other providers for one Manager.
+// other providers for one Manager. The package example exports the metrics in the
+// Prometheus text format.
+//
+// With no provider installed, the instrumentation allocates nothing: metrics are
+// skipped through the instruments' Enabled, and no span is started while the global
+// tracer provider is still the default one.
 //
 // # Metrics
 //
@@ -22,7 +27,7 @@
 //	dcsync.store.operation.errors   counter    {error}        store, operation, error.code
 //	dcsync.latch.watcher.batch.size histogram  {latch}        store
 //	dcsync.latch.watcher.reads      counter    {read}         store
-//	dcsync.latch.wakeup.delay       histogram  s              store, level, source
+//	dcsync.latch.wakeup.delay       histogram  s              store, level, wakeup.source
 //
 // dcsync.lock.acquisitions counts every Acquire and TryAcquire by its outcome:
 // "acquired", "unavailable" (the lock was held until the wait or ctx ended) or "error"
@@ -72,7 +77,6 @@
 //
 //	store      the store's kind, as dcsync.store
 //	operation  as dcsync.operation
-//	level      "DC" or "XDC"
 //	key        the lock or latch key (dcsync.Key.String)
 //	owner      a lock's owner id
 //	token      a lock's fencing token
@@ -118,7 +122,6 @@ const (
 const (
 	LogStore     = "store"
 	LogOperation = "operation"
-	LogLevel     = "level"
 	LogKey       = "key"
 	LogOwner     = "owner"
 	LogToken     = "token"
