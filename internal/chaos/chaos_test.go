@@ -179,9 +179,9 @@ func TestChaosAerospike(t *testing.T) {
 	})
 }
 
-// TestChaosAerospikeDroppedReplies runs against the in-process server, the one place a
-// reply can be dropped after the write was applied (the client sees a timeout, in doubt),
-// and a server restarted under load.
+// TestChaosAerospikeDroppedReplies runs against the in-process server, which can drop a
+// reply after the write was applied (the client sees a timeout, in doubt), reset
+// connections, and restart under load keeping its data.
 func TestChaosAerospikeDroppedReplies(t *testing.T) {
 	srv, err := aerotest.Start(aerotest.Options{})
 	if err != nil {
@@ -193,7 +193,15 @@ func TestChaosAerospikeDroppedReplies(t *testing.T) {
 		Open:      func(ctx context.Context) (dcsync.Store, error) { return storeurl.Open(ctx, url) },
 		Goroutine: 4,
 		Fault: func(r *rand.Rand) string {
-			if r.IntN(4) == 0 {
+			switch r.IntN(8) {
+			case 0:
+				// A restart keeps the data (as a server with storage does) but drops
+				// every connection and refuses new ones for a moment.
+				if err := srv.Restart(); err != nil {
+					t.Errorf("restart: %v", err)
+				}
+				return "server-restart"
+			case 1, 2:
 				srv.CloseConnections()
 				return "connections-reset"
 			}
