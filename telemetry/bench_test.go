@@ -2,6 +2,7 @@ package telemetry_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -10,10 +11,12 @@ import (
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/lock"
 	"github.com/dcsync/dcsync/store/memory"
+	"github.com/dcsync/dcsync/store/sqlite"
 )
 
-// BenchmarkInstrumentation measures a lock TryAcquire+Release pair and a latch CountUp
-// on the memory store (the cheapest store, so the overhead shows most) with no provider
+// BenchmarkInstrumentation measures a lock TryAcquire+Release pair (on the memory store,
+// the cheapest, where the overhead shows most, and on SQLite) and a latch CountUp on
+// the memory store, with no provider
 // installed (the global no-op providers) and with the SDK recording every metric and
 // span.
 func BenchmarkInstrumentation(b *testing.B) {
@@ -35,6 +38,28 @@ func BenchmarkInstrumentation(b *testing.B) {
 		b.Run("lock/"+c.name, func(b *testing.B) {
 			lo, _ := c.opts(b)
 			m, err := lock.New(memory.New(), "client", "farm", lo...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				l, err := m.TryAcquire(ctx, "job")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := l.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("lock-sqlite/"+c.name, func(b *testing.B) {
+			lo, _ := c.opts(b)
+			st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "bench.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			m, err := lock.New(st, "client", "farm", lo...)
 			if err != nil {
 				b.Fatal(err)
 			}
