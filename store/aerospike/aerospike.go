@@ -195,6 +195,11 @@ type Config struct {
 	// one latch at once, across all processes. Each costs about 25 bytes in the record
 	// and in every XDC update's reply.
 	OpIDsKept int
+	// DurableDelete makes lock releases durable deletes (tombstones). A namespace in
+	// strong-consistency mode refuses plain deletes unless it sets
+	// strong-consistency-allow-expunge; durable deletes are an Enterprise feature
+	// (Community servers answer ENTERPRISE_ONLY). Leave it off on AP namespaces.
+	DurableDelete bool
 	// Logger receives retries and in-doubt outcomes (default: discarded).
 	Logger *slog.Logger
 }
@@ -317,13 +322,20 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	q := u.Query()
 	for name := range q {
 		switch name {
-		case "latch_set_suffix", "lock_set_suffix", "attempts", "timeout", "retry_delay", "op_ids_kept":
+		case "latch_set_suffix", "lock_set_suffix", "attempts", "timeout", "retry_delay", "op_ids_kept", "durable_delete":
 		default:
 			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "URL %v: unknown parameter %q", u, name)
 		}
 	}
 	cfg.LatchSetSuffix = q.Get("latch_set_suffix")
 	cfg.LockSetSuffix = q.Get("lock_set_suffix")
+	switch v := q.Get("durable_delete"); v {
+	case "", "false":
+	case "true":
+		cfg.DurableDelete = true
+	default:
+		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "URL %v: durable_delete %q is not true or false", u, v)
+	}
 	for _, p := range []struct {
 		name string
 		dst  *int

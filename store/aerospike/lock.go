@@ -234,6 +234,7 @@ func (s *Store) abandon(key *as.Key, owner string) {
 	defer cancel()
 	wp := s.writePolicy(ctx, 0)
 	wp.FilterExpression = ownerIs(owner)
+	wp.DurableDelete = s.cfg.DurableDelete
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -303,6 +304,7 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 	err = s.retry(ctx, op, true, func(a *attempt) error {
 		wp := s.writePolicy(ctx, 0)
 		wp.FilterExpression = releasable(owner)
+		wp.DurableDelete = s.cfg.DurableDelete
 		existed, err := s.client.Delete(wp, key)
 		switch {
 		case hasCode(err, types.FILTERED_OUT):
