@@ -108,6 +108,10 @@ func TestLogKeys(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	// The watcher logs its recovery after it has ended the waits.
+	for len(logs.records(t)) < 3 {
+		time.Sleep(time.Millisecond)
+	}
 	recs = logs.records(t)
 	if len(recs) != 3 {
 		t.Fatalf("%d log records, want 3: %v", len(recs), recs)

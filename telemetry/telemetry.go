@@ -4,8 +4,10 @@
 // dcsync uses only OpenTelemetry's API (go.opentelemetry.io/otel): no exporter is
 // forced on an application. By default a Manager takes the global providers,
 // otel.GetMeterProvider and otel.GetTracerProvider, which record nothing until the
-// application installs an SDK (otel.SetMeterProvider, otel.SetTracerProvider; installing
-// it after the Manager was made works too). lock.WithMeterProvider,
+// application installs an SDK with otel.SetMeterProvider and otel.SetTracerProvider. A
+// Manager takes the global providers when it is made; the first providers installed
+// also receive what Managers made before them record (OpenTelemetry's global
+// delegation), later ones only what Managers made after them record. lock.WithMeterProvider,
 // lock.WithTracerProvider, latch.WithMeterProvider and latch.WithTracerProvider choose
 // other providers for one Manager. The package example exports the metrics in the
 // Prometheus text format.
@@ -245,7 +247,7 @@ func For(mp metric.MeterProvider, tp trace.TracerProvider) *Instruments {
 		}
 	}
 	in := newInstruments(mp, tp)
-	if global {
+	if global && isDelegate(tp) {
 		in.globalTP = tp
 	}
 	if key {
@@ -253,6 +255,14 @@ func For(mp metric.MeterProvider, tp trace.TracerProvider) *Instruments {
 		return got.(*Instruments)
 	}
 	return in
+}
+
+// isDelegate reports whether tp is OpenTelemetry's default global tracer provider, the
+// one otel.GetTracerProvider returns before any is installed (it forwards to the first
+// provider installed later).
+func isDelegate(tp trace.TracerProvider) bool {
+	t := reflect.TypeOf(tp)
+	return t.Kind() == reflect.Pointer && t.Elem().PkgPath() == "go.opentelemetry.io/otel/internal/global"
 }
 
 var secondsBuckets = metric.WithExplicitBucketBoundaries(
