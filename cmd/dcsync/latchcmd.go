@@ -18,6 +18,7 @@ type latchFlags struct {
 	ttl     time.Duration
 	timeout time.Duration
 	poll    time.Duration
+	json    bool // --json
 }
 
 func (a *app) latchManager(ctx context.Context, f *latchFlags) (*latch.Manager, []latch.CallOption, error) {
@@ -103,10 +104,15 @@ count past that range is refused with exit 2 and changes nothing.`,
 			if err != nil {
 				return err
 			}
+			if f.json {
+				j := latchJSON{Name: args[0], Level: l.Key().Level.String(), Farm: a.farm, Count: n}
+				return a.printJSON(j)
+			}
 			fmt.Fprintln(a.stdout, n)
 			return nil
 		},
 	}
+	count.Flags().BoolVar(&f.json, "json", false, `print one JSON object {"name","level","farm","count"}`)
 
 	await := &cobra.Command{
 		Use:   "await NAME [--timeout D]",
@@ -144,6 +150,10 @@ live; otherwise each change of the count is printed on a line of its own.`,
 		c.Flags().DurationVar(&f.poll, "poll", latch.DefaultPollInterval, "how often to read the count while waiting")
 		cmd.AddCommand(c)
 	}
+	var listJSON bool
+	list := newLatchListCmd(a, &listJSON)
+	list.Flags().BoolVar(&listJSON, "json", false, "print a JSON array (see above)")
+	cmd.AddCommand(list, newLatchDeleteCmd(a))
 	return cmd
 }
 

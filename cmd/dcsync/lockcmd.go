@@ -23,7 +23,13 @@ type lockFlags struct {
 	killAfter    time.Duration
 	conflictCode int
 	conflictSet  bool // --conflict-exit-code was given
+	fair         bool // --fair: lock.Fair(true)
+	json         bool // --json
 }
+
+// holderTick is how often 'lock acquire --wait' redraws, on a terminal, who holds the
+// lock it waits for and the time their lease has left.
+const holderTick = 250 * time.Millisecond
 
 // lockManager returns a lock manager on the store; wrap, if not nil, wraps the store's
 // lock operations first.
@@ -47,6 +53,9 @@ func (a *app) lockManager(ctx context.Context, wrap func(dcsync.LockStore) dcsyn
 // the wait runs out).
 func acquire(ctx context.Context, m *lock.Manager, name string, f *lockFlags, opts []lock.CallOption) (*lock.Lock, error) {
 	opts = append(opts, lock.TTL(f.ttl))
+	if f.fair {
+		opts = append(opts, lock.Fair(true))
+	}
 	if f.wait == 0 {
 		return m.TryAcquire(ctx, name, opts...)
 	}
@@ -63,20 +72,40 @@ func newLockCmd(a *app) *cobra.Command {
 	addTTLWait := func(c *cobra.Command) {
 		c.Flags().DurationVar(&f.ttl, "ttl", lock.DefaultTTL, "lease length")
 		c.Flags().DurationVar(&f.wait, "wait", 0, "how long to wait for a held lock (0: fail at once with exit 3)")
+		c.Flags().BoolVar(&f.fair, "fair", false, "wait fairly: waiters take the lock in turn instead of a releasing process re-taking it first (see 'go doc github.com/dcsync/dcsync/lock' Fairness)")
 	}
 
 	acq := &cobra.Command{
 		Use:   "acquire NAME",
 		Short: "Acquire a lock and print owner=<id> token=<n>",
 		Long: `Acquire a lock and print owner=<id> token=<n>. The lock is held until its
-lease (--ttl) ends or 'dcsync lock release NAME --owner ID' frees it.`,
+lease (--ttl) ends or 'dcsync lock release NAME --owner ID' frees it.
+
+With --wait, while the lock is held by another, who holds it is shown on stderr: on a
+terminal, one line updated in place with the holder's owner, token and time left;
+nothing more when stderr is not a terminal.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			m, opts, err := a.lockManager(c.Context(), nil)
+			var watch *holderWatch
+			var wrap func(dcsync.LockStore) dcsync.LockStore
+			if f.wait > 0 {
+				wrap = func(s dcsync.LockStore) dcsync.LockStore {
+					watch = newHolderWatch(s)
+					return watch
+				}
+			}
+			m, opts, err := a.lockManager(c.Context(), wrap)
 			if err != nil {
 				return err
 			}
+			var stop func()
+			if watch != nil {
+				stop = a.showHolder(watch, args[0], holderTick)
+			}
 			l, err := acquire(c.Context(), m, args[0], f, opts)
+			if stop != nil {
+				stop()
+			}
 			if err != nil {
 				return err
 			}
@@ -111,12 +140,24 @@ lease (--ttl) ends or 'dcsync lock release NAME --owner ID' frees it.`,
 				return err
 			}
 			st, err := m.Inspect(c.Context(), args[0], opts...)
-			if errors.Is(err, dcsync.ErrNotFound) {
-				fmt.Fprintln(a.stdout, "free")
-				return nil
+			if err != nil && !errors.Is(err, dcsync.ErrNotFound) {
+				return err
+			}
+			if f.json {
+				level, _ := dcsync.ParseLevel(a.level)
+				j := lockJSON{Name: args[0], Level: level.String(), Farm: a.farm}
+				if level == dcsync.XDC {
+					j.Farm = ""
+				}
+				if err == nil {
+					j.Held, j.Owner, j.Token = true, st.Owner, st.Token
+					j.ExpiresAt, j.ExpiresInMS = expiry(st.Expires)
+				}
+				return a.printJSON(j)
 			}
 			if err != nil {
-				return err
+				fmt.Fprintln(a.stdout, "free")
+				return nil
 			}
 			owner := st.Owner
 			if owner == "" {
@@ -177,7 +218,13 @@ CMD's own exit codes); 5 the lease was lost or could not be renewed in time.`,
 	runCmd.Flags().DurationVar(&f.killAfter, "kill-after", defaultKillAfter, "grace between SIGTERM and SIGKILL when CMD must stop (at most TTL/3; 0: SIGKILL only)")
 	runCmd.Flags().IntVar(&f.conflictCode, "conflict-exit-code", 0, "exit code when the lock is held or --wait runs out (default 3 and 4), to tell them from CMD's")
 
-	for _, c := range []*cobra.Command{acq, rel, status, runCmd} {
+	status.Flags().BoolVar(&f.json, "json", false, `print one JSON object {"name","level","farm","held","owner","token","expires_at","expires_in_ms"}`)
+	var listJSON bool
+	list := newLockListCmd(a, &listJSON)
+	list.Flags().BoolVar(&listJSON, "json", false, "print a JSON array (see above)")
+	cmd.AddCommand(list)
+
+	for _, c := range []*cobra.Command{acq, rel, status, runCmd, newLockRefreshCmd(a)} {
 		addLevelFlag(c, a)
 		cmd.AddCommand(c)
 	}

@@ -1,13 +1,19 @@
 // Command dcsync takes distributed locks and works distributed latches from the shell.
 //
-//	dcsync lock acquire NAME [--level dc|xdc] [--ttl D] [--wait D]
+//	dcsync lock acquire NAME [--level dc|xdc] [--ttl D] [--wait D] [--fair]
 //	dcsync lock release NAME --owner ID
-//	dcsync lock status NAME
-//	dcsync lock run NAME [--ttl D] [--wait D] [--kill-after D] [--conflict-exit-code N] -- CMD ARGS...
+//	dcsync lock refresh NAME --owner ID [--ttl D]
+//	dcsync lock status NAME [--json]
+//	dcsync lock list [--json]
+//	dcsync lock run NAME [--ttl D] [--wait D] [--fair] [--kill-after D] [--conflict-exit-code N] -- CMD ARGS...
 //	dcsync latch create NAME --count N [--ttl D]
-//	dcsync latch countdown|countup|count NAME
+//	dcsync latch countdown|countup NAME
+//	dcsync latch count NAME [--json]
+//	dcsync latch list [--level dc|xdc] [--json]
+//	dcsync latch delete NAME [--level dc|xdc]
 //	dcsync latch await NAME [--timeout D]
 //	dcsync demo
+//	dcsync version (or dcsync --version)
 //
 // The store is --store URL (env DCSYNC_STORE): sqlite://PATH, memory:, hbase://... or
 // aerospike://...; by default a SQLite file in the user's state directory, which is per
@@ -224,7 +230,9 @@ Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
 	pf.StringVar(&a.client, "client", os.Getenv("DCSYNC_CLIENT"), "client id: the application that owns locks and latches (env DCSYNC_CLIENT)")
 	pf.StringVar(&a.farm, "farm", envOr("DCSYNC_FARM", "local"), "farm id: the data center this runs in (env DCSYNC_FARM)")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
-	root.AddCommand(newLockCmd(a), newLatchCmd(a), newDemoCmd(a))
+	root.Version = versionString()
+	root.SetVersionTemplate("dcsync {{.Version}}\n")
+	root.AddCommand(newLockCmd(a), newLatchCmd(a), newDemoCmd(a), newVersionCmd(a))
 	return root
 }
 
