@@ -204,7 +204,9 @@ func (a *app) demoWorker(ctx context.Context, name string, rounds int) error {
 	if err != nil {
 		return err
 	}
-	lk, err := lock.New(s, a.client, a.farm, lock.WithBackoff(5*time.Millisecond, 200*time.Millisecond))
+	// Fair mode: a worker that releases yields to the others instead of taking every
+	// turn in a row (see "Fairness" in package lock).
+	lk, err := lock.New(s, a.client, a.farm, lock.WithBackoff(5*time.Millisecond, 200*time.Millisecond), lock.WithFairness(true))
 	if err != nil {
 		return err
 	}
