@@ -91,22 +91,10 @@ func (f FamilySpec) toProto() (*pb.ColumnFamilySchema, error) {
 	return cf, nil
 }
 
-// masterLocation returns the active master's address.
+// masterLocation returns the active master's address, from the cache or
+// ZooKeeper. Concurrent lookups share one ZooKeeper session.
 func (c *Client) masterLocation(ctx context.Context) (string, error) {
-	c.locMu.Lock()
-	addr := c.masterAddr
-	c.locMu.Unlock()
-	if addr != "" {
-		return addr, nil
-	}
-	addr, err := c.lookupMaster(ctx)
-	if err != nil {
-		return "", err
-	}
-	c.locMu.Lock()
-	c.masterAddr = addr
-	c.locMu.Unlock()
-	return addr, nil
+	return c.serverLocation(ctx, &c.masterAddr, "\x00zk:master", c.lookupMaster)
 }
 
 // masterCall calls the active master, re-reading its location after failures.

@@ -42,6 +42,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dcsync/dcsync"
@@ -49,6 +50,13 @@ import (
 
 // Client is a connection to one HBase cluster. It is safe for concurrent use; Close
 // it when done.
+//
+// Work that many callers need at once is done once and shared: one dial per server
+// (and service), one hbase:meta lookup per table at a time, one ZooKeeper lookup of
+// hbase:meta's or the master's location. It runs detached from any one caller's
+// context (bounded by the configured timeouts, ended by Close), so that a caller
+// giving up ends nobody else's wait; each caller waits for it only as long as its
+// own context allows.
 type Client struct {
 	cfg     Config
 	log     *slog.Logger
@@ -58,9 +66,17 @@ type Client struct {
 	metaAddr   string // "" when unknown
 	masterAddr string // "" when unknown
 
+	// bg bounds shared work (dials, lookups); stop ends it at Close.
+	bg   context.Context
+	stop context.CancelFunc
+	// flights de-duplicates concurrent lookups (see locate, metaLocation,
+	// masterLocation).
+	flights singleflight.Group
+
 	connMu sync.Mutex
 	conns  map[string]*connSlot
 	closed bool
+	wg     sync.WaitGroup // dials and shared lookups in progress
 
 	nonceGroup uint64
 
@@ -69,11 +85,24 @@ type Client struct {
 	noNonces     bool                     // send no nonces (to show what they prevent)
 }
 
-// connSlot holds the connection to one server for one service; its mutex
-// serialises dialing so concurrent callers share one connection.
+// connSlot holds the connection to one server for one service, or the dial of one
+// in progress. Its fields are guarded by Client.connMu.
 type connSlot struct {
-	mu sync.Mutex
-	c  *rpcConn
+	c    *rpcConn
+	dial *dialCall
+}
+
+// dialCall is a dial in progress; done is closed when c or err is set.
+type dialCall struct {
+	done chan struct{}
+	c    *rpcConn
+	err  error
+}
+
+// errClientClosed is returned by calls made after (or cut short by) Close. It is
+// final: the retry loop returns it as is.
+func errClientClosed() error {
+	return dcsync.Errorf(dcsync.Connection, "hbase", "client is closed")
 }
 
 // Dial checks the configuration, finds hbase:meta through ZooKeeper, and returns a
@@ -98,10 +127,13 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 }
 
 func newClient(cfg Config) *Client {
+	bg, stop := context.WithCancel(context.Background())
 	return &Client{
 		cfg:        cfg,
 		log:        cfg.Logger,
 		regions:    newRegionCache(),
+		bg:         bg,
+		stop:       stop,
 		conns:      make(map[string]*connSlot),
 		nonceGroup: randUint64(),
 	}
@@ -112,58 +144,116 @@ func newClient(cfg Config) *Client {
 func (c *Client) Close() error {
 	c.connMu.Lock()
 	c.closed = true
-	slots := c.conns
-	c.conns = map[string]*connSlot{}
-	c.connMu.Unlock()
-	for _, s := range slots {
-		s.mu.Lock()
+	var conns []*rpcConn
+	for _, s := range c.conns {
 		if s.c != nil {
-			s.c.close(errConnClosed)
+			conns = append(conns, s.c)
 			s.c = nil
 		}
-		s.mu.Unlock()
 	}
+	c.conns = map[string]*connSlot{}
+	c.connMu.Unlock()
+	c.stop()
+	for _, rc := range conns {
+		rc.close(errConnClosed)
+	}
+	c.wg.Wait()
 	return nil
 }
 
+// track counts a goroutine doing shared work, for Close to wait for; it returns
+// false (counting nothing) once the client is closed.
+func (c *Client) track() bool {
+	c.connMu.Lock()
+	defer c.connMu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.wg.Add(1)
+	return true
+}
+
+// shared runs fn once for all the callers that ask for key while it runs, detached
+// from their contexts (fn gets one that Close ends); each caller waits for the
+// result only until its own ctx ends.
+func (c *Client) shared(ctx context.Context, key string, fn func(context.Context) (any, error)) (any, error) {
+	ch := c.flights.DoChan(key, func() (any, error) {
+		if !c.track() {
+			return nil, errClientClosed()
+		}
+		defer c.wg.Done()
+		return fn(c.bg)
+	})
+	select {
+	case r := <-ch:
+		return r.Val, r.Err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
 // conn returns a live connection to addr for service, dialing one if needed.
+// Concurrent callers share one dial; each waits for it only until its ctx ends
+// (the dial goes on, bounded by Config.DialTimeout, for the others and later
+// callers).
 func (c *Client) conn(ctx context.Context, addr, service string) (*rpcConn, error) {
 	key := service + "@" + addr
 	c.connMu.Lock()
 	if c.closed {
 		c.connMu.Unlock()
-		return nil, dcsync.Errorf(dcsync.Connection, "hbase", "client is closed")
+		return nil, errClientClosed()
 	}
 	s := c.conns[key]
 	if s == nil {
 		s = &connSlot{}
 		c.conns[key] = s
 	}
-	c.connMu.Unlock()
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.c != nil && s.c.alive() {
-		return s.c, nil
+		rc := s.c
+		c.connMu.Unlock()
+		return rc, nil
 	}
-	if s.c != nil {
-		s.c.close(errConnClosed) // reap the dead one's reader
-		s.c = nil
+	dead := s.c
+	s.c = nil
+	d := s.dial
+	if d == nil {
+		d = &dialCall{done: make(chan struct{})}
+		s.dial = d
+		c.wg.Add(1)
+		go c.dial(s, d, addr, service)
 	}
-	rc, err := dialConn(ctx, c.cfg.Dial, addr, service, c.cfg.User, c.cfg.DialTimeout, c.log)
-	if err != nil {
-		return nil, err
-	}
-	rc.dropResponse = c.dropResponse
-	c.connMu.Lock()
-	closed := c.closed
 	c.connMu.Unlock()
-	if closed {
-		rc.close(errConnClosed)
-		return nil, dcsync.Errorf(dcsync.Connection, "hbase", "client is closed")
+	if dead != nil {
+		dead.close(errConnClosed) // reap the dead one's goroutines
 	}
-	s.c = rc
-	return rc, nil
+	select {
+	case <-d.done:
+		return d.c, d.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// dial makes the connection of slot s and hands it to d's waiters.
+func (c *Client) dial(s *connSlot, d *dialCall, addr, service string) {
+	defer c.wg.Done()
+	rc, err := dialConn(c.bg, c.cfg, addr, service, c.dropResponse)
+	if err != nil && c.bg.Err() != nil {
+		err = errClientClosed()
+	}
+	c.connMu.Lock()
+	s.dial = nil
+	closed := c.closed
+	if err == nil && !closed {
+		s.c = rc
+	}
+	c.connMu.Unlock()
+	if err == nil && closed {
+		rc.close(errConnClosed)
+		rc, err = nil, errClientClosed()
+	}
+	d.c, d.err = rc, err
+	close(d.done)
 }
 
 // rpc makes one call to addr, bounded by ctx and the configured RPC timeout.

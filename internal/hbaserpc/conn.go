@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -34,31 +35,72 @@ var connPreamble = []byte{'H', 'B', 'a', 's', 0, 0x50}
 // errConnClosed is the cause of calls failed because the client closed.
 var errConnClosed = errors.New("connection closed")
 
+// maxTimeouts is how many calls in a row may time out on one connection, with no
+// frame read between them, before the connection is deemed dead and closed. A
+// timeout while nothing at all was read since the call was queued closes it at
+// once (see rpcConn.timedOut).
+const maxTimeouts = 3
+
+// writeQueueLen is the capacity of a connection's queue of frames to write; callers
+// wait (bounded by their context and timeout) when it is full.
+const writeQueueLen = 256
+
+// maxWriteBatch bounds the bytes the writer gathers into one write.
+const maxWriteBatch = 256 << 10
+
 // rpcConn is one TCP connection to one HBase server for one service. It is shared
-// by all goroutines: requests are pipelined, tagged with call ids, and a reader
-// goroutine hands each response to its waiting caller.
+// by all goroutines: requests are pipelined, tagged with call ids, and written by
+// one writer goroutine, in the order they were queued; a reader goroutine hands
+// each response to its waiting caller.
+//
+// A caller that gives up (its context ends, or its timeout fires) before the writer
+// has taken its frame withdraws it: the request is never sent. Once the writer has
+// taken a frame, it writes it whole whatever the caller does (a frame cut short
+// would corrupt the stream for every other call): the caller then only stops
+// waiting for the reply, and a late reply is discarded.
 type rpcConn struct {
 	addr    string
 	service string
 	nc      net.Conn
 	log     *slog.Logger
+	// writeTimeout bounds one write on the wire: a server that does not read for
+	// that long is dead, and the connection is closed.
+	writeTimeout time.Duration
 	// dropResponse, when set (tests only), makes the reader discard the response to
 	// a matching method and break the connection, as if the reply were lost.
 	dropResponse func(method string) bool
 
-	writeMu sync.Mutex // serialises frames on the wire
+	queue chan *pendingCall // frames for the writer
+	reads atomic.Uint64     // frames read so far
 
-	mu     sync.Mutex
-	calls  map[uint32]*pendingCall
-	nextID uint32
-	err    error // set once the connection is dead
-	done   chan struct{}
-	readWG sync.WaitGroup
+	mu       sync.Mutex
+	calls    map[uint32]*pendingCall
+	nextID   uint32
+	timeouts int   // calls timed out since the last frame was read
+	err      error // set once the connection is dead
+	done     chan struct{}
+	wg       sync.WaitGroup // the reader and the writer
 }
+
+// States of a pending call's frame.
+const (
+	frameQueued    int32 = iota // waiting for the writer
+	frameWriting                // taken by the writer: it will be written whole
+	frameWithdrawn              // given up before the writer took it: never sent
+)
 
 type pendingCall struct {
 	method string
+	frame  []byte          // set before the call is queued; read by the writer only
+	state  atomic.Int32    // frameQueued, frameWriting or frameWithdrawn
 	ch     chan callResult // buffered, capacity 1
+}
+
+// withdraw marks the call's frame as not to be written, and reports whether that
+// happened in time: false when the writer has already taken it (the request is,
+// or is being, sent).
+func (pc *pendingCall) withdraw() bool {
+	return pc.state.CompareAndSwap(frameQueued, frameWithdrawn)
 }
 
 type callResult struct {
@@ -66,11 +108,11 @@ type callResult struct {
 	err  error
 }
 
-// dialConn connects to addr, sends the preamble and connection header and starts the
-// reader goroutine.
-func dialConn(ctx context.Context, dial func(context.Context, string, string) (net.Conn, error), addr, service, user string, timeout time.Duration, log *slog.Logger) (*rpcConn, error) {
-	dctx, cancel := context.WithTimeout(ctx, timeout)
-	nc, err := dial(dctx, "tcp", addr)
+// dialConn connects to addr with cfg.Dial, sends the preamble and connection header
+// and starts the reader and writer goroutines. ctx bounds the connection attempt.
+func dialConn(ctx context.Context, cfg Config, addr, service string, dropResponse func(string) bool) (*rpcConn, error) {
+	dctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	nc, err := cfg.Dial(dctx, "tcp", addr)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
@@ -82,13 +124,13 @@ func dialConn(ctx context.Context, dial func(context.Context, string, string) (n
 		_ = tc.SetNoDelay(true)
 	}
 	hdr := &pb.ConnectionHeader{
-		UserInfo:    &pb.UserInformation{EffectiveUser: proto.String(user)},
+		UserInfo:    &pb.UserInformation{EffectiveUser: proto.String(cfg.User)},
 		ServiceName: proto.String(service),
 		VersionInfo: &pb.VersionInfo{
 			Version:      proto.String("2.6.0"),
 			Url:          proto.String("dcsync"),
 			Revision:     proto.String("dcsync"),
-			User:         proto.String(user),
+			User:         proto.String(cfg.User),
 			Date:         proto.String("2025"),
 			SrcChecksum:  proto.String("dcsync"),
 			VersionMajor: proto.Uint32(2),
@@ -104,26 +146,36 @@ func dialConn(ctx context.Context, dial func(context.Context, string, string) (n
 	buf = append(buf, connPreamble...)
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(hb)))
 	buf = append(buf, hb...)
-	deadline := time.Now().Add(timeout)
+	deadline := time.Now().Add(cfg.DialTimeout)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
 	_ = nc.SetWriteDeadline(deadline)
-	if _, err := nc.Write(buf); err != nil {
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetWriteDeadline(time.Unix(1, 0)) })
+	_, err = nc.Write(buf)
+	stop()
+	if err != nil {
 		nc.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, &connError{err: fmt.Errorf("handshake with %s: %w", addr, err)}
 	}
 	c := &rpcConn{
-		addr:    addr,
-		service: service,
-		nc:      nc,
-		log:     log,
-		calls:   make(map[uint32]*pendingCall),
-		done:    make(chan struct{}),
+		addr:         addr,
+		service:      service,
+		nc:           nc,
+		log:          cfg.Logger,
+		writeTimeout: cfg.RPCTimeout,
+		dropResponse: dropResponse,
+		queue:        make(chan *pendingCall, writeQueueLen),
+		calls:        make(map[uint32]*pendingCall),
+		done:         make(chan struct{}),
 	}
-	c.readWG.Add(1)
+	c.wg.Add(2)
 	go c.readLoop()
-	log.Debug("hbase: connected", "addr", addr, "service", service)
+	go c.writeLoop()
+	c.log.Debug("hbase: connected", "addr", addr, "service", service)
 	return c, nil
 }
 
@@ -135,14 +187,15 @@ func (c *rpcConn) alive() bool {
 }
 
 // close breaks the connection (if not already broken), failing all pending calls
-// with err, and waits for the reader goroutine to exit.
+// with err, and waits for the reader and writer goroutines to exit.
 func (c *rpcConn) close(err error) {
 	c.fail(err)
-	c.readWG.Wait()
+	c.wg.Wait()
 }
 
-// fail marks the connection dead and fails every pending call. Safe to call from the
-// reader goroutine.
+// fail marks the connection dead and fails every pending call: those whose frame
+// the writer had taken are in doubt, the others were not sent. Safe to call from
+// the reader and writer goroutines.
 func (c *rpcConn) fail(err error) {
 	c.mu.Lock()
 	if c.err != nil {
@@ -156,8 +209,8 @@ func (c *rpcConn) fail(err error) {
 	c.mu.Unlock()
 	_ = c.nc.Close()
 	for _, pc := range calls {
-		// The request was (possibly) written: its outcome is unknown.
-		pc.ch <- callResult{err: &connError{sent: true, err: fmt.Errorf("%s %s: %w", c.addr, pc.method, err)}}
+		sent := !pc.withdraw()
+		pc.ch <- callResult{err: &connError{sent: sent, err: fmt.Errorf("%s %s: %w", c.addr, pc.method, err)}}
 	}
 	if !errors.Is(err, errConnClosed) {
 		c.log.Debug("hbase: connection broken", "addr", c.addr, "service", c.service, "err", err)
@@ -165,7 +218,8 @@ func (c *rpcConn) fail(err error) {
 }
 
 // call sends one request and waits for its response, which it unmarshals into resp.
-// timeout bounds the wait when ctx allows longer.
+// timeout bounds the whole call (queueing, writing and waiting) when ctx allows
+// longer.
 func (c *rpcConn) call(ctx context.Context, method string, req, resp proto.Message, timeout time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -195,21 +249,23 @@ func (c *rpcConn) call(ctx context.Context, method string, req, resp proto.Messa
 	id := c.nextID
 	c.calls[id] = pc
 	c.mu.Unlock()
-
-	frame := encodeRequest(id, method, param, timeoutMs)
-	if err := c.write(ctx, frame, timeout); err != nil {
-		// A frame that was not fully written cannot be parsed by the server, so the
-		// request was not applied; the stream is corrupt, so the connection goes.
-		c.fail(fmt.Errorf("write: %w", err))
-		c.forget(id)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return &connError{err: fmt.Errorf("%s %s: write: %w", c.addr, method, err)}
-	}
+	pc.frame = encodeRequest(id, method, param, timeoutMs)
+	readsBefore := c.reads.Load()
 
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	select {
+	case c.queue <- pc:
+	case r := <-pc.ch: // the connection broke: not sent
+		return r.err
+	case <-ctx.Done():
+		c.forget(id)
+		return ctx.Err()
+	case <-timer.C:
+		c.forget(id)
+		return c.timedOut(method, readsBefore, false)
+	}
+
 	select {
 	case r := <-pc.ch:
 		if r.err != nil {
@@ -220,12 +276,37 @@ func (c *rpcConn) call(ctx context.Context, method string, req, resp proto.Messa
 		}
 		return nil
 	case <-ctx.Done():
-		c.forget(id) // a late response will be discarded
+		// Withdrawn in time, the request is never sent; otherwise it is written
+		// whole and its late reply discarded.
+		c.forget(id)
+		pc.withdraw()
 		return ctx.Err()
 	case <-timer.C:
 		c.forget(id)
-		return &timeoutError{method: method}
+		return c.timedOut(method, readsBefore, !pc.withdraw())
 	}
+}
+
+// timedOut records a call's timeout and returns its error. The connection is
+// deemed dead, and closed (failing its other calls), when nothing at all was read
+// on it since the call was queued (a server that accepts but never answers, with
+// no RST to tell), or after maxTimeouts timeouts with no frame read in between.
+// The error then says so (timeoutError.closed), for the caller to drop the
+// server's region locations.
+func (c *rpcConn) timedOut(method string, readsBefore uint64, sent bool) error {
+	c.mu.Lock()
+	c.timeouts++
+	n := c.timeouts
+	c.mu.Unlock()
+	te := &timeoutError{method: method}
+	if c.reads.Load() == readsBefore || n >= maxTimeouts {
+		te.closed = true
+		c.fail(fmt.Errorf("server silent: %d call(s) timed out with no reply", n))
+	}
+	if !sent {
+		return &connError{err: fmt.Errorf("%s %s: not sent: %w", c.addr, method, te)}
+	}
+	return te
 }
 
 func (c *rpcConn) forget(id uint32) {
@@ -236,26 +317,47 @@ func (c *rpcConn) forget(id uint32) {
 	c.mu.Unlock()
 }
 
-// write sends one frame, bounded by ctx and timeout. A cancelled ctx interrupts a
-// blocked write (which then breaks the connection).
-func (c *rpcConn) write(ctx context.Context, frame []byte, timeout time.Duration) error {
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
-	deadline := time.Now().Add(timeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
+// writeLoop writes the queued frames in order, gathering those already queued into
+// one write, and skipping frames withdrawn by their callers. A write that fails or
+// stalls past writeTimeout breaks the connection.
+func (c *rpcConn) writeLoop() {
+	defer c.wg.Done()
+	var buf []byte
+	for {
+		var pc *pendingCall
+		select {
+		case pc = <-c.queue:
+		case <-c.done:
+			return
+		}
+		buf = buf[:0]
+	gather:
+		for {
+			if pc.state.CompareAndSwap(frameQueued, frameWriting) {
+				buf = append(buf, pc.frame...)
+			}
+			pc.frame = nil
+			if len(buf) >= maxWriteBatch {
+				break
+			}
+			select {
+			case pc = <-c.queue:
+			default:
+				break gather
+			}
+		}
+		if len(buf) == 0 {
+			continue
+		}
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+		if _, err := c.nc.Write(buf); err != nil {
+			c.fail(fmt.Errorf("write: %w", err))
+			return
+		}
+		if cap(buf) > maxWriteBatch {
+			buf = nil // do not keep a large buffer for the connection's life
+		}
 	}
-	_ = c.nc.SetWriteDeadline(deadline)
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		defer close(fired)
-		_ = c.nc.SetWriteDeadline(time.Unix(1, 0))
-	})
-	_, err := c.nc.Write(frame)
-	if !stop() {
-		<-fired // the interrupt ran (or is running): let it finish before the next writer
-	}
-	return err
 }
 
 // encodeRequest builds a request frame: total length, delimited RequestHeader,
@@ -301,7 +403,7 @@ func decodeResponse(frame []byte) (*pb.ResponseHeader, []byte, error) {
 }
 
 func (c *rpcConn) readLoop() {
-	defer c.readWG.Done()
+	defer c.wg.Done()
 	r := bufio.NewReaderSize(c.nc, 64<<10)
 	var lenBuf [4]byte
 	for {
@@ -325,7 +427,9 @@ func (c *rpcConn) readLoop() {
 			return
 		}
 		id := hdr.GetCallId()
+		c.reads.Add(1)
 		c.mu.Lock()
+		c.timeouts = 0
 		pc := c.calls[id]
 		if pc != nil {
 			delete(c.calls, id)

@@ -122,8 +122,15 @@ func (e *connError) Error() string { return e.err.Error() }
 func (e *connError) Unwrap() error { return e.err }
 
 // timeoutError is a per-attempt RPC timeout (Config.RPCTimeout) that fired while
-// the caller's context was still live. The request was sent: its outcome is unknown.
-type timeoutError struct{ method string }
+// the caller's context was still live. Alone, the request was sent: its outcome is
+// unknown. A request that timed out before it could be sent is a connError (not
+// sent) wrapping a timeoutError.
+type timeoutError struct {
+	method string
+	// closed is set when the timeout closed the connection as dead (see
+	// rpcConn.timedOut): the server's region locations are to be dropped.
+	closed bool
+}
 
 func (e *timeoutError) Error() string { return "rpc " + e.method + " timed out" }
 

@@ -42,6 +42,7 @@ type fakeServer struct {
 	conns    []*fakeConn
 	headers  []*pb.ConnectionHeader
 	accepted int
+	ended    int // connections that ended by a read error (the client closed them)
 	wg       sync.WaitGroup
 }
 
@@ -90,6 +91,14 @@ func (s *fakeServer) acceptedCount() int {
 	return s.accepted
 }
 
+// endedCount is how many connections ended because the client closed them (or the
+// server's closeConns did).
+func (s *fakeServer) endedCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ended
+}
+
 func (s *fakeServer) accept() {
 	defer s.wg.Done()
 	for {
@@ -136,6 +145,9 @@ func (s *fakeServer) serve(c *fakeConn) {
 	for {
 		frame, err := readFrame(r)
 		if err != nil {
+			s.mu.Lock()
+			s.ended++
+			s.mu.Unlock()
 			return
 		}
 		hbytes, n := protowire.ConsumeBytes(frame)

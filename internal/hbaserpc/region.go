@@ -204,22 +204,35 @@ func parseMetaRow(table string, cells []*pb.Cell) (r *Region, offline bool, err 
 	return r, info.GetOffline() || info.GetSplit(), nil
 }
 
-// metaLocation returns the address of the server hosting hbase:meta.
+// metaLocation returns the address of the server hosting hbase:meta, from the
+// cache or ZooKeeper. Concurrent lookups share one ZooKeeper session.
 func (c *Client) metaLocation(ctx context.Context) (string, error) {
+	return c.serverLocation(ctx, &c.metaAddr, "\x00zk:meta", c.lookupMeta)
+}
+
+// serverLocation returns *cached (guarded by locMu), or looks it up once for all
+// concurrent callers with lookup and caches it.
+func (c *Client) serverLocation(ctx context.Context, cached *string, key string, lookup func(context.Context) (string, error)) (string, error) {
 	c.locMu.Lock()
-	addr := c.metaAddr
+	addr := *cached
 	c.locMu.Unlock()
 	if addr != "" {
 		return addr, nil
 	}
-	addr, err := c.lookupMeta(ctx)
+	v, err := c.shared(ctx, key, func(ctx context.Context) (any, error) {
+		addr, err := lookup(ctx)
+		if err != nil {
+			return "", err
+		}
+		c.locMu.Lock()
+		*cached = addr
+		c.locMu.Unlock()
+		return addr, nil
+	})
 	if err != nil {
 		return "", err
 	}
-	c.locMu.Lock()
-	c.metaAddr = addr
-	c.locMu.Unlock()
-	return addr, nil
+	return v.(string), nil
 }
 
 func (c *Client) forgetMeta(addr string) {
@@ -245,9 +258,34 @@ func (c *Client) locate(ctx context.Context, table string, row []byte) (*Region,
 		}
 		return metaRegion(addr), nil
 	}
-	if r := c.regions.lookup(table, row); r != nil {
-		return r, nil
+	for {
+		if r := c.regions.lookup(table, row); r != nil {
+			return r, nil
+		}
+		// One hbase:meta lookup per table at a time: callers that arrive while one
+		// runs wait for it, then look in the cache again (it may have found their
+		// region too, or prefetched it), so a burst of callers relocating one region
+		// (after a connection broke, or the region moved) makes one lookup, not one
+		// each. The price: lookups of different regions of one table are serialised.
+		v, err := c.shared(ctx, "region:"+table, func(ctx context.Context) (any, error) {
+			if r := c.regions.lookup(table, row); r != nil {
+				return r, nil
+			}
+			return c.lookupRegion(ctx, table, row)
+		})
+		if r, ok := v.(*Region); ok && r != nil && r.contains(row) {
+			return r, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		// It was another caller's lookup, for another region: look again.
 	}
+}
+
+// lookupRegion reads the location of the region of table holding row from
+// hbase:meta and caches it, with a few regions before it.
+func (c *Client) lookupRegion(ctx context.Context, table string, row []byte) (*Region, error) {
 	addr, err := c.metaLocation(ctx)
 	if err != nil {
 		return nil, err
@@ -343,9 +381,11 @@ func (c *Client) noteFailure(r *Region, err error) {
 		return
 	}
 	var te *timeoutError
-	if errors.As(err, &te) {
+	if errors.As(err, &te) && !te.closed {
 		return // a slow server is not a moved region
 	}
+	// A broken connection, or one closed because the server went silent: whatever
+	// was cached on that server is looked up again (it may have moved elsewhere).
 	if r.Table == metaTable {
 		c.forgetMeta(r.Server)
 	}
