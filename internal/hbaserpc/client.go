@@ -18,6 +18,23 @@
 // nonce'd Increments and Deletes at explicit timestamps that leave its condition
 // alone (see CheckAndMutate).
 //
+// Connections: one TCP connection per server and service, shared by all goroutines:
+// requests are pipelined and written by one writer goroutine per connection. A
+// caller that gives up (its context ends, or Config.RPCTimeout passes) before its
+// request is written withdraws it (it is never sent, and may be retried even if not
+// idempotent); once written, or being written, a request goes out whole, the caller
+// only stops waiting, and a late reply is dropped: one caller's cancellation never
+// breaks the connection under the others. A connection is deemed dead, closed, and
+// the regions cached on its server dropped (so the next attempt relocates them
+// through hbase:meta and dials again), when it breaks, when a call times out with
+// nothing at all read on the connection since the call was queued (a server that
+// went silent without a reset), or after 3 timeouts in a row with nothing read in
+// between; a call that times out while the server keeps answering others is a slow
+// call, and changes nothing. Concurrent callers share one dial per server, one
+// hbase:meta lookup per table at a time and one ZooKeeper lookup, each waiting only
+// as long as its own context allows. Config.Dial opens every connection (the hook
+// for fault injection and proxies).
+//
 // Timestamps: Put and Delete take explicit cell timestamps (a Delete then hides only
 // versions at or before its own), and GetWithClock reads a row together with a lower
 // bound of its region server's clock, for choosing TTLs relative to the timestamps

@@ -145,9 +145,9 @@ const (
 )
 
 func classify(err error) errorKind {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return kindCancelled
-	}
+	// A transport failure first: a dial or write that timed out wraps an error that
+	// is also context.DeadlineExceeded (net's i/o timeout), yet it is the server's
+	// failure, not the caller's context ending.
 	var ce *connError
 	if errors.As(err, &ce) {
 		if ce.sent {
@@ -158,6 +158,9 @@ func classify(err error) errorKind {
 	var te *timeoutError
 	if errors.As(err, &te) {
 		return kindInDoubt
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return kindCancelled
 	}
 	var re *RemoteError
 	if errors.As(err, &re) {

@@ -720,3 +720,66 @@ func TestIntegration(t *testing.T) {
 		}
 	})
 }
+
+// muteConn swallows everything the server sends while muted: to the client, the
+// server has gone silent (no reply, no RST).
+type muteConn struct {
+	net.Conn
+	muted atomic.Bool
+}
+
+func (m *muteConn) Read(b []byte) (int, error) {
+	for {
+		n, err := m.Conn.Read(b)
+		if err != nil || !m.muted.Load() {
+			return n, err
+		}
+	}
+}
+
+// TestIntegrationSilentConnection: against the real HBase, a region server
+// connection that goes silent is closed after one RPC timeout and the call goes
+// through on a new connection (found again through ZooKeeper and hbase:meta).
+func TestIntegrationSilentConnection(t *testing.T) {
+	zk := zkQuorum(t)
+	var mu sync.Mutex
+	var conns []*muteConn
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := Dial(ctx, Config{ZKQuorum: zk, Logger: testLogger(t), RPCTimeout: 2 * time.Second,
+		Dial: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			mc := &muteConn{Conn: nc}
+			mu.Lock()
+			conns = append(conns, mc)
+			mu.Unlock()
+			return mc, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// hbase:meta itself is a table every cluster has: no table to create.
+	row := []byte("dcsync-silent-test")
+	if _, err := c.Get(ctx, metaTable, row); err != nil {
+		t.Fatalf("Get before the silence: %v", err)
+	}
+	mu.Lock()
+	before := len(conns)
+	for _, mc := range conns {
+		mc.muted.Store(true)
+	}
+	mu.Unlock()
+	if _, err := c.Get(ctx, metaTable, row); err != nil {
+		t.Fatalf("Get after the connection went silent: %v", err)
+	}
+	mu.Lock()
+	after := len(conns)
+	mu.Unlock()
+	if after <= before {
+		t.Fatalf("no new connection after the silence (%d dials before, %d after)", before, after)
+	}
+}

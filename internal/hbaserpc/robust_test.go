@@ -403,3 +403,93 @@ func TestConfigDialHook(t *testing.T) {
 		t.Fatalf("dials through Config.Dial: %v; want ZooKeeper %s and the region server %s", dialed, zk.addr(), srv.addr())
 	}
 }
+
+// TestRepeatedTimeoutsCloseConnection: calls that keep timing out with no reply
+// between them close the connection even when each was queued before the last
+// reply arrived (so none of them alone proves the server silent).
+func TestRepeatedTimeoutsCloseConnection(t *testing.T) {
+	var slowGets atomic.Int32
+	srv := newFakeServer(t, func(req fakeRequest) fakeReply {
+		var g pb.GetRequest
+		mustUnmarshal(t, req.param, &g)
+		if bytes.HasPrefix(g.GetGet().GetRow(), []byte("slow")) {
+			slowGets.Add(1)
+			return fakeReply{drop: true}
+		}
+		return fakeReply{resp: echoGet(t, req)}
+	})
+	c := newUnitClient(t, srv.addr(), func(cfg *Config) {
+		cfg.RPCTimeout = time.Second
+		cfg.MaxAttempts = 1
+	})
+	c.regions.add(&Region{Table: "t", Name: []byte("t,,1"), Server: srv.addr()})
+	var wg sync.WaitGroup
+	errs := make([]error, maxTimeouts)
+	for i := range maxTimeouts {
+		wg.Go(func() {
+			_, errs[i] = c.Get(context.Background(), "t", fmt.Appendf(nil, "slow-%d", i))
+		})
+	}
+	waitFor(t, "the slow Gets to reach the server", func() bool { return slowGets.Load() == maxTimeouts })
+	if _, err := c.Get(context.Background(), "t", []byte("fast")); err != nil {
+		t.Fatalf("fast Get: %v", err)
+	}
+	wg.Wait()
+	var closed int
+	for i, err := range errs {
+		var te *timeoutError
+		if !errors.As(err, &te) {
+			t.Fatalf("slow Get %d: %v, want a timeout", i, err)
+		}
+		if te.closed {
+			closed++
+		}
+	}
+	if closed != 1 {
+		t.Fatalf("%d timeouts closed the connection, want 1 (the %dth)", closed, maxTimeouts)
+	}
+	waitFor(t, "the connection to be closed", func() bool { return srv.endedCount() == 1 })
+	if c.regions.lookup("t", []byte("x")) != nil {
+		t.Fatal("the regions of a server whose connection was closed as dead are still cached")
+	}
+}
+
+// TestBlackHoledServerIsLeft: a region server whose dials time out (SYNs dropped)
+// is a transport failure, not the caller's deadline: the region is relocated
+// through hbase:meta, which names another server.
+func TestBlackHoledServerIsLeft(t *testing.T) {
+	var addrB string
+	srvB := newFakeServer(t, func(req fakeRequest) fakeReply {
+		switch req.header.GetMethodName() {
+		case "Scan":
+			return fakeReply{resp: &pb.ScanResponse{Results: []*pb.Result{metaRow("t,,2.moved.", "", "", addrB)}, MoreResults: proto.Bool(false)}}
+		case "Get":
+			return fakeReply{resp: echoGet(t, req)}
+		}
+		return fakeReply{close: true}
+	})
+	addrB = srvB.addr()
+	const addrA = "192.0.2.1:16020" // TEST-NET-1: never dialled for real here
+	var dialsA atomic.Int32
+	c := newUnitClient(t, addrB, func(cfg *Config) {
+		cfg.DialTimeout = 200 * time.Millisecond
+		cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == addrA {
+				dialsA.Add(1)
+				<-ctx.Done() // no SYN-ACK ever comes
+				return nil, &net.OpError{Op: "dial", Net: network, Err: ctx.Err()}
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}
+	})
+	c.regions.add(&Region{Table: "t", Name: []byte("t,,1"), Server: addrA})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cells, err := c.Get(ctx, "t", []byte("a"))
+	if err != nil || len(cells) != 1 {
+		t.Fatalf("Get with its region on a black-holed server = %v, %v (%d dials to it)", cells, err, dialsA.Load())
+	}
+	if n := dialsA.Load(); n != 1 {
+		t.Fatalf("%d dials to the black-holed server, want 1", n)
+	}
+}

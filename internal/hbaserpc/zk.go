@@ -25,8 +25,9 @@ func (z zkLogger) Printf(format string, args ...any) {
 }
 
 // zkGet reads one znode with a short-lived ZooKeeper session, bounded by ctx and the
-// dial timeout. A session per lookup keeps no goroutine alive between lookups; the
-// lookups are rare (only when a cached location is found stale).
+// dial timeout, connecting with Config.Dial. A session per lookup keeps no goroutine
+// alive between lookups; the lookups are rare (only when a cached location is found
+// stale), and concurrent ones share one session (see Client.serverLocation).
 func (c *Client) zkGet(parent context.Context, path string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(parent, max(c.cfg.DialTimeout, 2*time.Second))
 	defer cancel()
