@@ -132,7 +132,12 @@ type timeoutError struct {
 	closed bool
 }
 
-func (e *timeoutError) Error() string { return "rpc " + e.method + " timed out" }
+func (e *timeoutError) Error() string {
+	if e.closed {
+		return "rpc " + e.method + " timed out (server silent: connection closed)"
+	}
+	return "rpc " + e.method + " timed out"
+}
 
 // errorKind tells the retry loop what to do with an attempt's error.
 type errorKind int

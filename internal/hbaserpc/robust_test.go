@@ -493,3 +493,96 @@ func TestBlackHoledServerIsLeft(t *testing.T) {
 		t.Fatalf("%d dials to the black-holed server, want 1", n)
 	}
 }
+
+// stuckConn is a connection whose writes block, while stuck, as when the server
+// stops reading and the TCP buffers are full.
+type stuckConn struct {
+	net.Conn
+	stuck   *atomic.Bool
+	release chan struct{}
+	entered chan struct{}
+	closed  chan struct{}
+	once    sync.Once
+}
+
+func (s *stuckConn) Write(b []byte) (int, error) {
+	if s.stuck.Load() {
+		select {
+		case s.entered <- struct{}{}:
+		default:
+		}
+		select {
+		case <-s.release:
+		case <-s.closed:
+			return 0, net.ErrClosed
+		}
+	}
+	return s.Conn.Write(b)
+}
+
+func (s *stuckConn) Close() error {
+	s.once.Do(func() { close(s.closed) })
+	return s.Conn.Close()
+}
+
+// TestWriteWaitHonoursContext pins issue 8 §4 (third item, writes): a caller whose
+// request waits behind a write that is stuck gives up when its context ends, its
+// request is then never sent, and the connection is kept for the stuck one.
+func TestWriteWaitHonoursContext(t *testing.T) {
+	var gets atomic.Int32
+	srv := newFakeServer(t, func(req fakeRequest) fakeReply {
+		gets.Add(1)
+		return fakeReply{resp: echoGet(t, req)}
+	})
+	var stuck atomic.Bool
+	release := make(chan struct{})
+	entered := make(chan struct{}, 1)
+	c := newUnitClient(t, srv.addr(), func(cfg *Config) {
+		cfg.RPCTimeout = time.Minute
+		cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &stuckConn{Conn: nc, stuck: &stuck, release: release, entered: entered, closed: make(chan struct{})}, nil
+		}
+	})
+	c.regions.add(&Region{Table: "t", Name: []byte("t,,1"), Server: srv.addr()})
+	if _, err := c.Get(context.Background(), "t", []byte("warm")); err != nil {
+		t.Fatal(err)
+	}
+	stuck.Store(true)
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Get(context.Background(), "t", []byte("a"))
+		first <- err
+	}()
+	<-entered // the first request's write is stuck
+	second := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err := c.Get(ctx, "t", []byte("b"))
+		second <- err
+	}()
+	select {
+	case err := <-second:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("second caller's error = %v, want its deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a caller waiting behind a stuck write ignored its context deadline")
+		defer func() { <-second }()
+	}
+	stuck.Store(false)
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("first caller: %v", err)
+	}
+	if n, e := srv.acceptedCount(), srv.endedCount(); n != 1 || e != 0 {
+		t.Fatalf("%d connections accepted, %d closed; want 1 and 0", n, e)
+	}
+	if n := gets.Load(); n != 2 {
+		t.Fatalf("the server received %d Gets, want 2 (the abandoned one is never sent)", n)
+	}
+}
