@@ -57,6 +57,7 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -96,6 +97,8 @@ type Client struct {
 	wg     sync.WaitGroup // dials and shared lookups in progress
 
 	nonceGroup uint64
+
+	metaScans atomic.Int64 // hbase:meta lookups made (for tests and debugging)
 
 	// Test hooks.
 	dropResponse func(method string) bool // see rpcConn.dropResponse

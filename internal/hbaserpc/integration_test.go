@@ -455,6 +455,52 @@ func TestIntegration(t *testing.T) {
 		}
 	})
 
+	t.Run("RelocationAfterBreak", func(t *testing.T) {
+		// Every region of the server dropped from the cache (as a broken connection
+		// does), then n concurrent calls on rows of n different regions: the
+		// lookups are shared per table, so this counts the hbase:meta scans and the
+		// time they take.
+		ctx := ctxT(t, 2*time.Minute)
+		c2 := dialTest(t)
+		const n = 64
+		rows := make([][]byte, n)
+		for i := range rows {
+			rows[i] = []byte{byte(i * 4), 'r'}
+			if _, err := c2.Get(ctx, table, rows[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		server := c2.regions.lookup(table, rows[0]).Server
+		c2.regions.invalidateServer(server)
+		before := c2.metaScans.Load()
+		start := time.Now()
+		var wg sync.WaitGroup
+		for i := range rows {
+			wg.Go(func() {
+				if _, err := c2.Get(ctx, table, rows[i]); err != nil {
+					t.Errorf("Get %d: %v", i, err)
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("%d calls on %d regions after their server's locations were dropped: %d hbase:meta scans in %v",
+			n, n, c2.metaScans.Load()-before, time.Since(start).Round(time.Millisecond))
+		// And n calls on one region: one scan.
+		c2.regions.invalidateServer(server)
+		before = c2.metaScans.Load()
+		for i := range n {
+			wg.Go(func() {
+				if _, err := c2.Get(ctx, table, []byte{0x80, 'r', byte(i)}); err != nil {
+					t.Errorf("Get %d: %v", i, err)
+				}
+			})
+		}
+		wg.Wait()
+		if s := c2.metaScans.Load() - before; s != 1 {
+			t.Errorf("%d calls on one region after its location was dropped: %d hbase:meta scans, want 1", n, s)
+		}
+	})
+
 	t.Run("ContextCancellation", func(t *testing.T) {
 		var gets []Get
 		for i := range 256 {

@@ -304,6 +304,7 @@ func (c *Client) lookupRegion(ctx context.Context, table string, row []byte) (*R
 		IncludeStartRow: proto.Bool(true),
 	}
 	meta := metaRegion(addr)
+	c.metaScans.Add(1)
 	req := &pb.ScanRequest{
 		Region:                regionSpec(meta),
 		Scan:                  scan,
