@@ -25,6 +25,9 @@ type slowConn struct {
 	net.Conn
 	chunk int
 	pause time.Duration
+	// midWrite, when set, is called once a write has sent its first chunk and
+	// before the rest.
+	midWrite func()
 }
 
 func (s *slowConn) Write(b []byte) (int, error) {
@@ -36,6 +39,9 @@ func (s *slowConn) Write(b []byte) (int, error) {
 			return n, err
 		}
 		if n < len(b) {
+			if s.midWrite != nil && n == m {
+				s.midWrite()
+			}
 			time.Sleep(s.pause)
 		}
 	}
@@ -103,6 +109,57 @@ func TestCancelDuringWriteKeepsConnection(t *testing.T) {
 	t.Logf("%d calls, %d cancelled, %d failed", calls, cancelled.Load(), failed.Load())
 	if n, e := srv.acceptedCount(), srv.endedCount(); n != 1 || e != 0 {
 		t.Fatalf("%d connections accepted, %d closed; want 1 and 0 (one shared connection, never torn down)", n, e)
+	}
+}
+
+// TestCancelMidWriteFinishesFrame: a caller cancelled while its frame is half
+// written returns at once, and the frame still goes out whole (the server parses
+// it), on a connection that stays up for the next call.
+func TestCancelMidWriteFinishesFrame(t *testing.T) {
+	var victims atomic.Int32
+	srv := newFakeServer(t, func(req fakeRequest) fakeReply {
+		var g pb.GetRequest
+		mustUnmarshal(t, req.param, &g)
+		if bytes.HasPrefix(g.GetGet().GetRow(), []byte("victim")) {
+			victims.Add(1)
+		}
+		return fakeReply{resp: echoGet(t, req)}
+	})
+	var armed atomic.Bool
+	var cancelVictim atomic.Value // context.CancelFunc
+	c := newUnitClient(t, srv.addr(), func(cfg *Config) {
+		cfg.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			nc, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &slowConn{Conn: nc, chunk: 64, pause: time.Millisecond, midWrite: func() {
+				if armed.CompareAndSwap(true, false) {
+					cancelVictim.Load().(context.CancelFunc)()
+				}
+			}}, nil
+		}
+	})
+	c.regions.add(&Region{Table: "t", Name: []byte("t,,1"), Server: srv.addr()})
+	if _, err := c.Get(context.Background(), "t", []byte("warm")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cancelVictim.Store(cancel)
+	armed.Store(true)
+	_, err := c.Get(ctx, "t", append([]byte("victim-"), bytes.Repeat([]byte("x"), 1000)...))
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Get = %v, want context.Canceled", err)
+	}
+	if _, err := c.Get(context.Background(), "t", []byte("after")); err != nil {
+		t.Fatalf("Get after the cancelled one: %v", err)
+	}
+	if victims.Load() != 1 {
+		t.Fatalf("the server parsed %d copies of the cancelled request, want 1 (written whole)", victims.Load())
+	}
+	if n, e := srv.acceptedCount(), srv.endedCount(); n != 1 || e != 0 {
+		t.Fatalf("%d connections accepted, %d closed; want 1 and 0", n, e)
 	}
 }
 
