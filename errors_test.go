@@ -117,4 +117,11 @@ func TestAddCountAndSumCounts(t *testing.T) {
 	if n := dcsync.SumCounts(3, -2, 4); n != 5 {
 		t.Errorf("sum = %d", n)
 	}
+	// Exact, then saturated: a sum that passes the bound on its way but ends inside it.
+	if n, ok := dcsync.SumFits(math.MaxInt64, 1, -5); !ok || n != math.MaxInt64-4 {
+		t.Errorf("SumFits(Max, 1, -5) = %d, %v", n, ok)
+	}
+	if !dcsync.SumUpdateFits([]int64{math.MaxInt64, 5}, -1) || dcsync.SumUpdateFits([]int64{math.MaxInt64}, 1) || !dcsync.SumUpdateFits([]int64{math.MaxInt64, -1}, 1) {
+		t.Error("SumUpdateFits")
+	}
 }

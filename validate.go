@@ -2,6 +2,7 @@ package dcsync
 
 import (
 	"math"
+	"math/big"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -160,20 +161,49 @@ func AddCount(op string, count, delta int64) (int64, error) {
 	return n, nil
 }
 
-// SumCounts adds farm counts for an XDC read, saturating at math.MaxInt64 and
-// math.MinInt64 instead of wrapping: the sign of the sum, which waiting depends on, is
-// always exact.
+// SumCounts adds farm counts for an XDC read exactly, then saturates at
+// math.MaxInt64 and math.MinInt64 instead of wrapping: the sign of the sum, which
+// waiting depends on, is always exact.
 func SumCounts(counts ...int64) int64 {
-	var sum int64
-	for _, c := range counts {
-		n := sum + c
-		switch {
-		case c > 0 && n < sum:
-			n = math.MaxInt64
-		case c < 0 && n > sum:
-			n = math.MinInt64
-		}
-		sum = n
+	n, _ := SumFits(counts...)
+	return n
+}
+
+// SumFits returns the exact sum of counts saturated at the int64 bounds, and whether
+// the exact sum fits in an int64.
+func SumFits(counts ...int64) (int64, bool) {
+	sum := exactSum(counts)
+	switch {
+	case sum.Cmp(maxInt64) > 0:
+		return math.MaxInt64, false
+	case sum.Cmp(minInt64) < 0:
+		return math.MinInt64, false
 	}
-	return sum
+	return sum.Int64(), true
+}
+
+// SumUpdateFits reports whether an update of delta may be applied to a latch whose
+// farm counts (before the update) are counts: the new sum fits in an int64, or the
+// update moves an out-of-range sum toward zero. Stores refuse an XDC update for which
+// it is false (InvalidArgument, nothing written).
+func SumUpdateFits(counts []int64, delta int64) bool {
+	before := exactSum(counts)
+	after := new(big.Int).Add(before, big.NewInt(delta))
+	if after.Cmp(minInt64) >= 0 && after.Cmp(maxInt64) <= 0 {
+		return true
+	}
+	return before.Sign() > 0 && delta < 0 || before.Sign() < 0 && delta > 0
+}
+
+var (
+	minInt64 = big.NewInt(math.MinInt64)
+	maxInt64 = big.NewInt(math.MaxInt64)
+)
+
+func exactSum(counts []int64) *big.Int {
+	n := new(big.Int)
+	for _, c := range counts {
+		n.Add(n, big.NewInt(c))
+	}
+	return n
 }

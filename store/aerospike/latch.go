@@ -476,43 +476,22 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 	if !ok {
 		return 0, dcsync.Errorf(dcsync.Internal, op, "reply for %s has no %s bin: %v", k, AtBin, rec.Bins)
 	}
-	n, _ := latchSum(rec.Bins, now)
-	if (delta > 0 && n == math.MaxInt64) || (delta < 0 && n == math.MinInt64) {
-		// The server checked the caller's cell, not the sum (it cannot name the other
-		// cells). Take back an update that carried the sum out of the int64 range (or
-		// exactly onto its bound, which the saturating sum cannot tell apart) with the
-		// opposite update under a fresh id. Readers in between see the bound, never a
-		// count of the wrong sign.
-		if exact, fits := exactSum(rec.Bins, now); !fits || exact != n {
-			if _, err := s.addLatch(ctx, k, -delta, s.writers.fresh(id)); err != nil {
-				return 0, dcsync.Errorf(dcsync.Internal, op,
-					"latch %s: taking back an update that overflowed its sum failed: %v", k, err)
-			}
-			return 0, dcsync.Errorf(dcsync.InvalidArgument, op,
-				"adding %d to latch %s would take its sum out of the int64 range; the update was taken back", delta, k)
+	counts, _ := liveCounts(rec.Bins, now)
+	// The server checked the caller's cell, not the sum (it cannot name the other
+	// cells). Take back an update that carried the sum out of the int64 range with the
+	// opposite update under a fresh id (the counts before it are the ones read back,
+	// less delta). Readers in between see the sum saturated at the bound, never a count
+	// of the wrong sign.
+	if !dcsync.SumUpdateFits(append(counts, -delta), delta) {
+		if _, err := s.addLatch(ctx, k, -delta, s.writers.fresh(id)); err != nil {
+			return 0, dcsync.Errorf(dcsync.Internal, op,
+				"latch %s: taking back an update that overflowed its sum failed: %v", k, err)
 		}
+		return 0, dcsync.Errorf(dcsync.InvalidArgument, op,
+			"adding %d to latch %s would take its sum out of the int64 range; the update was taken back", delta, k)
 	}
+	n := dcsync.SumCounts(counts...)
 	return n, nil
-}
-
-// exactSum is latchSum without saturation: it reports whether the sum fits in an int64.
-func exactSum(bins as.BinMap, now int64) (int64, bool) {
-	var sum int64
-	for name, v := range bins {
-		if !isCountBin(name) {
-			continue
-		}
-		one := as.BinMap{name: v}
-		if e, ok := bins[EndsBin]; ok {
-			one[EndsBin] = e
-		}
-		n, _ := latchSum(one, now)
-		var err error
-		if sum, err = dcsync.AddCount("", sum, n); err != nil {
-			return 0, false
-		}
-	}
-	return sum, true
 }
 
 // ---- read ----
@@ -542,8 +521,16 @@ func ends(bins as.BinMap) (map[string]int64, bool) {
 }
 
 // latchSum computes the XDC count of a record's bins at server time now (ms), and
-// whether the latch exists: the rule of cellAlive and latchAlive, in Go.
+// whether the latch exists: the rule of cellAlive and latchAlive, in Go. A sum past the
+// int64 range reads as its bound, never with the wrong sign.
 func latchSum(bins as.BinMap, now int64) (int64, bool) {
+	counts, alive := liveCounts(bins, now)
+	return dcsync.SumCounts(counts...), alive
+}
+
+// liveCounts returns the counts of a record's live cells at server time now (ms), and
+// whether the latch exists.
+func liveCounts(bins as.BinMap, now int64) ([]int64, bool) {
 	e, has := ends(bins)
 	var latest int64
 	for _, end := range e {
@@ -565,8 +552,7 @@ func latchSum(bins as.BinMap, now int64) (int64, bool) {
 			counts = append(counts, n)
 		}
 	}
-	// Saturating: a sum past the int64 range reads as its bound, never with the wrong sign.
-	return dcsync.SumCounts(counts...), !has || latest > now
+	return counts, !has || latest > now
 }
 
 // rAlive names the value a DC read's expression op returns: whether the cell is alive.

@@ -5,8 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"math"
-	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -167,30 +165,6 @@ func cellValues(op string, cells []hbaserpc.Cell) ([]int64, error) {
 		vals = append(vals, v)
 	}
 	return vals, nil
-}
-
-// exactSum returns the sum of vals without overflow.
-func exactSum(vals ...int64) *big.Int {
-	n := new(big.Int)
-	for _, v := range vals {
-		n.Add(n, big.NewInt(v))
-	}
-	return n
-}
-
-var (
-	minInt64 = big.NewInt(math.MinInt64)
-	maxInt64 = big.NewInt(math.MaxInt64)
-)
-
-// sumRefused reports whether an XDC update of delta that takes the sum from before to
-// before+delta must be refused: the result does not fit in an int64 and the update
-// does not move the sum toward zero.
-func sumRefused(before *big.Int, delta int64) bool {
-	after := new(big.Int).Add(before, big.NewInt(delta))
-	fits := after.Cmp(minInt64) >= 0 && after.Cmp(maxInt64) <= 0
-	towardZero := before.Sign() > 0 && delta < 0 || before.Sign() < 0 && delta > 0
-	return !fits && !towardZero
 }
 
 func newOpID() string {
@@ -412,7 +386,7 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 				return 0, err
 			}
 			if _, err := dcsync.AddCount(op, v, delta); err != nil {
-				return 0, dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: farm %s: %v", k, k.Farm, err)
+				return 0, dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to farm %s's count %d would overflow int64; nothing was written", k, delta, k.Farm, v)
 			}
 		}
 		if k.Level == dcsync.XDC {
@@ -420,7 +394,7 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 			if err != nil {
 				return 0, err
 			}
-			if sumRefused(exactSum(vals...), delta) {
+			if !dcsync.SumUpdateFits(vals, delta) {
 				return 0, dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to count %d would overflow int64; nothing was written", k, delta, dcsync.SumCounts(vals...))
 			}
 		}
@@ -470,7 +444,8 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		if err != nil {
 			return 0, err
 		}
-		if sumRefused(new(big.Int).Sub(exactSum(vals...), big.NewInt(delta)), delta) {
+		// The counts before this update: the ones read back, less delta.
+		if !dcsync.SumUpdateFits(append(vals, -delta), delta) {
 			return 0, s.takeBack(ctx, op, k, row, cond, muts, delta, "the sum")
 		}
 		return dcsync.SumCounts(vals...), nil

@@ -30,7 +30,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -519,53 +518,10 @@ type querier interface {
 	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
 }
 
-// wide is an exact sum of int64 values: lo + hi*2^64, lo wrapping as int64 does.
-type wide struct{ lo, hi int64 }
-
-func (w *wide) add(v int64) {
-	sum := w.lo + v
-	switch {
-	case v > 0 && sum < w.lo:
-		w.hi++
-	case v < 0 && sum > w.lo:
-		w.hi--
-	}
-	w.lo = sum
-}
-
-// fits reports whether the sum is an int64.
-func (w wide) fits() bool { return w.hi == 0 }
-
-// sign returns -1, 0 or 1.
-func (w wide) sign() int {
-	v := w.hi
-	if v == 0 {
-		v = w.lo
-	}
-	switch {
-	case v > 0:
-		return 1
-	case v < 0:
-		return -1
-	}
-	return 0
-}
-
-// saturated returns the sum, or the int64 bound on its side when it does not fit.
-func (w wide) saturated() int64 {
-	switch {
-	case w.hi > 0:
-		return math.MaxInt64
-	case w.hi < 0:
-		return math.MinInt64
-	}
-	return w.lo
-}
-
-// latchSum reads a latch's exact count at k's level, ignoring expired cells: the farm's
+// latchSum reads a latch's counts at k's level, ignoring expired cells: the farm's
 // cell (DC) or the sum of every farm's cell (XDC), added in Go, not by SQL's SUM, which
 // fails on an int64 overflow and would make the latch unreadable.
-func latchSum(ctx context.Context, q querier, k dcsync.Key, now time.Time) (bool, wide, error) {
+func latchSum(ctx context.Context, q querier, k dcsync.Key, now time.Time) (bool, []int64, error) {
 	var rows *sql.Rows
 	var err error
 	if k.Level == dcsync.XDC {
@@ -576,26 +532,24 @@ func latchSum(ctx context.Context, q querier, k dcsync.Key, now time.Time) (bool
 			WHERE client = ? AND name = ? AND farm = ? AND expires_ms > ?`, k.Client, k.Name, k.Farm, now.UnixMilli())
 	}
 	if err != nil {
-		return false, wide{}, err
+		return false, nil, err
 	}
 	defer rows.Close()
-	found := false
-	var sum wide
+	var counts []int64
 	for rows.Next() {
 		var c int64
 		if err := rows.Scan(&c); err != nil {
-			return false, wide{}, err
+			return false, nil, err
 		}
-		found = true
-		sum.add(c)
+		counts = append(counts, c)
 	}
-	return found, sum, rows.Err()
+	return len(counts) > 0, counts, rows.Err()
 }
 
 // latchAt reads a latch's count at k's level (saturated at the int64 bounds).
 func latchAt(ctx context.Context, q querier, k dcsync.Key, now time.Time) (dcsync.LatchCount, error) {
-	found, sum, err := latchSum(ctx, q, k, now)
-	return dcsync.LatchCount{Found: found, Count: sum.saturated()}, err
+	found, counts, err := latchSum(ctx, q, k, now)
+	return dcsync.LatchCount{Found: found, Count: dcsync.SumCounts(counts...)}, err
 }
 
 func putCell(ctx context.Context, tx *sql.Tx, k dcsync.Key, count int64, exp time.Time) error {
@@ -656,7 +610,7 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 	var after int64
 	err := s.write(ctx, op, func(tx *sql.Tx) error {
 		now := s.now()
-		found, sum, err := latchSum(ctx, tx, k, now)
+		found, counts, err := latchSum(ctx, tx, k, now)
 		if err != nil {
 			return err
 		}
@@ -676,19 +630,15 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		if err != nil {
 			return err
 		}
-		cell := wide{lo: own}
-		cell.add(delta)
-		if !cell.fits() {
+		cell, err := dcsync.AddCount(op, own, delta)
+		if err != nil {
 			return dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to farm %s's count %d would overflow int64; nothing was written", k, delta, k.Farm, own)
 		}
-		total := sum
-		total.add(delta)
-		towardZero := (sum.sign() > 0 && delta < 0) || (sum.sign() < 0 && delta > 0)
-		if !total.fits() && !towardZero {
-			return dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to count %d would overflow int64; nothing was written", k, delta, sum.saturated())
+		if !dcsync.SumUpdateFits(counts, delta) {
+			return dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to count %d would overflow int64; nothing was written", k, delta, dcsync.SumCounts(counts...))
 		}
-		after = total.saturated()
-		return putCell(ctx, tx, k, cell.lo, time.UnixMilli(expiresMS))
+		after = dcsync.SumCounts(append(counts, delta)...)
+		return putCell(ctx, tx, k, cell, time.UnixMilli(expiresMS))
 	})
 	return after, err
 }
