@@ -1,0 +1,168 @@
+package queue
+
+import (
+	"context"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/dcsync/dcsync"
+)
+
+// A hub is the shared watcher of one queue in one store value: while any consumer of the
+// process waits, one goroutine reads the bounds of every partition the waiting
+// consumers own in one batched call, at most once per poll interval (sooner, down to an
+// eighth of it, right after a read found new events), and wakes the consumers that are
+// behind. Enqueues in the same process wake the owners of their partitions at once,
+// with no read.
+type hub struct {
+	store    Store
+	name     string
+	interval time.Duration
+
+	mu      sync.Mutex
+	subs    map[*Consumer]struct{}
+	running bool
+	kick    chan struct{}
+}
+
+type hubKey struct {
+	store Store
+	name  string
+}
+
+var hubs = struct {
+	sync.Mutex
+	m map[hubKey]*hub
+}{m: map[hubKey]*hub{}}
+
+// hubFor returns the process's hub of (s, name); the first caller's interval wins.
+// Stores whose dynamic type is not comparable get a hub per Queue.
+func hubFor(s Store, name string, interval time.Duration) *hub {
+	if !reflect.TypeOf(s).Comparable() {
+		return newHub(s, name, interval)
+	}
+	hubs.Lock()
+	defer hubs.Unlock()
+	k := hubKey{s, name}
+	h := hubs.m[k]
+	if h == nil {
+		h = newHub(s, name, interval)
+		hubs.m[k] = h
+	}
+	return h
+}
+
+func newHub(s Store, name string, interval time.Duration) *hub {
+	return &hub{store: s, name: name, interval: interval, subs: map[*Consumer]struct{}{}, kick: make(chan struct{}, 1)}
+}
+
+// subscribe adds c; the hub's goroutine runs while it has subscribers.
+func (h *hub) subscribe(c *Consumer) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.subs[c] = struct{}{}
+	if !h.running {
+		h.running = true
+		go h.run()
+	}
+}
+
+func (h *hub) unsubscribe(c *Consumer) {
+	h.mu.Lock()
+	delete(h.subs, c)
+	h.mu.Unlock()
+	h.poke()
+}
+
+// poke asks for a read now (still at most one per minimum interval).
+func (h *hub) poke() {
+	select {
+	case h.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (h *hub) snapshot() []*Consumer {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*Consumer, 0, len(h.subs))
+	for c := range h.subs {
+		out = append(out, c)
+	}
+	return out
+}
+
+// appended wakes the local owners of partitions ps.
+func (h *hub) appended(ps []int) {
+	if len(ps) == 0 {
+		return
+	}
+	for _, c := range h.snapshot() {
+		c.observeLocal(ps)
+	}
+}
+
+func (h *hub) run() {
+	minWait := h.interval / 8
+	wait := h.interval
+	last := time.Time{}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+		case <-h.kick:
+			// A new waiter: read soon, but not more often than minWait.
+			if d := minWait - time.Since(last); d > 0 {
+				timer.Reset(d)
+				<-timer.C
+			}
+		}
+		h.mu.Lock()
+		if len(h.subs) == 0 {
+			h.running = false
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		subs := h.snapshot()
+		want := map[int]bool{}
+		for _, c := range subs {
+			for _, p := range c.waitingFor() {
+				want[p] = true
+			}
+		}
+		if len(want) == 0 {
+			wait = h.interval
+			timer.Reset(wait)
+			continue
+		}
+		ps := make([]int, 0, len(want))
+		for p := range want {
+			ps = append(ps, p)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*h.interval+5*time.Second)
+		bounds, err := h.store.QueueBounds(ctx, h.name, ps)
+		cancel()
+		last = time.Now()
+		progressed := false
+		if err == nil {
+			by := make(map[int]dcsync.QueueBounds, len(ps))
+			for i, p := range ps {
+				by[p] = bounds[i]
+			}
+			for _, c := range subs {
+				if c.observe(by) {
+					progressed = true
+				}
+			}
+		}
+		if progressed {
+			wait = minWait
+		} else {
+			wait = min(wait*2, h.interval)
+		}
+		timer.Reset(wait)
+	}
+}

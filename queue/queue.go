@@ -1,0 +1,379 @@
+// Package queue is a partitioned, exactly-once-ackable event queue on dcsync's stores
+// (SQLite, HBase, Aerospike, memory), with consumer groups whose members share the
+// partitions through dcsync locks.
+//
+// # Model
+//
+// A queue has P partitions, fixed at creation. Producers append events; an event with a
+// partition key goes to partition fnv1a32(key) mod P, so events of one key keep their
+// order; the keyless events of one Enqueue call go together to one partition, chosen
+// round robin per call. Every consumer group reads every partition with its own offsets:
+// each event reaches exactly one consumer of each group.
+//
+// A consumer joins its group by taking a member slot (a lock), and owns the partitions
+// p with p mod members == its rank among the live members, each through a lock whose
+// fencing token it installs in the partition's offset record (compare-and-set). A
+// consumer that joins, leaves or dies has its partitions move within about a lease: a
+// leaving consumer drains (hands out nothing new, waits for its in-flight messages)
+// before it releases; a dead one's locks lapse. A zombie (paused past its lease) cannot
+// ack: the offset record holds its successor's token and refuses its write.
+//
+// # Delivery
+//
+// Receive hands messages to the application at least once; an ack is recorded at most
+// once per (group, partition, seq): Ack advances the partition's offset over the acked
+// prefix with one conditional write per partition batch. A message not acked within its
+// visibility timeout (Extend moves it) is delivered again; Nack asks for a retry after
+// a backoff. After MaxAttempts deliveries (counting consumers that died holding it) a
+// message goes to the group's dead-letter partition, read by a DeadLetters consumer.
+// Within a group, a message is not handed out while an earlier message with the same
+// key is in flight or waiting for a retry, so per-key order holds through retries.
+//
+// For exactly-once processing end to end, make the application's effect idempotent
+// under the fencing token: write its output conditioned on Message.Token (a stale owner's
+// write is refused, as its ack is), or, on SQLite, commit the output in the same
+// transaction as the ack (Consumer.AckTx).
+//
+// # Without a transaction server
+//
+// On HBase and Aerospike a producer reserves sequence numbers with one atomic increment
+// per partition batch and writes the rows if absent; a producer that dies in between
+// leaves a hole. A consumer waits HoleTimeout for a hole to fill, then writes a
+// tombstone there (if absent): the late producer's write then fails and it re-appends
+// the event elsewhere. Either the event or the tombstone lands, never both.
+package queue
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/lock"
+)
+
+// Store is what a queue needs of a back end: locks for partition ownership and the
+// queue's own storage. Every store in this module implements it.
+type Store interface {
+	dcsync.LockStore
+	dcsync.QueueStore
+}
+
+// Defaults of the options.
+const (
+	DefaultLease        = 30 * time.Second
+	DefaultVisibility   = 30 * time.Second
+	DefaultMaxAttempts  = 5
+	DefaultHoleTimeout  = 5 * time.Second
+	DefaultPollInterval = 100 * time.Millisecond
+	DefaultClient       = "dcsync"
+	DefaultFarm         = "local"
+)
+
+// Option configures a Queue (and the consumers it makes).
+type Option func(*options)
+
+type options struct {
+	client, farm         string
+	lease, visibility    time.Duration
+	maxAttempts          int
+	minBackoff           time.Duration
+	maxBackoff           time.Duration
+	holeTimeout          time.Duration
+	pollInterval         time.Duration
+	log                  *slog.Logger
+	lockOpts             []lock.Option
+	retentionCheckPeriod time.Duration
+}
+
+// WithIdentity sets the client and farm ids of the queue's locks (defaults "dcsync" and
+// "local"). Partition and member locks are XDC locks, so the farm only labels them.
+func WithIdentity(client, farm string) Option {
+	return func(o *options) { o.client, o.farm = client, farm }
+}
+
+// WithLease sets the lease of partition and member locks (default 30 s): a dead
+// consumer's partitions move after about this long.
+func WithLease(ttl time.Duration) Option { return func(o *options) { o.lease = ttl } }
+
+// WithVisibility sets how long a received message stays invisible to further Receives
+// before it is delivered again (default 30 s); Consumer.Extend moves it.
+func WithVisibility(d time.Duration) Option { return func(o *options) { o.visibility = d } }
+
+// WithMaxAttempts sets how many deliveries a message gets before it is dead-lettered
+// (default 5).
+func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = n } }
+
+// WithRetryBackoff sets the backoff before a Nacked message is delivered again: min
+// after the first attempt, doubling up to max (defaults 100 ms and 10 s).
+func WithRetryBackoff(min, max time.Duration) Option {
+	return func(o *options) { o.minBackoff, o.maxBackoff = min, max }
+}
+
+// WithHoleTimeout sets how long a consumer waits for a reserved but unwritten sequence
+// number before it aborts it (default 5 s). It only matters on stores with holes (HBase,
+// Aerospike) and when a producer died or stalled mid-append.
+func WithHoleTimeout(d time.Duration) Option { return func(o *options) { o.holeTimeout = d } }
+
+// WithPollInterval sets the longest interval between reads of the partitions' heads
+// while consumers wait (default 100 ms). Events enqueued in the same process wake
+// consumers at once; the interval bounds the latency of events from other processes.
+func WithPollInterval(d time.Duration) Option { return func(o *options) { o.pollInterval = d } }
+
+// WithLogger sets the logger (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithLockOptions passes options to the lock manager of partitions and members.
+func WithLockOptions(opts ...lock.Option) Option {
+	return func(o *options) { o.lockOpts = append(o.lockOpts, opts...) }
+}
+
+func newOptions(opts []Option) (options, error) {
+	o := options{client: DefaultClient, farm: DefaultFarm, lease: DefaultLease,
+		visibility: DefaultVisibility, maxAttempts: DefaultMaxAttempts,
+		minBackoff: 100 * time.Millisecond, maxBackoff: 10 * time.Second,
+		holeTimeout: DefaultHoleTimeout, pollInterval: DefaultPollInterval, log: slog.Default(),
+		retentionCheckPeriod: time.Second}
+	for _, f := range opts {
+		f(&o)
+	}
+	const op = "queue.Options"
+	switch {
+	case o.visibility <= 0:
+		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "visibility %v must be positive", o.visibility)
+	case o.maxAttempts < 1:
+		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "max attempts %d must be at least 1", o.maxAttempts)
+	case o.minBackoff < 0 || o.maxBackoff < o.minBackoff:
+		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "retry backoff [%v, %v] must be ordered and not negative", o.minBackoff, o.maxBackoff)
+	case o.holeTimeout <= 0:
+		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "hole timeout %v must be positive", o.holeTimeout)
+	case o.pollInterval <= 0:
+		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "poll interval %v must be positive", o.pollInterval)
+	case o.log == nil:
+		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "logger is nil")
+	}
+	if err := dcsync.ValidateTTL(o.lease); err != nil {
+		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "lease: %v", err)
+	}
+	return o, nil
+}
+
+// Queue is a handle on one queue: it enqueues, makes consumers and reports lag. It is
+// safe for concurrent use.
+type Queue struct {
+	store Store
+	opts  options
+	locks *lock.Manager
+	spec  atomic.Pointer[dcsync.QueueSpec]
+	rr    atomic.Uint64
+	hub   *hub
+}
+
+// Create creates a queue with spec (see dcsync.QueueSpec; spec.Created is ignored) and
+// returns a handle on it. It returns an error matching dcsync.ErrAlreadyExists when a
+// queue of that name exists.
+func Create(ctx context.Context, s Store, spec dcsync.QueueSpec, opts ...Option) (*Queue, error) {
+	if s == nil {
+		return nil, dcsync.Errorf(dcsync.InvalidArgument, "queue.Create", "store is nil")
+	}
+	if err := dcsync.ValidateQueueSpec(spec); err != nil {
+		return nil, err
+	}
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	spec.Groups = append([]string(nil), spec.Groups...)
+	if err := s.CreateQueue(ctx, spec); err != nil {
+		return nil, err
+	}
+	return open(ctx, s, spec.Name, o)
+}
+
+// Open returns a handle on an existing queue; an error matching dcsync.ErrNotFound when
+// there is none.
+func Open(ctx context.Context, s Store, name string, opts ...Option) (*Queue, error) {
+	if s == nil {
+		return nil, dcsync.Errorf(dcsync.InvalidArgument, "queue.Open", "store is nil")
+	}
+	if err := dcsync.ValidateID("queue", name); err != nil {
+		return nil, err
+	}
+	o, err := newOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	return open(ctx, s, name, o)
+}
+
+func open(ctx context.Context, s Store, name string, o options) (*Queue, error) {
+	spec, err := s.ReadQueueSpec(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	lopts := append([]lock.Option{lock.WithTTL(o.lease), lock.WithLevel(dcsync.XDC), lock.WithLogger(o.log)}, o.lockOpts...)
+	locks, err := lock.New(s, o.client, o.farm, lopts...)
+	if err != nil {
+		return nil, err
+	}
+	q := &Queue{store: s, opts: o, locks: locks, hub: hubFor(s, name, o.pollInterval)}
+	q.spec.Store(&spec)
+	return q, nil
+}
+
+// Spec returns the queue's spec as last read.
+func (q *Queue) Spec() dcsync.QueueSpec { return *q.spec.Load() }
+
+// Name returns the queue's name.
+func (q *Queue) Name() string { return q.spec.Load().Name }
+
+// AddGroup adds a consumer group. Its consumers start at the oldest event still
+// stored. It returns an error matching dcsync.ErrAlreadyExists when the group exists.
+func (q *Queue) AddGroup(ctx context.Context, group string) error {
+	if err := dcsync.ValidateID("group", group); err != nil {
+		return err
+	}
+	spec, err := q.store.AddQueueGroup(ctx, q.Name(), group)
+	if err == nil || errors.Is(err, dcsync.ErrAlreadyExists) {
+		if spec.Name != "" {
+			q.spec.Store(&spec)
+		}
+	}
+	return err
+}
+
+// Event is one event to enqueue.
+type Event struct {
+	// Key is the partition key: events with the same key go to the same partition and
+	// are received in order within each group. Empty: no key (see the package doc).
+	Key string
+	// ID is the idempotency id: within the queue's dedup window an event whose ID was
+	// already enqueued is not enqueued again (its result says Duplicate). Give every
+	// event an ID to make retrying a failed Enqueue safe. IDs starting with a NUL byte
+	// are reserved.
+	ID string
+	// Payload is the event's body, at most dcsync.MaxQueuePayload bytes.
+	Payload []byte
+}
+
+// Partition returns the partition of key in a queue of p partitions: fnv1a32(key) mod p.
+// Other clients route keys the same way with it.
+func Partition(key string, p int) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(p))
+}
+
+// Enqueue appends events and returns, for each, its partition and sequence number (or,
+// for a duplicate ID, the earlier event's). The store applies the batch exactly once
+// also when an attempt failed in doubt; when Enqueue returns an error some events may
+// be stored, and enqueueing them again is safe if they have IDs.
+func (q *Queue) Enqueue(ctx context.Context, events ...Event) ([]dcsync.QueueAppend, error) {
+	spec := q.spec.Load()
+	if len(events) == 0 {
+		return nil, dcsync.Errorf(dcsync.InvalidArgument, "queue.Enqueue", "no events")
+	}
+	rr := -1
+	qe := make([]dcsync.QueueEvent, len(events))
+	for i, e := range events {
+		if strings.HasPrefix(e.ID, "\x00") {
+			return nil, dcsync.Errorf(dcsync.InvalidArgument, "queue.Enqueue", "event %d: ids starting with NUL are reserved", i)
+		}
+		p := 0
+		if e.Key != "" {
+			p = Partition(e.Key, spec.Partitions)
+		} else {
+			if rr < 0 {
+				rr = int(q.rr.Add(1) % uint64(spec.Partitions))
+			}
+			p = rr
+		}
+		qe[i] = dcsync.QueueEvent{Partition: p, Key: e.Key, ID: e.ID, Payload: e.Payload}
+	}
+	return q.append(ctx, qe)
+}
+
+func (q *Queue) append(ctx context.Context, qe []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
+	if err := dcsync.ValidateQueueEvents(qe); err != nil {
+		return nil, err
+	}
+	res, err := q.store.AppendQueue(ctx, q.Name(), qe)
+	if err != nil {
+		return nil, err
+	}
+	ps := make([]int, 0, 4)
+	for _, r := range res {
+		if !r.Duplicate {
+			ps = append(ps, r.Partition)
+		}
+	}
+	q.hub.appended(ps)
+	return res, nil
+}
+
+// PartitionLag is one partition's position for a group.
+type PartitionLag struct {
+	Partition int
+	// Head is the partition's next sequence number; Next is the group's first
+	// unacknowledged one (raised to the partition's floor); Lag is Head - Next.
+	Head, Next, Lag uint64
+	// Token is the fencing token of the partition's current (or last) owner.
+	Token uint64
+}
+
+// Lag reports group's lag per partition (its dead-letter partition last, with
+// Partition = Spec().Partitions + the group's index).
+func (q *Queue) Lag(ctx context.Context, group string) ([]PartitionLag, error) {
+	spec, gi, err := q.group(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	ps := make([]int, 0, spec.Partitions+1)
+	for p := 0; p < spec.Partitions; p++ {
+		ps = append(ps, p)
+	}
+	ps = append(ps, spec.Partitions+gi)
+	bounds, err := q.store.QueueBounds(ctx, spec.Name, ps)
+	if err != nil {
+		return nil, err
+	}
+	offs, err := q.store.ReadQueueOffsets(ctx, spec.Name, group, ps)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]PartitionLag, len(ps))
+	for i, p := range ps {
+		next := max(offs[i].Next, bounds[i].Floor)
+		l := PartitionLag{Partition: p, Head: bounds[i].Head, Next: next, Token: offs[i].Token}
+		if l.Head > next {
+			l.Lag = l.Head - next
+		}
+		out[i] = l
+	}
+	return out, nil
+}
+
+// group returns the spec and index of group, re-reading the spec once when the group
+// is unknown (another process may have added it).
+func (q *Queue) group(ctx context.Context, group string) (dcsync.QueueSpec, int, error) {
+	if err := dcsync.ValidateID("group", group); err != nil {
+		return dcsync.QueueSpec{}, 0, err
+	}
+	spec := *q.spec.Load()
+	if gi := spec.GroupIndex(group); gi >= 0 {
+		return spec, gi, nil
+	}
+	fresh, err := q.store.ReadQueueSpec(ctx, spec.Name)
+	if err != nil {
+		return spec, 0, err
+	}
+	q.spec.Store(&fresh)
+	if gi := fresh.GroupIndex(group); gi >= 0 {
+		return fresh, gi, nil
+	}
+	return fresh, 0, dcsync.Errorf(dcsync.NotFound, "queue", "queue %q has no group %q", spec.Name, group)
+}
