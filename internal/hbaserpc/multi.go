@@ -1,0 +1,454 @@
+package hbaserpc
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/internal/hbaserpc/pb"
+)
+
+// Action is one operation of MultiMutate: a change to one row, optionally conditional.
+type Action struct {
+	// Mutation is the change: a *Put, *Delete or *Increment; its Row names the row.
+	Mutation Mutation
+	// Cond, when set, makes the action a check-and-mutate of the mutation's row:
+	// Mutation is applied only when Cond holds (a RegionAction carrying a condition,
+	// HBase 2.4+). Each conditional action is checked and applied on its own.
+	Cond *Condition
+}
+
+// ActionResult is the outcome of one Action of MultiMutate.
+type ActionResult struct {
+	// Applied reports that the mutation was applied: for a conditional action, that
+	// its condition held; for an unconditional one, that it succeeded.
+	Applied bool
+	// Cells are the cells the server returned (an Increment's new values).
+	Cells []Cell
+	// Err is nil when the action completed (applied, or its condition did not hold).
+	// Otherwise it is a *dcsync.Error: code Connection when the outcome is unknown
+	// (the action may have been applied: see MultiMutate), any other code when the
+	// action was not applied.
+	Err error
+}
+
+// Limits of one MultiRequest: a server's actions beyond them go in further requests,
+// sent concurrently.
+const (
+	maxMultiActions  = 1000
+	maxMultiBytes    = 4 << 20
+	maxMultiInFlight = 8 // requests in flight per MultiMutate call
+)
+
+// MultiMutate applies many actions to table with as few round trips as it can: it
+// locates each action's row, groups the actions by region server (one MultiRequest
+// per server, split when large, all sent concurrently), and returns one result per
+// action, in order. Unconditional actions of one region share a non-atomic
+// RegionAction; each conditional action is a RegionAction of its own, checked and
+// applied atomically on its row. Actions are independent: there is no atomicity or
+// ordering across them (actions on one row in one call are applied in the order
+// given only when they go in one request, which is not promised).
+//
+// Retries: actions the server refused before applying them (region moved, not
+// serving, server busy, a request that could not be sent) are retried, alone (the
+// others' results are kept), after their regions are located again, with the
+// client's backoff, up to Config.MaxAttempts rounds, bounded by ctx. When a request's
+// outcome is unknown (its connection broke or it timed out after it was sent, or
+// ctx ended while waiting for it), its idempotent actions are sent again: Puts,
+// Deletes, nonce'd Increments (each Increment action has its own nonce, reused by
+// every retry, so HBase applies it at most once) and conditional actions that
+// CheckAndMutate would retry (nonce'd Increments leaving the condition alone).
+//
+// In doubt: an action's result has a Connection error, meaning the action may or
+// may not have been applied, when a request carrying it had an unknown outcome and
+// the action either could not be sent again (a conditional Put or Delete: a retry
+// could find its own write and report the condition false) or was sent again without
+// a known outcome before the attempts or ctx ran out. Every other error means the
+// action was not applied. A conditional action whose condition failed has Applied
+// false and no error.
+//
+// The returned error is nil when every action completed; InvalidArgument, with nil
+// results, when an action is malformed (checked before any I/O); otherwise it is the
+// first failed action's error, and the results give each action's outcome.
+func (c *Client) MultiMutate(ctx context.Context, table string, actions []Action) ([]ActionResult, error) {
+	const op = "hbase.MultiMutate"
+	if err := validTable(op, table); err != nil {
+		return nil, err
+	}
+	m := &multiCall{c: c, op: op, table: table, actions: actions,
+		protos:  make([]*pb.MutationProto, len(actions)),
+		conds:   make([]*pb.Condition, len(actions)),
+		retry:   make([]bool, len(actions)),
+		state:   make([]actionState, len(actions)),
+		results: make([]ActionResult, len(actions)),
+	}
+	for i, a := range actions {
+		if a.Mutation == nil {
+			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "action %d: no mutation", i)
+		}
+		row := a.Mutation.mutationRow()
+		if len(row) == 0 {
+			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "action %d: empty row", i)
+		}
+		var nonce uint64
+		if a.Mutation.needsNonce() {
+			nonce = c.newNonce()
+		}
+		mp, err := a.Mutation.toProto(nonce)
+		if err != nil {
+			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "action %d: %v", i, err)
+		}
+		m.protos[i] = mp
+		if a.Cond != nil {
+			pc, err := a.Cond.toProto(row)
+			if err != nil {
+				return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "action %d: %v", i, err)
+			}
+			m.conds[i] = pc
+			m.retry[i] = c.retrySafe(*a.Cond, []Mutation{a.Mutation})
+		} else {
+			m.retry[i] = !a.Mutation.needsNonce() || nonce != 0
+		}
+	}
+	if len(actions) == 0 {
+		return m.results, nil
+	}
+	m.run(ctx)
+	for i := range m.results {
+		if err := m.results[i].Err; err != nil {
+			return m.results, err
+		}
+	}
+	return m.results, nil
+}
+
+// actionState is where an action of a multiCall stands.
+type actionState struct {
+	done  bool  // final: results[i] holds the outcome
+	doubt bool  // a request carrying it had an unknown outcome
+	last  error // the last attempt's error, while not done
+}
+
+// multiCall is one MultiMutate call.
+type multiCall struct {
+	c       *Client
+	op      string
+	table   string
+	actions []Action
+	protos  []*pb.MutationProto
+	conds   []*pb.Condition
+	retry   []bool // may be sent again after an unknown outcome
+
+	mu      sync.Mutex // guards state and results while requests are in flight
+	state   []actionState
+	results []ActionResult
+}
+
+// regionBatch is the actions of one round bound for one region.
+type regionBatch struct {
+	region *Region
+	idx    []int
+}
+
+// multiRequest is one MultiRequest of a round, and which actions it carries: its
+// RegionActions in order, each with the action indexes it holds.
+type multiRequest struct {
+	server  string
+	req     *pb.MultiRequest
+	regions []*Region
+	idx     [][]int
+	cond    []bool // the RegionAction is one conditional action
+}
+
+func (m *multiCall) pending() []int {
+	var out []int
+	for i := range m.state {
+		if !m.state[i].done {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// finish records action i's final outcome (mu held or no request in flight).
+func (m *multiCall) finish(i int, applied bool, cells []Cell, err error) {
+	m.state[i].done = true
+	m.results[i] = ActionResult{Applied: applied, Cells: cells, Err: err}
+}
+
+// run drives the rounds until every action is final.
+func (m *multiCall) run(ctx context.Context) {
+	c := m.c
+	for n := 1; ; n++ {
+		pend := m.pending()
+		if len(pend) == 0 {
+			return
+		}
+		if err := ctx.Err(); err != nil {
+			m.giveUp(pend, func(i int) error {
+				return dcsync.Errorf(dcsync.Connection, m.op, "%v: gave up: %w", m.state[i].last, err)
+			})
+			return
+		}
+		m.round(ctx, pend)
+		pend = m.pending()
+		if len(pend) == 0 {
+			return
+		}
+		if err := ctx.Err(); err != nil {
+			m.giveUp(pend, func(i int) error {
+				return dcsync.Errorf(dcsync.Connection, m.op, "%v: gave up: %w", m.state[i].last, err)
+			})
+			return
+		}
+		if n >= c.cfg.MaxAttempts {
+			m.giveUp(pend, func(i int) error {
+				return dcsync.Errorf(dcsync.RetriesExhausted, m.op, "%d attempts: %w", n, toDcsync(m.op, m.state[i].last))
+			})
+			return
+		}
+		c.log.Debug("hbase: retrying", "op", m.op, "attempt", n, "actions", len(pend), "err", m.state[pend[0]].last)
+		if err := c.sleep(ctx, n); err != nil {
+			m.giveUp(pend, func(i int) error {
+				return dcsync.Errorf(dcsync.Connection, m.op, "%v: gave up: %w", m.state[i].last, err)
+			})
+			return
+		}
+	}
+}
+
+// giveUp ends the pending actions with errOf's error, or with an "outcome unknown"
+// Connection error for those that may have been applied.
+func (m *multiCall) giveUp(pend []int, errOf func(i int) error) {
+	for _, i := range pend {
+		err := errOf(i)
+		if m.state[i].doubt {
+			err = dcsync.Errorf(dcsync.Connection, m.op, "outcome unknown (an attempt may have been applied): %w", err)
+		}
+		m.finish(i, false, nil, err)
+	}
+}
+
+// round locates the pending actions, sends them, and records what came back.
+func (m *multiCall) round(ctx context.Context, pend []int) {
+	c := m.c
+	// Locate in descending row order: each hbase:meta lookup prefetches the regions
+	// just before the one it finds.
+	sort.SliceStable(pend, func(a, b int) bool {
+		return bytes.Compare(m.protos[pend[a]].Row, m.protos[pend[b]].Row) > 0
+	})
+	byServer := map[string]map[string]*regionBatch{}
+	var servers []string
+	for _, i := range pend {
+		r, err := c.locate(ctx, m.table, m.protos[i].Row)
+		if err != nil {
+			switch classify(err) {
+			case kindRetry:
+				m.state[i].last = err
+				continue
+			case kindCancelled:
+				m.state[i].last = err
+				return // run ends the call
+			default:
+				m.finish(i, false, nil, toDcsync(m.op, err))
+				continue
+			}
+		}
+		rs := byServer[r.Server]
+		if rs == nil {
+			rs = map[string]*regionBatch{}
+			byServer[r.Server] = rs
+			servers = append(servers, r.Server)
+		}
+		b := rs[string(r.Name)]
+		if b == nil {
+			b = &regionBatch{region: r}
+			rs[string(r.Name)] = b
+		}
+		b.idx = append(b.idx, i)
+	}
+	var reqs []*multiRequest
+	for _, server := range servers {
+		reqs = append(reqs, m.build(server, byServer[server])...)
+	}
+	sem := make(chan struct{}, maxMultiInFlight)
+	var wg sync.WaitGroup
+	for _, mr := range reqs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			m.send(ctx, mr)
+		}()
+	}
+	wg.Wait()
+}
+
+// build splits the actions of one server into MultiRequests within the limits.
+func (m *multiCall) build(server string, rs map[string]*regionBatch) []*multiRequest {
+	// Regions in key order, actions in call order within a region.
+	batches := make([]*regionBatch, 0, len(rs))
+	for _, b := range rs {
+		sort.Ints(b.idx)
+		batches = append(batches, b)
+	}
+	sort.Slice(batches, func(a, b int) bool { return bytes.Compare(batches[a].region.StartKey, batches[b].region.StartKey) < 0 })
+
+	var out []*multiRequest
+	var cur *multiRequest
+	var curActions, curBytes int
+	var plain *pb.RegionAction // the current request's non-atomic RegionAction of the current region
+	var plainK int             // its position in cur
+	var plainRegion *Region
+	start := func() {
+		cur = &multiRequest{server: server, req: &pb.MultiRequest{NonceGroup: proto.Uint64(m.c.nonceGroup)}}
+		out = append(out, cur)
+		curActions, curBytes, plain = 0, 0, nil
+	}
+	start()
+	for _, b := range batches {
+		plain, plainRegion = nil, b.region
+		for _, i := range b.idx {
+			size := proto.Size(m.protos[i]) + 16
+			if m.conds[i] != nil {
+				size += proto.Size(m.conds[i]) + 64
+			}
+			if curActions > 0 && (curActions >= maxMultiActions || curBytes+size > maxMultiBytes) {
+				start()
+			}
+			curActions++
+			curBytes += size
+			action := &pb.Action{Index: proto.Uint32(uint32(i)), Mutation: m.protos[i]}
+			if m.conds[i] != nil {
+				cur.req.RegionAction = append(cur.req.RegionAction, &pb.RegionAction{
+					Region: regionSpec(b.region), Atomic: proto.Bool(true), Condition: m.conds[i],
+					Action: []*pb.Action{action},
+				})
+				cur.regions = append(cur.regions, b.region)
+				cur.idx = append(cur.idx, []int{i})
+				cur.cond = append(cur.cond, true)
+				continue
+			}
+			if plain == nil {
+				plain = &pb.RegionAction{Region: regionSpec(plainRegion)}
+				cur.req.RegionAction = append(cur.req.RegionAction, plain)
+				cur.regions = append(cur.regions, plainRegion)
+				cur.idx = append(cur.idx, nil)
+				cur.cond = append(cur.cond, false)
+				plainK = len(cur.idx) - 1
+			}
+			plain.Action = append(plain.Action, action)
+			cur.idx[plainK] = append(cur.idx[plainK], i)
+		}
+	}
+	return out
+}
+
+// send makes one MultiRequest and records the outcome of each action it carries.
+func (m *multiCall) send(ctx context.Context, mr *multiRequest) {
+	c := m.c
+	resp := &pb.MultiResponse{}
+	err := c.rpc(ctx, mr.server, serviceClient, "Multi", mr.req, resp)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		for _, r := range mr.regions {
+			c.noteFailure(r, err)
+		}
+		for _, idx := range mr.idx {
+			for _, i := range idx {
+				m.failed(i, err)
+			}
+		}
+		return
+	}
+	rars := resp.GetRegionActionResult()
+	if len(rars) != len(mr.idx) {
+		// Not the protocol: whatever the server did is unknown.
+		bad := &connError{sent: true, err: fmt.Errorf("multi: %d region results for %d region actions", len(rars), len(mr.idx))}
+		for _, idx := range mr.idx {
+			for _, i := range idx {
+				m.failed(i, bad)
+			}
+		}
+		return
+	}
+	for k, rar := range rars {
+		idx := mr.idx[k]
+		if ex := rar.GetException(); ex != nil {
+			e := remoteFromNameBytes(ex.GetName(), ex.GetValue())
+			c.noteFailure(mr.regions[k], e)
+			for _, i := range idx {
+				m.failed(i, e)
+			}
+			continue
+		}
+		if mr.cond[k] {
+			// One conditional action: the server indexes its result 0.
+			m.condResult(mr.regions[k], idx[0], rar)
+			continue
+		}
+		got := make(map[int]bool, len(idx))
+		want := make(map[int]bool, len(idx))
+		for _, i := range idx {
+			want[i] = true
+		}
+		for _, roe := range rar.GetResultOrException() {
+			i := int(roe.GetIndex())
+			if !want[i] || got[i] {
+				continue // not ours, or a duplicate: ignore
+			}
+			got[i] = true
+			if ex := roe.GetException(); ex != nil {
+				e := remoteFromNameBytes(ex.GetName(), ex.GetValue())
+				c.noteFailure(mr.regions[k], e)
+				m.failed(i, e)
+				continue
+			}
+			m.finish(i, true, cellsFromResult(roe.GetResult()), nil)
+		}
+		for _, i := range idx {
+			if !got[i] {
+				m.failed(i, &connError{sent: true, err: fmt.Errorf("multi: no result for action %d", i)})
+			}
+		}
+	}
+}
+
+// condResult records the outcome of conditional action i from its region result.
+func (m *multiCall) condResult(r *Region, i int, rar *pb.RegionActionResult) {
+	var cells []Cell
+	for _, roe := range rar.GetResultOrException() {
+		if ex := roe.GetException(); ex != nil {
+			e := remoteFromNameBytes(ex.GetName(), ex.GetValue())
+			m.c.noteFailure(r, e)
+			m.failed(i, e)
+			return
+		}
+		cells = append(cells, cellsFromResult(roe.GetResult())...)
+	}
+	m.finish(i, rar.GetProcessed(), cells, nil)
+}
+
+// failed records an attempt's failure of action i: final, or to retry.
+func (m *multiCall) failed(i int, err error) {
+	st := &m.state[i]
+	st.last = err
+	switch classify(err) {
+	case kindRetry:
+		// Refused before it was applied (or never sent): retry.
+	case kindInDoubt, kindCancelled:
+		st.doubt = true
+		if !m.retry[i] {
+			m.finish(i, false, nil, dcsync.Errorf(dcsync.Connection, m.op, "outcome unknown: %w", err))
+		}
+		// Otherwise retried (a cancelled ctx ends the call in run).
+	default:
+		m.finish(i, false, nil, toDcsync(m.op, err))
+	}
+}
