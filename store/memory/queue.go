@@ -1,0 +1,413 @@
+package memory
+
+import (
+	"context"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+	"weak"
+
+	"github.com/dcsync/dcsync"
+)
+
+// The memory store is the reference implementation of dcsync.QueueStore. It has no
+// holes: a sequence number is reserved and its event stored in one step under the
+// store's mutex, so every seq below a partition's Head holds an event (or was trimmed),
+// and AbortQueueSeq never finds an unwritten seq. Payloads are copied in and out.
+var _ dcsync.QueueStore = (*Store)(nil)
+
+// memQueue is one queue's state; guarded by the store's mutex.
+type memQueue struct {
+	spec    dcsync.QueueSpec
+	parts   map[int]*memPart
+	offsets map[offsetID]dcsync.QueueOffset
+	ids     map[string]idRecord // event id -> where it went, while in the dedup window
+	idOrder []idSeen            // ids in append order, to forget them when they expire
+}
+
+// memPart is one storage partition: entries[i].Seq == floor+i, head == floor+len(entries).
+type memPart struct {
+	floor   uint64
+	entries []dcsync.QueueEntry
+}
+
+func (p *memPart) head() uint64 { return p.floor + uint64(len(p.entries)) }
+
+type offsetID struct {
+	group string
+	p     int
+}
+
+type idRecord struct {
+	p   int
+	seq uint64
+	at  time.Time
+}
+
+type idSeen struct {
+	id string
+	at time.Time
+}
+
+// queueState maps a store to its queues. Store's fields are the lock and latch state;
+// the queue state lives beside it, keyed weakly so that it goes with its store.
+var queueState = struct {
+	sync.Mutex
+	m map[weak.Pointer[Store]]map[string]*memQueue
+}{m: map[weak.Pointer[Store]]map[string]*memQueue{}}
+
+// queues returns the store's queues; the caller holds s.mu.
+func (s *Store) queues() map[string]*memQueue {
+	wp := weak.Make(s)
+	queueState.Lock()
+	defer queueState.Unlock()
+	qs, ok := queueState.m[wp]
+	if !ok {
+		qs = map[string]*memQueue{}
+		queueState.m[wp] = qs
+		runtime.AddCleanup(s, func(wp weak.Pointer[Store]) {
+			queueState.Lock()
+			delete(queueState.m, wp)
+			queueState.Unlock()
+		}, wp)
+	}
+	return qs
+}
+
+// queue returns queue name, or NotFound; the caller holds s.mu.
+func (s *Store) queue(op, name string) (*memQueue, error) {
+	q, ok := s.queues()[name]
+	if !ok {
+		return nil, dcsync.Errorf(dcsync.NotFound, op, "queue %q does not exist", name)
+	}
+	return q, nil
+}
+
+func (q *memQueue) part(p int) *memPart {
+	mp, ok := q.parts[p]
+	if !ok {
+		mp = &memPart{}
+		q.parts[p] = mp
+	}
+	return mp
+}
+
+// forget drops the ids older than the dedup window.
+func (q *memQueue) forget(now time.Time) {
+	window := q.spec.DedupWindow()
+	n := 0
+	for n < len(q.idOrder) && !now.Before(q.idOrder[n].at.Add(window)) {
+		seen := q.idOrder[n]
+		if r, ok := q.ids[seen.id]; ok && r.at.Equal(seen.at) {
+			delete(q.ids, seen.id)
+		}
+		n++
+	}
+	if n > 0 {
+		q.idOrder = slices.Delete(q.idOrder, 0, n)
+	}
+}
+
+func copySpec(s dcsync.QueueSpec) dcsync.QueueSpec {
+	s.Groups = slices.Clone(s.Groups)
+	return s
+}
+
+func copyBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
+}
+
+// checkQueueGroup validates a queue name, a group and a storage partition.
+func checkQueueGroup(name, group string, p int) error {
+	if err := dcsync.ValidateID("queue", name); err != nil {
+		return err
+	}
+	if err := dcsync.ValidateID("group", group); err != nil {
+		return err
+	}
+	return dcsync.ValidateQueuePartition(p)
+}
+
+// CreateQueue implements dcsync.QueueStore.
+func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
+	if err := s.begin(ctx, dcsync.ValidateQueueSpec(spec)); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	qs := s.queues()
+	if _, ok := qs[spec.Name]; ok {
+		return dcsync.Errorf(dcsync.AlreadyExists, "memory.CreateQueue", "queue %q exists", spec.Name)
+	}
+	spec = copySpec(spec)
+	spec.Created = s.now()
+	qs[spec.Name] = &memQueue{
+		spec:    spec,
+		parts:   map[int]*memPart{},
+		offsets: map[offsetID]dcsync.QueueOffset{},
+		ids:     map[string]idRecord{},
+	}
+	return nil
+}
+
+// ReadQueueSpec implements dcsync.QueueStore.
+func (s *Store) ReadQueueSpec(ctx context.Context, name string) (dcsync.QueueSpec, error) {
+	if err := s.begin(ctx, dcsync.ValidateID("queue", name)); err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	defer s.mu.Unlock()
+	q, err := s.queue("memory.ReadQueueSpec", name)
+	if err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	return copySpec(q.spec), nil
+}
+
+// AddQueueGroup implements dcsync.QueueStore.
+func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (dcsync.QueueSpec, error) {
+	check := dcsync.ValidateID("queue", name)
+	if check == nil {
+		check = dcsync.ValidateID("group", group)
+	}
+	if err := s.begin(ctx, check); err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	defer s.mu.Unlock()
+	q, err := s.queue("memory.AddQueueGroup", name)
+	if err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	if q.spec.GroupIndex(group) >= 0 {
+		return copySpec(q.spec), dcsync.Errorf(dcsync.AlreadyExists, "memory.AddQueueGroup", "queue %q has group %q", name, group)
+	}
+	if len(q.spec.Groups) >= dcsync.MaxQueueGroups {
+		return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.InvalidArgument, "memory.AddQueueGroup", "queue %q has %d groups, the most it can have", name, len(q.spec.Groups))
+	}
+	q.spec.Groups = append(slices.Clone(q.spec.Groups), group)
+	return copySpec(q.spec), nil
+}
+
+// AppendQueue implements dcsync.QueueStore. Each event's sequence number is reserved
+// and its event stored in one step, so the store never has holes.
+func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
+	check := dcsync.ValidateID("queue", name)
+	if check == nil {
+		check = dcsync.ValidateQueueEvents(events)
+	}
+	if err := s.begin(ctx, check); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	q, err := s.queue("memory.AppendQueue", name)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	q.forget(now)
+	out := make([]dcsync.QueueAppend, len(events))
+	for i, e := range events {
+		if e.ID != "" {
+			if r, ok := q.ids[e.ID]; ok {
+				out[i] = dcsync.QueueAppend{Partition: r.p, Seq: r.seq, Duplicate: true}
+				continue
+			}
+		}
+		mp := q.part(e.Partition)
+		seq := mp.head()
+		mp.entries = append(mp.entries, dcsync.QueueEntry{
+			Seq: seq, Key: e.Key, ID: e.ID, Payload: copyBytes(e.Payload), At: now,
+		})
+		if e.ID != "" {
+			q.ids[e.ID] = idRecord{p: e.Partition, seq: seq, at: now}
+			q.idOrder = append(q.idOrder, idSeen{id: e.ID, at: now})
+		}
+		out[i] = dcsync.QueueAppend{Partition: e.Partition, Seq: seq}
+	}
+	return out, nil
+}
+
+// ReadQueue implements dcsync.QueueStore.
+func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
+	if err := s.begin(ctx, dcsync.ValidateQueueRead(name, p, max)); err != nil {
+		return dcsync.QueueRead{}, err
+	}
+	defer s.mu.Unlock()
+	q, err := s.queue("memory.ReadQueue", name)
+	if err != nil {
+		return dcsync.QueueRead{}, err
+	}
+	var r dcsync.QueueRead
+	mp, ok := q.parts[p]
+	if !ok {
+		return r, nil
+	}
+	r.Head, r.Floor = mp.head(), mp.floor
+	from = max64(from, mp.floor)
+	if from >= r.Head {
+		return r, nil
+	}
+	src := mp.entries[from-mp.floor:]
+	if len(src) > max {
+		src = src[:max]
+	}
+	r.Entries = make([]dcsync.QueueEntry, len(src))
+	for i, e := range src {
+		e.Payload = copyBytes(e.Payload)
+		r.Entries[i] = e
+	}
+	return r, nil
+}
+
+func max64(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// AbortQueueSeq implements dcsync.QueueStore. Every seq below Head holds an event in
+// this store (it has no holes), so it reports false for every seq it accepts, trimmed
+// ones included; seq at or beyond Head is InvalidArgument.
+func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint64) (bool, error) {
+	if err := s.begin(ctx, dcsync.ValidateQueueRead(name, p, 1)); err != nil {
+		return false, err
+	}
+	defer s.mu.Unlock()
+	q, err := s.queue("memory.AbortQueueSeq", name)
+	if err != nil {
+		return false, err
+	}
+	var head uint64
+	if mp, ok := q.parts[p]; ok {
+		head = mp.head()
+	}
+	if seq >= head {
+		return false, dcsync.Errorf(dcsync.InvalidArgument, "memory.AbortQueueSeq", "seq %d of partition %d is not below its head %d", seq, p, head)
+	}
+	return false, nil
+}
+
+// QueueBounds implements dcsync.QueueStore.
+func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
+	check := dcsync.ValidateID("queue", name)
+	for _, p := range ps {
+		if check != nil {
+			break
+		}
+		check = dcsync.ValidateQueuePartition(p)
+	}
+	if err := s.begin(ctx, check); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	q, err := s.queue("memory.QueueBounds", name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]dcsync.QueueBounds, len(ps))
+	for i, p := range ps {
+		if mp, ok := q.parts[p]; ok {
+			out[i] = dcsync.QueueBounds{Head: mp.head(), Floor: mp.floor}
+		}
+	}
+	return out, nil
+}
+
+// ClaimQueuePartition implements dcsync.QueueStore. token must not be 0 (the token of
+// an offset no one ever owned).
+func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
+	check := checkQueueGroup(name, group, p)
+	if check == nil && token == 0 {
+		check = dcsync.Errorf(dcsync.InvalidArgument, "memory.ClaimQueuePartition", "token 0 cannot own a partition")
+	}
+	if err := s.begin(ctx, check); err != nil {
+		return dcsync.QueueOffset{}, err
+	}
+	defer s.mu.Unlock()
+	q, err := s.queue("memory.ClaimQueuePartition", name)
+	if err != nil {
+		return dcsync.QueueOffset{}, err
+	}
+	id := offsetID{group, p}
+	off := q.offsets[id]
+	if token < off.Token {
+		return off, dcsync.Errorf(dcsync.LockLost, "memory.ClaimQueuePartition", "partition %d of queue %q group %q is owned by token %d, above %d", p, name, group, off.Token, token)
+	}
+	stored := off
+	stored.Token, stored.Held = token, true
+	q.offsets[id] = stored
+	off.Token = token
+	return off, nil
+}
+
+// CommitQueueOffset implements dcsync.QueueStore.
+func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+	check := checkQueueGroup(name, group, p)
+	if check == nil && off.Attempts < 0 {
+		check = dcsync.Errorf(dcsync.InvalidArgument, "memory.CommitQueueOffset", "attempts %d is negative", off.Attempts)
+	}
+	if err := s.begin(ctx, check); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	q, err := s.queue("memory.CommitQueueOffset", name)
+	if err != nil {
+		return err
+	}
+	id := offsetID{group, p}
+	if cur := q.offsets[id]; cur.Token != off.Token || off.Token == 0 {
+		return dcsync.Errorf(dcsync.LockLost, "memory.CommitQueueOffset", "partition %d of queue %q group %q is owned by token %d, not %d", p, name, group, cur.Token, off.Token)
+	}
+	q.offsets[id] = off
+	return nil
+}
+
+// ReadQueueOffsets implements dcsync.QueueStore.
+func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]dcsync.QueueOffset, error) {
+	check := checkQueueGroup(name, group, 0)
+	for _, p := range ps {
+		if check != nil {
+			break
+		}
+		check = dcsync.ValidateQueuePartition(p)
+	}
+	if err := s.begin(ctx, check); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	q, err := s.queue("memory.ReadQueueOffsets", name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]dcsync.QueueOffset, len(ps))
+	for i, p := range ps {
+		out[i] = q.offsets[offsetID{group, p}]
+	}
+	return out, nil
+}
+
+// TrimQueue implements dcsync.QueueStore.
+func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
+	if err := s.begin(ctx, dcsync.ValidateQueueRead(name, p, 1)); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	q, err := s.queue("memory.TrimQueue", name)
+	if err != nil {
+		return err
+	}
+	mp := q.part(p)
+	if below > mp.head() {
+		return dcsync.Errorf(dcsync.InvalidArgument, "memory.TrimQueue", "trim of partition %d below %d, beyond its head %d", p, below, mp.head())
+	}
+	if below <= mp.floor {
+		return nil
+	}
+	// Copy the rest so the trimmed entries' memory goes.
+	mp.entries = slices.Clone(mp.entries[below-mp.floor:])
+	mp.floor = below
+	return nil
+}
