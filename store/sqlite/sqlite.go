@@ -79,6 +79,7 @@ type Store struct {
 
 	wsem      chan struct{} // one writer of this process at a time; waiting honours ctx
 	lastSweep time.Time     // guarded by wsem
+	queues    queueState    // queue tables' cached ids (queue.go)
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close

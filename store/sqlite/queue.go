@@ -1,0 +1,843 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dcsync/dcsync"
+)
+
+var (
+	_ dcsync.QueueStore       = (*Store)(nil)
+	_ dcsync.QueueTxCommitter = (*Store)(nil)
+)
+
+// The queue tables, created by the first CreateQueue of a file. A queue is known in
+// the other tables by its integer id (dcsync_queues.id), which keeps their keys short;
+// queues are never deleted, so an id always means the same queue.
+//
+// Every partition has consecutive entries from floor to head-1: an append reserves and
+// writes its seqs in one transaction, so the store has no holes and never needs
+// tombstones (AbortQueueSeq still writes one where no entry is, for completeness).
+// An id is remembered for duplicate detection until expires_ms (the append's time plus
+// the queue's dedup window); expired ids are swept per queue at most once a minute,
+// by appends and trims.
+const queueSchema = `
+CREATE TABLE IF NOT EXISTS dcsync_queues (
+	id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, partitions INTEGER NOT NULL,
+	groups TEXT NOT NULL, dedup_ns INTEGER NOT NULL, created_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS dcsync_queue_entries (
+	q INTEGER NOT NULL, p INTEGER NOT NULL, seq INTEGER NOT NULL,
+	key TEXT NOT NULL, id TEXT NOT NULL, payload BLOB, at_ms INTEGER NOT NULL, aborted INTEGER NOT NULL,
+	PRIMARY KEY (q, p, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dcsync_queue_heads (
+	q INTEGER NOT NULL, p INTEGER NOT NULL, head INTEGER NOT NULL, floor INTEGER NOT NULL,
+	PRIMARY KEY (q, p)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dcsync_queue_offsets (
+	q INTEGER NOT NULL, g TEXT NOT NULL, p INTEGER NOT NULL,
+	token INTEGER NOT NULL, next INTEGER NOT NULL, attempts INTEGER NOT NULL, held INTEGER NOT NULL,
+	PRIMARY KEY (q, g, p)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dcsync_queue_dedup (
+	q INTEGER NOT NULL, id TEXT NOT NULL, p INTEGER NOT NULL, seq INTEGER NOT NULL, expires_ms INTEGER NOT NULL,
+	PRIMARY KEY (q, id)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS dcsync_queue_dedup_expiry ON dcsync_queue_dedup (q, expires_ms);
+`
+
+// queueState caches what never changes once written: that the queue tables exist, and
+// each queue's id and dedup window. It also keeps when each queue's expired ids were
+// last swept.
+type queueState struct {
+	mu     sync.Mutex
+	tables bool
+	meta   map[string]queueMeta
+	swept  map[int64]time.Time
+}
+
+type queueMeta struct {
+	id    int64
+	dedup time.Duration // the queue's DedupWindow
+}
+
+type queryRower interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}
+
+// DB returns the store's database handle, for an application that writes its own
+// tables in the same file and acknowledges queue events in the same transaction
+// (CommitQueueOffsetTx). Do not close it or change its settings.
+//
+// The handle is opened with modernc.org/sqlite's _txlock=immediate, so BeginTx (without
+// ReadOnly) issues BEGIN IMMEDIATE: the transaction takes the file's write lock when it
+// begins and cannot fail later because another connection wrote first (with a plain,
+// deferred BEGIN, a transaction that reads and then writes can fail with SQLITE_BUSY at
+// its first write and must then be rolled back and rerun). SQLite's own busy handler is
+// off on this handle (busy_timeout 0, see the package doc), so BeginTx fails at once
+// with SQLITE_BUSY while another connection, of this process or another, holds the
+// write lock. WriteTx waits for the lock as the store's own calls do, honouring ctx;
+// prefer it to BeginTx.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// WriteTx runs fn in one IMMEDIATE transaction of the store's database and commits it
+// when fn returns nil, or rolls it back and returns fn's error (wrapped: errors.Is and
+// errors.As see it). It waits for the write lock like the store's own writes: behind
+// this process's other writers, and for other processes' locks while ctx lasts, up to
+// the busy timeout. fn may be called again after an attempt that failed because the
+// file was busy (that attempt was rolled back), so it must not have effects outside
+// tx. fn must not call the store's other writing methods (they would wait for this
+// transaction): use CommitQueueOffsetTx to acknowledge queue events within tx.
+func (s *Store) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return s.write(ctx, "sqlite.WriteTx", fn)
+}
+
+// read runs fn in one deferred (read) transaction: its reads share one snapshot.
+func (s *Store) read(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	return s.retry(ctx, op, func() error {
+		tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		return fn(tx)
+	})
+}
+
+// queue returns the id and dedup window of queue name, or NotFound.
+func (s *Store) queue(ctx context.Context, q queryRower, op, name string) (queueMeta, error) {
+	st := &s.queues
+	st.mu.Lock()
+	m, ok := st.meta[name]
+	tables := st.tables
+	st.mu.Unlock()
+	if ok {
+		return m, nil
+	}
+	if !tables {
+		var n int
+		if err := q.QueryRowContext(ctx, `SELECT COUNT(*) FROM sqlite_schema WHERE type = 'table' AND name = 'dcsync_queues'`).Scan(&n); err != nil {
+			return m, err
+		}
+		if n == 0 {
+			return m, dcsync.Errorf(dcsync.NotFound, op, "queue %q does not exist in %s", name, s.path)
+		}
+	}
+	var dedup int64
+	err := q.QueryRowContext(ctx, `SELECT id, dedup_ns FROM dcsync_queues WHERE name = ?`, name).Scan(&m.id, &dedup)
+	if errors.Is(err, sql.ErrNoRows) {
+		return m, dcsync.Errorf(dcsync.NotFound, op, "queue %q does not exist in %s", name, s.path)
+	}
+	if err != nil {
+		return m, err
+	}
+	m.dedup = dcsync.QueueSpec{Dedup: time.Duration(dedup)}.DedupWindow()
+	st.mu.Lock()
+	st.tables = true
+	if st.meta == nil {
+		st.meta = make(map[string]queueMeta)
+	}
+	st.meta[name] = m
+	st.mu.Unlock()
+	return m, nil
+}
+
+// sweepDue reports whether queue id's expired ids are due to be swept at now.
+func (s *Store) sweepDue(id int64, now time.Time) bool {
+	st := &s.queues
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return now.Sub(st.swept[id]) >= sweepEvery
+}
+
+func (s *Store) markSwept(id int64, now time.Time) {
+	st := &s.queues
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.swept == nil {
+		st.swept = make(map[int64]time.Time)
+	}
+	st.swept[id] = now
+}
+
+func sweepDedup(ctx context.Context, tx *sql.Tx, id int64, now time.Time) error {
+	_, err := tx.ExecContext(ctx, `DELETE FROM dcsync_queue_dedup WHERE q = ? AND expires_ms <= ?`, id, now.UnixMilli())
+	return err
+}
+
+func checkSeq(op, what string, v uint64) error {
+	if v > math.MaxInt64 {
+		return dcsync.Errorf(dcsync.InvalidArgument, op, "%s %d is beyond this store's range (at most %d)", what, v, int64(math.MaxInt64))
+	}
+	return nil
+}
+
+func checkPartitions(ps []int) error {
+	for _, p := range ps {
+		if err := dcsync.ValidateQueuePartition(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CreateQueue implements dcsync.QueueStore. The first call on a file creates the queue
+// tables. spec.Created is set by the store's clock.
+func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
+	const op = "sqlite.CreateQueue"
+	if err := dcsync.ValidateQueueSpec(spec); err != nil {
+		return err
+	}
+	groups, err := json.Marshal(spec.Groups)
+	if err != nil {
+		return dcsync.Errorf(dcsync.Internal, op, "encoding groups: %w", err)
+	}
+	err = s.write(ctx, op, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, queueSchema); err != nil {
+			return dcsync.Errorf(dcsync.TableCreation, op, "%s: creating the queue tables: %w", s.path, err)
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO dcsync_queues (name, partitions, groups, dedup_ns, created_ms)
+			VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
+			spec.Name, spec.Partitions, string(groups), int64(spec.Dedup), s.now().UnixMilli())
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return dcsync.Errorf(dcsync.AlreadyExists, op, "queue %q exists", spec.Name)
+		}
+		return nil
+	})
+	if err == nil {
+		s.queues.mu.Lock()
+		s.queues.tables = true
+		s.queues.mu.Unlock()
+	}
+	return err
+}
+
+func (s *Store) readSpec(ctx context.Context, q queryRower, op, name string) (dcsync.QueueSpec, error) {
+	if _, err := s.queue(ctx, q, op, name); err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	spec := dcsync.QueueSpec{Name: name}
+	var groups string
+	var dedup, created int64
+	err := q.QueryRowContext(ctx, `SELECT partitions, groups, dedup_ns, created_ms FROM dcsync_queues WHERE name = ?`, name).
+		Scan(&spec.Partitions, &groups, &dedup, &created)
+	if err != nil {
+		return spec, err
+	}
+	if err := json.Unmarshal([]byte(groups), &spec.Groups); err != nil {
+		return spec, dcsync.Errorf(dcsync.Internal, op, "%s: queue %q: malformed groups %q: %w", s.path, name, groups, err)
+	}
+	spec.Dedup = time.Duration(dedup)
+	spec.Created = time.UnixMilli(created)
+	return spec, nil
+}
+
+// ReadQueueSpec implements dcsync.QueueStore.
+func (s *Store) ReadQueueSpec(ctx context.Context, name string) (dcsync.QueueSpec, error) {
+	const op = "sqlite.ReadQueueSpec"
+	if err := dcsync.ValidateID("queue", name); err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	var spec dcsync.QueueSpec
+	err := s.retry(ctx, op, func() (err error) {
+		spec, err = s.readSpec(ctx, s.db, op, name)
+		return err
+	})
+	if err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	return spec, nil
+}
+
+// AddQueueGroup implements dcsync.QueueStore.
+func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (dcsync.QueueSpec, error) {
+	const op = "sqlite.AddQueueGroup"
+	if err := dcsync.ValidateID("queue", name); err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	if err := dcsync.ValidateID("group", group); err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	var spec dcsync.QueueSpec
+	err := s.write(ctx, op, func(tx *sql.Tx) (err error) {
+		spec, err = s.readSpec(ctx, tx, op, name)
+		if err != nil {
+			return err
+		}
+		if spec.GroupIndex(group) >= 0 {
+			return dcsync.Errorf(dcsync.AlreadyExists, op, "queue %q already has group %q", name, group)
+		}
+		if len(spec.Groups) >= dcsync.MaxQueueGroups {
+			return dcsync.Errorf(dcsync.InvalidArgument, op, "queue %q has %d groups, the most allowed", name, len(spec.Groups))
+		}
+		groups, err := json.Marshal(append(spec.Groups[:len(spec.Groups):len(spec.Groups)], group))
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE dcsync_queues SET groups = ? WHERE name = ?`, string(groups), name); err != nil {
+			return err
+		}
+		spec.Groups = append(spec.Groups, group)
+		return nil
+	})
+	if err != nil && !errors.Is(err, dcsync.ErrAlreadyExists) {
+		return dcsync.QueueSpec{}, err
+	}
+	return spec, err
+}
+
+// AppendQueue implements dcsync.QueueStore: one IMMEDIATE transaction reads the heads
+// of the events' partitions, inserts the events at the next seqs, advances the heads
+// and records the events' ids, so an append is all or nothing and leaves no holes.
+func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
+	const op = "sqlite.AppendQueue"
+	if err := dcsync.ValidateID("queue", name); err != nil {
+		return nil, err
+	}
+	if err := dcsync.ValidateQueueEvents(events); err != nil {
+		return nil, err
+	}
+	out := make([]dcsync.QueueAppend, len(events))
+	var swept time.Time
+	var qid int64
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		swept = time.Time{}
+		m, err := s.queue(ctx, tx, op, name)
+		if err != nil {
+			return err
+		}
+		qid = m.id
+		now := s.now()
+		nowMS := now.UnixMilli()
+		heads := make(map[int]int64)
+		first := make(map[string]int) // id -> its first event in this batch
+		ins, err := tx.PrepareContext(ctx, `INSERT INTO dcsync_queue_entries (q, p, seq, key, id, payload, at_ms, aborted)
+			VALUES (?, ?, ?, ?, ?, ?, ?, 0)`)
+		if err != nil {
+			return err
+		}
+		defer ins.Close()
+		var seen, remember *sql.Stmt
+		for i, e := range events {
+			if e.ID != "" {
+				if j, ok := first[e.ID]; ok {
+					out[i] = dcsync.QueueAppend{Partition: out[j].Partition, Seq: out[j].Seq, Duplicate: true}
+					continue
+				}
+				first[e.ID] = i
+				if seen == nil {
+					if seen, err = tx.PrepareContext(ctx, `SELECT p, seq FROM dcsync_queue_dedup WHERE q = ? AND id = ? AND expires_ms > ?`); err != nil {
+						return err
+					}
+					defer seen.Close()
+					if remember, err = tx.PrepareContext(ctx, `INSERT OR REPLACE INTO dcsync_queue_dedup (q, id, p, seq, expires_ms) VALUES (?, ?, ?, ?, ?)`); err != nil {
+						return err
+					}
+					defer remember.Close()
+				}
+				var p int
+				var seq int64
+				err := seen.QueryRowContext(ctx, m.id, e.ID, nowMS).Scan(&p, &seq)
+				if err == nil {
+					out[i] = dcsync.QueueAppend{Partition: p, Seq: uint64(seq), Duplicate: true}
+					continue
+				}
+				if !errors.Is(err, sql.ErrNoRows) {
+					return err
+				}
+			}
+			head, ok := heads[e.Partition]
+			if !ok {
+				err := tx.QueryRowContext(ctx, `SELECT head FROM dcsync_queue_heads WHERE q = ? AND p = ?`, m.id, e.Partition).Scan(&head)
+				if err != nil && !errors.Is(err, sql.ErrNoRows) {
+					return err
+				}
+			}
+			payload := e.Payload
+			if payload == nil {
+				payload = []byte{}
+			}
+			if _, err := ins.ExecContext(ctx, m.id, e.Partition, head, e.Key, e.ID, payload, nowMS); err != nil {
+				return err
+			}
+			if e.ID != "" {
+				if _, err := remember.ExecContext(ctx, m.id, e.ID, e.Partition, head, now.Add(m.dedup).UnixMilli()); err != nil {
+					return err
+				}
+			}
+			out[i] = dcsync.QueueAppend{Partition: e.Partition, Seq: uint64(head)}
+			heads[e.Partition] = head + 1
+		}
+		for p, head := range heads {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO dcsync_queue_heads (q, p, head, floor) VALUES (?, ?, ?, 0)
+				ON CONFLICT (q, p) DO UPDATE SET head = excluded.head`, m.id, p, head); err != nil {
+				return err
+			}
+		}
+		if s.sweepDue(m.id, now) {
+			if err := sweepDedup(ctx, tx, m.id, now); err != nil {
+				return err
+			}
+			swept = now
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !swept.IsZero() {
+		s.markSwept(qid, swept)
+	}
+	return out, nil
+}
+
+// bounds reads partition p's head and floor (zero for a partition never written).
+func bounds(ctx context.Context, q queryRower, id int64, p int) (dcsync.QueueBounds, error) {
+	var head, floor int64
+	err := q.QueryRowContext(ctx, `SELECT head, floor FROM dcsync_queue_heads WHERE q = ? AND p = ?`, id, p).Scan(&head, &floor)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = nil
+	}
+	return dcsync.QueueBounds{Head: uint64(head), Floor: uint64(floor)}, err
+}
+
+// ReadQueue implements dcsync.QueueStore. The entries and bounds are read in one
+// snapshot.
+func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
+	const op = "sqlite.ReadQueue"
+	if err := dcsync.ValidateQueueRead(name, p, max); err != nil {
+		return dcsync.QueueRead{}, err
+	}
+	var r dcsync.QueueRead
+	err := s.read(ctx, op, func(tx *sql.Tx) error {
+		r = dcsync.QueueRead{}
+		m, err := s.queue(ctx, tx, op, name)
+		if err != nil {
+			return err
+		}
+		if r.QueueBounds, err = bounds(ctx, tx, m.id, p); err != nil {
+			return err
+		}
+		start := max2(from, r.Floor)
+		if start >= r.Head {
+			return nil
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT seq, key, id, payload, at_ms, aborted FROM dcsync_queue_entries
+			WHERE q = ? AND p = ? AND seq >= ? AND seq < ? ORDER BY seq LIMIT ?`, m.id, p, int64(start), int64(r.Head), max)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		r.Entries = make([]dcsync.QueueEntry, 0, min(uint64(max), r.Head-start))
+		for rows.Next() {
+			var e dcsync.QueueEntry
+			var seq, at int64
+			if err := rows.Scan(&seq, &e.Key, &e.ID, &e.Payload, &at, &e.Aborted); err != nil {
+				return err
+			}
+			if uint64(seq) != start+uint64(len(r.Entries)) {
+				break // not reachable: the store has no holes
+			}
+			e.Seq, e.At = uint64(seq), time.UnixMilli(at)
+			r.Entries = append(r.Entries, e)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return dcsync.QueueRead{}, err
+	}
+	return r, nil
+}
+
+func max2(a, b uint64) uint64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// AbortQueueSeq implements dcsync.QueueStore. The store writes every reserved seq in
+// the transaction that reserves it, so there is nothing to abort: it reports whether
+// the entry at seq is a tombstone (false for a trimmed seq), writing one only where an
+// entry is missing, which does not happen in a file written by this store.
+func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint64) (bool, error) {
+	const op = "sqlite.AbortQueueSeq"
+	if err := dcsync.ValidateQueueRead(name, p, 1); err != nil {
+		return false, err
+	}
+	if err := checkSeq(op, "seq", seq); err != nil {
+		return false, err
+	}
+	var aborted bool
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		aborted = false
+		m, err := s.queue(ctx, tx, op, name)
+		if err != nil {
+			return err
+		}
+		b, err := bounds(ctx, tx, m.id, p)
+		if err != nil {
+			return err
+		}
+		if seq >= b.Head {
+			return dcsync.Errorf(dcsync.InvalidArgument, op, "queue %q partition %d: seq %d is not below the head %d", name, p, seq, b.Head)
+		}
+		if seq < b.Floor {
+			return nil
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO dcsync_queue_entries (q, p, seq, key, id, payload, at_ms, aborted)
+			VALUES (?, ?, ?, '', '', NULL, ?, 1) ON CONFLICT (q, p, seq) DO NOTHING`, m.id, p, int64(seq), s.now().UnixMilli()); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, `SELECT aborted FROM dcsync_queue_entries WHERE q = ? AND p = ? AND seq = ?`, m.id, p, int64(seq)).Scan(&aborted)
+	})
+	return aborted && err == nil, err
+}
+
+// inChunks calls fn with the distinct values of ps, at most 500 at a time, as a list of
+// "?" placeholders and the values.
+func inChunks(ps []int, fn func(marks string, args []any) error) error {
+	seen := make(map[int]bool, len(ps))
+	var args []any
+	flush := func() error {
+		if len(args) == 0 {
+			return nil
+		}
+		marks := strings.TrimSuffix(strings.Repeat("?,", len(args)), ",")
+		err := fn(marks, args)
+		args = args[:0]
+		return err
+	}
+	for _, p := range ps {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		args = append(args, p)
+		if len(args) == 500 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// QueueBounds implements dcsync.QueueStore: one snapshot.
+func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
+	const op = "sqlite.QueueBounds"
+	if err := dcsync.ValidateID("queue", name); err != nil {
+		return nil, err
+	}
+	if err := checkPartitions(ps); err != nil {
+		return nil, err
+	}
+	var out []dcsync.QueueBounds
+	err := s.read(ctx, op, func(tx *sql.Tx) error {
+		m, err := s.queue(ctx, tx, op, name)
+		if err != nil {
+			return err
+		}
+		got := make(map[int]dcsync.QueueBounds, len(ps))
+		err = inChunks(ps, func(marks string, args []any) error {
+			rows, err := tx.QueryContext(ctx, `SELECT p, head, floor FROM dcsync_queue_heads WHERE q = ? AND p IN (`+marks+`)`,
+				append([]any{m.id}, args...)...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var p int
+				var head, floor int64
+				if err := rows.Scan(&p, &head, &floor); err != nil {
+					return err
+				}
+				got[p] = dcsync.QueueBounds{Head: uint64(head), Floor: uint64(floor)}
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return err
+		}
+		out = make([]dcsync.QueueBounds, len(ps))
+		for i, p := range ps {
+			out[i] = got[p]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func validateOffsetArgs(name, group string, p int) error {
+	if err := dcsync.ValidateID("queue", name); err != nil {
+		return err
+	}
+	if err := dcsync.ValidateID("group", group); err != nil {
+		return err
+	}
+	return dcsync.ValidateQueuePartition(p)
+}
+
+// readOffset reads group's offset in p (the zero offset when none is stored).
+func readOffset(ctx context.Context, q queryRower, id int64, group string, p int) (dcsync.QueueOffset, bool, error) {
+	var token, next int64
+	var off dcsync.QueueOffset
+	err := q.QueryRowContext(ctx, `SELECT token, next, attempts, held FROM dcsync_queue_offsets WHERE q = ? AND g = ? AND p = ?`,
+		id, group, p).Scan(&token, &next, &off.Attempts, &off.Held)
+	if errors.Is(err, sql.ErrNoRows) {
+		return off, false, nil
+	}
+	off.Token, off.Next = uint64(token), uint64(next)
+	return off, err == nil, err
+}
+
+// ClaimQueuePartition implements dcsync.QueueStore.
+func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
+	const op = "sqlite.ClaimQueuePartition"
+	if err := validateOffsetArgs(name, group, p); err != nil {
+		return dcsync.QueueOffset{}, err
+	}
+	if err := checkSeq(op, "token", token); err != nil {
+		return dcsync.QueueOffset{}, err
+	}
+	var off dcsync.QueueOffset
+	err := s.write(ctx, op, func(tx *sql.Tx) (err error) {
+		m, err := s.queue(ctx, tx, op, name)
+		if err != nil {
+			return err
+		}
+		if off, _, err = readOffset(ctx, tx, m.id, group, p); err != nil {
+			return err
+		}
+		if token < off.Token {
+			return dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, above %d", name, group, p, off.Token, token)
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO dcsync_queue_offsets (q, g, p, token, next, attempts, held) VALUES (?, ?, ?, ?, 0, 0, 1)
+			ON CONFLICT (q, g, p) DO UPDATE SET token = excluded.token, held = 1`, m.id, group, p, int64(token))
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, dcsync.ErrLockLost) {
+			return off, err
+		}
+		return dcsync.QueueOffset{}, err
+	}
+	off.Token = token
+	return off, nil
+}
+
+func validateCommit(op, name, group string, p int, off dcsync.QueueOffset) error {
+	if err := validateOffsetArgs(name, group, p); err != nil {
+		return err
+	}
+	if err := checkSeq(op, "token", off.Token); err != nil {
+		return err
+	}
+	if err := checkSeq(op, "next", off.Next); err != nil {
+		return err
+	}
+	if off.Attempts < 0 {
+		return dcsync.Errorf(dcsync.InvalidArgument, op, "attempts %d is negative", off.Attempts)
+	}
+	return nil
+}
+
+// commitOffset is CommitQueueOffset in tx.
+func (s *Store) commitOffset(ctx context.Context, tx *sql.Tx, op, name, group string, p int, off dcsync.QueueOffset) error {
+	m, err := s.queue(ctx, tx, op, name)
+	if err != nil {
+		return err
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE dcsync_queue_offsets SET next = ?, attempts = ?, held = ? WHERE q = ? AND g = ? AND p = ? AND token = ?`,
+		int64(off.Next), off.Attempts, off.Held, m.id, group, p, int64(off.Token))
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil || n == 1 {
+		return err
+	}
+	stored, found, err := readOffset(ctx, tx, m.id, group, p)
+	if err != nil {
+		return err
+	}
+	if !found && off.Token == 0 {
+		// No record is the zero offset, whose token 0 matches.
+		_, err := tx.ExecContext(ctx, `INSERT INTO dcsync_queue_offsets (q, g, p, token, next, attempts, held) VALUES (?, ?, ?, 0, ?, ?, ?)`,
+			m.id, group, p, int64(off.Next), off.Attempts, off.Held)
+		return err
+	}
+	return dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, not %d", name, group, p, stored.Token, off.Token)
+}
+
+// CommitQueueOffset implements dcsync.QueueStore.
+func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+	const op = "sqlite.CommitQueueOffset"
+	if err := validateCommit(op, name, group, p, off); err != nil {
+		return err
+	}
+	return s.write(ctx, op, func(tx *sql.Tx) error {
+		return s.commitOffset(ctx, tx, op, name, group, p, off)
+	})
+}
+
+// CommitQueueOffsetTx implements dcsync.QueueTxCommitter: CommitQueueOffset inside
+// the application's transaction tx, which must be a *sql.Tx on this store's file (from
+// WriteTx, or from DB().BeginTx; anything else is InvalidArgument). The offset is
+// written, or LockLost returned, inside tx: it commits or rolls back with the
+// application's writes, and on any error the application should roll tx back. The
+// write is not retried: when tx does not hold the file's write lock (a deferred
+// transaction) and another connection holds it, the call fails with a Connection
+// error; WriteTx and DB().BeginTx begin IMMEDIATE transactions, which hold it.
+func (s *Store) CommitQueueOffsetTx(ctx context.Context, tx any, name, group string, p int, off dcsync.QueueOffset) error {
+	const op = "sqlite.CommitQueueOffsetTx"
+	if err := validateCommit(op, name, group, p, off); err != nil {
+		return err
+	}
+	sqlTx, ok := tx.(*sql.Tx)
+	if !ok || sqlTx == nil {
+		return dcsync.Errorf(dcsync.InvalidArgument, op, "tx is a %T, not a *sql.Tx of the store's database", tx)
+	}
+	if s.readOnly {
+		return dcsync.Errorf(dcsync.NotImplemented, op, "%s is opened read-only (this process cannot write the file): writes are refused", s.path)
+	}
+	if isClosed(s.done) {
+		return s.closedErr(op)
+	}
+	if err := s.sameFile(ctx, sqlTx, op); err != nil {
+		return err
+	}
+	return s.classify(op, s.commitOffset(ctx, sqlTx, op, name, group, p, off))
+}
+
+// sameFile checks that tx's main database is the store's file.
+func (s *Store) sameFile(ctx context.Context, tx *sql.Tx, op string) error {
+	var file string
+	if err := tx.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file); err != nil {
+		return dcsync.Errorf(dcsync.InvalidArgument, op, "tx is not a usable SQLite transaction of %s: %w", s.path, err)
+	}
+	ours, err := os.Stat(s.path)
+	if err != nil {
+		return s.classify(op, err)
+	}
+	theirs, err := os.Stat(file)
+	if file == "" || err != nil || !os.SameFile(ours, theirs) {
+		return dcsync.Errorf(dcsync.InvalidArgument, op, "tx is a transaction of %q, not of the store's file %s", file, s.path)
+	}
+	return nil
+}
+
+// ReadQueueOffsets implements dcsync.QueueStore: one snapshot.
+func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]dcsync.QueueOffset, error) {
+	const op = "sqlite.ReadQueueOffsets"
+	if err := dcsync.ValidateID("queue", name); err != nil {
+		return nil, err
+	}
+	if err := dcsync.ValidateID("group", group); err != nil {
+		return nil, err
+	}
+	if err := checkPartitions(ps); err != nil {
+		return nil, err
+	}
+	var out []dcsync.QueueOffset
+	err := s.read(ctx, op, func(tx *sql.Tx) error {
+		m, err := s.queue(ctx, tx, op, name)
+		if err != nil {
+			return err
+		}
+		got := make(map[int]dcsync.QueueOffset, len(ps))
+		err = inChunks(ps, func(marks string, args []any) error {
+			rows, err := tx.QueryContext(ctx, `SELECT p, token, next, attempts, held FROM dcsync_queue_offsets WHERE q = ? AND g = ? AND p IN (`+marks+`)`,
+				append([]any{m.id, group}, args...)...)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var p int
+				var token, next int64
+				var off dcsync.QueueOffset
+				if err := rows.Scan(&p, &token, &next, &off.Attempts, &off.Held); err != nil {
+					return err
+				}
+				off.Token, off.Next = uint64(token), uint64(next)
+				got[p] = off
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return err
+		}
+		out = make([]dcsync.QueueOffset, len(ps))
+		for i, p := range ps {
+			out[i] = got[p]
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// TrimQueue implements dcsync.QueueStore. It also sweeps the queue's expired ids when
+// they are due.
+func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
+	const op = "sqlite.TrimQueue"
+	if err := dcsync.ValidateQueueRead(name, p, 1); err != nil {
+		return err
+	}
+	if err := checkSeq(op, "below", below); err != nil {
+		return err
+	}
+	var swept time.Time
+	var qid int64
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		swept = time.Time{}
+		m, err := s.queue(ctx, tx, op, name)
+		if err != nil {
+			return err
+		}
+		qid = m.id
+		b, err := bounds(ctx, tx, m.id, p)
+		if err != nil {
+			return err
+		}
+		if below > b.Head {
+			return dcsync.Errorf(dcsync.InvalidArgument, op, "queue %q partition %d: trim below %d is above the head %d", name, p, below, b.Head)
+		}
+		if below > b.Floor {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM dcsync_queue_entries WHERE q = ? AND p = ? AND seq >= ? AND seq < ?`,
+				m.id, p, int64(b.Floor), int64(below)); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `UPDATE dcsync_queue_heads SET floor = ? WHERE q = ? AND p = ?`, int64(below), m.id, p); err != nil {
+				return err
+			}
+		}
+		now := s.now()
+		if s.sweepDue(m.id, now) {
+			if err := sweepDedup(ctx, tx, m.id, now); err != nil {
+				return err
+			}
+			swept = now
+		}
+		return nil
+	})
+	if err == nil && !swept.IsZero() {
+		s.markSwept(qid, swept)
+	}
+	return err
+}
