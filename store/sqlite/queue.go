@@ -326,7 +326,7 @@ func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.Qu
 			return err
 		}
 		defer ins.Close()
-		var seen, remember *sql.Stmt
+		var claim *sql.Stmt
 		for i, e := range events {
 			if e.ID != "" {
 				if j, ok := first[e.ID]; ok {
@@ -334,26 +334,6 @@ func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.Qu
 					continue
 				}
 				first[e.ID] = i
-				if seen == nil {
-					if seen, err = tx.PrepareContext(ctx, `SELECT p, seq FROM dcsync_queue_dedup WHERE q = ? AND id = ? AND expires_ms > ?`); err != nil {
-						return err
-					}
-					defer seen.Close()
-					if remember, err = tx.PrepareContext(ctx, `INSERT OR REPLACE INTO dcsync_queue_dedup (q, id, p, seq, expires_ms) VALUES (?, ?, ?, ?, ?)`); err != nil {
-						return err
-					}
-					defer remember.Close()
-				}
-				var p int
-				var seq int64
-				err := seen.QueryRowContext(ctx, m.id, e.ID, nowMS).Scan(&p, &seq)
-				if err == nil {
-					out[i] = dcsync.QueueAppend{Partition: p, Seq: uint64(seq), Duplicate: true}
-					continue
-				}
-				if !errors.Is(err, sql.ErrNoRows) {
-					return err
-				}
 			}
 			head, ok := heads[e.Partition]
 			if !ok {
@@ -362,17 +342,39 @@ func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.Qu
 					return err
 				}
 			}
+			if e.ID != "" {
+				// Claim the id for (p, head) unless a live claim exists: one statement
+				// in the usual case, where the id is new.
+				if claim == nil {
+					if claim, err = tx.PrepareContext(ctx, `INSERT INTO dcsync_queue_dedup (q, id, p, seq, expires_ms) VALUES (?, ?, ?, ?, ?)
+						ON CONFLICT (q, id) DO UPDATE SET p = excluded.p, seq = excluded.seq, expires_ms = excluded.expires_ms
+						WHERE expires_ms <= ?`); err != nil {
+						return err
+					}
+					defer claim.Close()
+				}
+				res, err := claim.ExecContext(ctx, m.id, e.ID, e.Partition, head, now.Add(m.dedup).UnixMilli(), nowMS)
+				if err != nil {
+					return err
+				}
+				if n, err := res.RowsAffected(); err != nil {
+					return err
+				} else if n == 0 {
+					var p int
+					var seq int64
+					if err := tx.QueryRowContext(ctx, `SELECT p, seq FROM dcsync_queue_dedup WHERE q = ? AND id = ?`, m.id, e.ID).Scan(&p, &seq); err != nil {
+						return err
+					}
+					out[i] = dcsync.QueueAppend{Partition: p, Seq: uint64(seq), Duplicate: true}
+					continue
+				}
+			}
 			payload := e.Payload
 			if payload == nil {
 				payload = []byte{}
 			}
 			if _, err := ins.ExecContext(ctx, m.id, e.Partition, head, e.Key, e.ID, payload, nowMS); err != nil {
 				return err
-			}
-			if e.ID != "" {
-				if _, err := remember.ExecContext(ctx, m.id, e.ID, e.Partition, head, now.Add(m.dedup).UnixMilli()); err != nil {
-					return err
-				}
 			}
 			out[i] = dcsync.QueueAppend{Partition: e.Partition, Seq: uint64(head)}
 			heads[e.Partition] = head + 1
