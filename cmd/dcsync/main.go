@@ -12,6 +12,11 @@
 //	dcsync latch list [--level dc|xdc] [--json]
 //	dcsync latch delete NAME [--level dc|xdc]
 //	dcsync latch await NAME [--timeout D]
+//	dcsync queue create NAME --partitions N --group G [--group G2 ...] [--dedup D]
+//	dcsync queue send NAME [--key K] [--id-prefix P] [--json]   (lines of stdin)
+//	dcsync queue receive NAME --group G [--max N] [--follow] [--no-ack] [--timeout D] [--json]
+//	dcsync queue lag NAME [--group G] [--json]
+//	dcsync queue dead NAME --group G [--max N] [--ack] [--json]
 //	dcsync demo
 //	dcsync version (or dcsync --version)
 //
@@ -232,7 +237,7 @@ Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
 	root.Version = versionString()
 	root.SetVersionTemplate("dcsync {{.Version}}\n")
-	root.AddCommand(newLockCmd(a), newLatchCmd(a), newDemoCmd(a), newVersionCmd(a))
+	root.AddCommand(newLockCmd(a), newLatchCmd(a), newQueueCmd(a), newDemoCmd(a), newVersionCmd(a))
 	return root
 }
 
