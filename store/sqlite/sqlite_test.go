@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/queue/queuetest"
 	"github.com/dcsync/dcsync/store/sqlite"
 	"github.com/dcsync/dcsync/store/storetest"
 )
@@ -17,6 +18,9 @@ const envPath = "DCSYNC_TEST_SQLITE_PATH"
 
 func TestMain(m *testing.M) {
 	storetest.ChildMain(func(ctx context.Context) (dcsync.Store, error) {
+		return sqlite.Open(ctx, os.Getenv(envPath))
+	})
+	queuetest.ChildMain(func(ctx context.Context) (queuetest.QueueTestStore, error) {
 		return sqlite.Open(ctx, os.Getenv(envPath))
 	})
 	goleak.VerifyTestMain(m)
