@@ -431,10 +431,11 @@ func (c *Consumer) Receive(ctx context.Context, n int) ([]*Message, error) {
 		msgs, dead, wake := c.collect(n, now)
 		c.mu.Unlock()
 		if len(dead) > 0 {
-			if err := c.deadLetter(ctx, dead); err != nil && ctx.Err() != nil {
+			// msgs are in flight already: hand them out even if dead-lettering fails
+			// (it is retried on a later Receive).
+			if err := c.deadLetter(ctx, dead); err != nil && ctx.Err() != nil && len(msgs) == 0 {
 				return nil, ctx.Err()
 			}
-			continue
 		}
 		if len(msgs) > 0 {
 			return msgs, nil

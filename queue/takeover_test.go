@@ -1,0 +1,148 @@
+package queue_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/queue"
+	"github.com/dcsync/dcsync/store/memory"
+)
+
+// stalling is a store whose lock renewals fail while stalled: its consumer's leases
+// run out as if its process were paused or cut off.
+type stalling struct {
+	*memory.Store
+	stalled atomic.Bool
+}
+
+func (s *stalling) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+	if s.stalled.Load() {
+		return dcsync.LockState{}, dcsync.Errorf(dcsync.Connection, "test", "stalled")
+	}
+	return s.Store.RefreshLock(ctx, k, owner, ttl)
+}
+
+// A consumer whose lease runs out while it holds unacked messages: its partitions move
+// to the other consumer, which gets the same events with a greater token; the zombie's
+// late ack is refused with LockLost and changes no offset.
+func TestZombieAckRefusedAndEventsMove(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	base := memory.New()
+	defer base.Close()
+	za, zb := &stalling{Store: base}, &stalling{Store: base}
+	opts := []queue.Option{queue.WithLease(time.Second), queue.WithPollInterval(20 * time.Millisecond), queue.WithVisibility(time.Hour)}
+	qa, err := queue.Create(ctx, za, dcsync.QueueSpec{Name: "z", Partitions: 1, Groups: []string{"g"}}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := queue.Open(ctx, zb, "z", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qa.Enqueue(ctx, queue.Event{Payload: []byte("e0")}, queue.Event{Payload: []byte("e1")}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := qa.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	held, err := a.Receive(ctx, 10)
+	if err != nil || len(held) != 2 {
+		t.Fatalf("a: %v %v", held, err)
+	}
+	b, err := qb.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	za.stalled.Store(true) // a's leases lapse
+	got, err := b.Receive(ctx, 10)
+	if err != nil || len(got) != 2 {
+		t.Fatalf("b: %v %v", got, err)
+	}
+	if got[0].Token <= held[0].Token || string(got[0].Payload) != "e0" {
+		t.Fatalf("b got %q with token %d, a had token %d", got[0].Payload, got[0].Token, held[0].Token)
+	}
+	if err := a.Ack(ctx, held...); !errors.Is(err, dcsync.ErrLockLost) {
+		t.Fatalf("zombie ack: %v, want LockLost", err)
+	}
+	// The store-side fence: a commit with a's token is refused, whatever a believes.
+	err = base.CommitQueueOffset(ctx, "z", "g", 0, dcsync.QueueOffset{Token: held[0].Token, Next: 2, Held: true})
+	if !errors.Is(err, dcsync.ErrLockLost) {
+		t.Fatalf("stale-token commit: %v, want LockLost", err)
+	}
+	lag, _ := qb.Lag(ctx, "g")
+	if lag[0].Next != 0 {
+		t.Fatalf("offset moved to %d by a zombie", lag[0].Next)
+	}
+	if err := b.Ack(ctx, got...); err != nil {
+		t.Fatal(err)
+	}
+	lag, _ = qb.Lag(ctx, "g")
+	if lag[0].Next != 2 || lag[0].Lag != 0 {
+		t.Fatalf("after b's ack: %+v", lag[0])
+	}
+}
+
+// A consumer that dies holding an event (no release) makes its successor count a
+// failed attempt: with max attempts 2, the second death dead-letters the event.
+func TestDeathsCountAsAttempts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	base := memory.New()
+	defer base.Close()
+	opts := []queue.Option{queue.WithLease(time.Second), queue.WithPollInterval(20 * time.Millisecond), queue.WithMaxAttempts(2)}
+	q, err := queue.Create(ctx, base, dcsync.QueueSpec{Name: "d", Partitions: 1, Groups: []string{"g"}}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Enqueue(ctx, queue.Event{Payload: []byte("poison")}, queue.Event{Payload: []byte("ok")}); err != nil {
+		t.Fatal(err)
+	}
+	for death := 1; death <= 2; death++ {
+		s := &stalling{Store: base}
+		qd, err := queue.Open(ctx, s, "d", opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := qd.Consumer(ctx, "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		m, err := c.Receive(ctx, 1)
+		t.Logf("death %d: received after %v", death, time.Since(t0))
+		if err != nil || string(m[0].Payload) != "poison" || m[0].Attempt != death {
+			t.Fatalf("death %d: %+v %v", death, m, err)
+		}
+		s.stalled.Store(true)
+		for len(c.Partitions()) > 0 { // wait until its lease is gone
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("death %d: lost after %v", death, time.Since(t0))
+		// It "dies": never releases. Close only stops its goroutines now.
+		c.Close(ctx)
+		t.Logf("death %d: closed after %v", death, time.Since(t0))
+	}
+	c, err := q.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	t0 := time.Now()
+	m, err := c.Receive(ctx, 1)
+	t.Logf("third received after %v", time.Since(t0))
+	if err != nil || string(m[0].Payload) != "ok" {
+		t.Fatalf("after two deaths: %+v %v", m, err)
+	}
+	lag, _ := q.Lag(ctx, "g")
+	if dl := lag[len(lag)-1]; dl.Head != 1 {
+		t.Fatalf("dead-letter partition: %+v", dl)
+	}
+}
