@@ -497,6 +497,7 @@ func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, dead []deadRe
 			continue
 		}
 		blocked := map[string]bool{}
+		batch := map[*entry]bool{}
 		block := func(key string) {
 			if key != "" {
 				blocked[key] = true
@@ -508,7 +509,9 @@ func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, dead []deadRe
 				continue
 			case inflight:
 				if now.Before(en.deadline) {
-					block(en.e.Key)
+					if !batch[en] {
+						block(en.e.Key)
+					}
 					note(en.deadline)
 					continue
 				}
@@ -530,11 +533,13 @@ func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, dead []deadRe
 			if en.e.Key != "" && blocked[en.e.Key] {
 				continue
 			}
+			// Not blocked: later events of the key may follow in this same batch, in
+			// order (Nack sends them back with it).
 			en.state = inflight
 			en.attempts++
 			en.deadline = now.Add(c.q.opts.visibility)
-			block(en.e.Key)
 			note(en.deadline)
+			batch[en] = true
 			msgs = append(msgs, c.message(pt, en))
 			if len(msgs) == n {
 				return msgs, dead, wake
@@ -913,6 +918,15 @@ func (c *Consumer) Nack(ctx context.Context, m *Message) error {
 		back *= 2
 	}
 	en.state, en.notBefore = pending, time.Now().Add(min(back, o.maxBackoff))
+	if en.e.Key != "" {
+		// Later in-flight events of the key go back too, undelivered, to keep order.
+		for _, later := range pt.buf[m.Seq-pt.next+1:] {
+			if later.e.Key == en.e.Key && later.state == inflight {
+				later.state, later.notBefore = pending, en.notBefore
+				later.attempts--
+			}
+		}
+	}
 	c.mu.Unlock()
 	c.signal()
 	return nil

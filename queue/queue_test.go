@@ -131,7 +131,7 @@ func TestNackDeadLetters(t *testing.T) {
 	}
 	defer c.Close(context.Background())
 	for attempt := 1; attempt <= 3; attempt++ {
-		msgs, err := c.Receive(ctx, 10)
+		msgs, err := c.Receive(ctx, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,5 +160,48 @@ func TestNackDeadLetters(t *testing.T) {
 	}
 	if err := d.Ack(ctx, dm...); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A Nack sends the later in-flight events of its key back with it: the key's order
+// holds through the retry, and keyless or other-key events are not held up.
+func TestNackKeepsKeyOrder(t *testing.T) {
+	_, q := newQueue(t, 1, []string{"g"}, queue.WithRetryBackoff(5*time.Millisecond, 5*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := q.Enqueue(ctx, queue.Event{Key: "k", Payload: []byte("k1")}, queue.Event{Key: "k", Payload: []byte("k2")},
+		queue.Event{Key: "other", Payload: []byte("o1")}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	msgs, err := c.Receive(ctx, 10)
+	if err != nil || len(msgs) != 3 {
+		t.Fatalf("%v %v", msgs, err)
+	}
+	if err := c.Nack(ctx, msgs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ack(ctx, msgs[2]); err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for len(order) < 2 {
+		again, err := c.Receive(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range again {
+			order = append(order, fmt.Sprintf("%s#%d", m.Payload, m.Attempt))
+		}
+		if err := c.Ack(ctx, again...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fmt.Sprint(order) != "[k1#2 k2#1]" {
+		t.Fatalf("redelivered %v, want [k1#2 k2#1]", order)
 	}
 }
