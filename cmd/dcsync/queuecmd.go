@@ -408,8 +408,10 @@ func newQueueReceiveCmd(a *app) *cobra.Command {
 		Use:   "receive NAME --group G [--max N] [--follow] [--no-ack] [--timeout D]",
 		Short: "Receive events as a consumer of group G, print them and ack them",
 		Long: `Join group G as one consumer, receive events from the partitions it is given,
-print each event's payload on a line, and ack them once printed (with --no-ack, they
-are left unacked and delivered again: to the next receive, or after --visibility).
+print each event's payload on a line, and ack them once printed. With --no-ack they
+are left unacked and delivered again (to the next receive, or after --visibility);
+as events of one key are handed out one at a time, in order, only the first unacked
+event of each key is printed then.
 
 Without --follow it ends (exit 0) after --max events, or when none arrives for
 --timeout. With --follow it runs until --max events or until SIGINT or SIGTERM (exit
@@ -508,7 +510,10 @@ func (a *app) consume(ctx context.Context, name string, f *queueFlags, dead bool
 	}()
 	w := bufio.NewWriter(a.stdout)
 	n := 0
-	owned := -1 // partitions owned at the last idle timeout
+	// Idle: no message, and no change in the partitions owned (the consumer may still
+	// be taking them), for f.timeout. Receive waits in steps to watch the latter.
+	step := min(f.timeout, 250*time.Millisecond)
+	active, owned := time.Now(), slices.Clone(cons.Partitions())
 	for f.max == 0 || n < f.max {
 		want := queueSendBatch
 		if f.max > 0 {
@@ -516,18 +521,19 @@ func (a *app) consume(ctx context.Context, name string, f *queueFlags, dead bool
 		}
 		rctx, cancel := ctx, context.CancelFunc(func() {})
 		if !f.follow {
-			rctx, cancel = context.WithTimeout(ctx, f.timeout)
+			rctx, cancel = context.WithTimeout(ctx, min(step, f.timeout-time.Since(active)))
 		}
 		msgs, err := cons.Receive(rctx, want)
 		cancel()
 		if err != nil {
 			if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-				// Idle; unless the consumer was still taking partitions, it is done.
-				if p := len(cons.Partitions()); p != owned {
-					owned = p
-					continue
+				if now := cons.Partitions(); !slices.Equal(now, owned) {
+					active, owned = time.Now(), now
 				}
-				return nil
+				if time.Since(active) >= f.timeout {
+					return nil
+				}
+				continue
 			}
 			if ctx.Err() != nil {
 				return context.Cause(ctx)
@@ -552,7 +558,7 @@ func (a *app) consume(ctx context.Context, name string, f *queueFlags, dead bool
 				return err
 			}
 		}
-		owned = -1
+		active = time.Now()
 	}
 	return nil
 }
