@@ -101,6 +101,7 @@ type part struct {
 	holeSince     time.Time
 	commitMu      sync.Mutex
 	lastTrim      time.Time
+	trimmedTo     uint64 // the offset the latest trim was started for
 }
 
 const (
@@ -284,6 +285,15 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting bool) {
 	for _, pt := range release {
 		c.release(ctx, pt)
 	}
+	c.mu.Lock()
+	owned := make([]*part, 0, len(c.owned))
+	for _, pt := range c.owned {
+		owned = append(owned, pt)
+	}
+	c.mu.Unlock()
+	for _, pt := range owned {
+		c.maybeTrim(pt)
+	}
 	for i, p := range c.parts {
 		if i%members != rank {
 			continue
@@ -359,10 +369,10 @@ func (c *Consumer) take(ctx context.Context, p int) error {
 		return ErrClosed
 	}
 	c.owned[p] = pt
+	c.wg.Add(1) // under c.mu, before Close can wait
 	c.mu.Unlock()
 	c.signal()
 	c.q.hub.poke()
-	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		<-lost.Done()
@@ -852,16 +862,26 @@ func (c *Consumer) commitWith(ctx context.Context, pt *part, write func(dcsync.Q
 		pt.buf = append([]*entry(nil), pt.buf[n:]...)
 		pt.next = off.Next
 	}
-	trim := time.Since(pt.lastTrim) >= c.q.opts.retentionCheckPeriod
-	if trim {
-		pt.lastTrim = time.Now()
+	c.mu.Unlock()
+	c.maybeTrim(pt)
+	return nil
+}
+
+// maybeTrim starts a trim of pt when its offset moved since the last one and the
+// last one is at least the retention check period old. Commits call it; so does the
+// rebalance loop, for the trims a commit skipped.
+func (c *Consumer) maybeTrim(pt *part) {
+	c.mu.Lock()
+	next := pt.next
+	due := next > pt.trimmedTo && time.Since(pt.lastTrim) >= c.q.opts.retentionCheckPeriod && !c.closing
+	if due {
+		pt.lastTrim, pt.trimmedTo = time.Now(), next
+		c.wg.Add(1)
 	}
 	c.mu.Unlock()
-	if trim {
-		c.wg.Add(1)
-		go c.trim(pt.p, off.Next)
+	if due {
+		go c.trim(pt.p, next)
 	}
-	return nil
 }
 
 // trim deletes partition p's entries that every group has acked.
@@ -886,6 +906,27 @@ func (c *Consumer) trim(p int, next uint64) {
 	b, err := c.q.store.QueueBounds(ctx, c.name, []int{p})
 	if err != nil || below <= b[0].Floor {
 		return
+	}
+	if keep := c.q.opts.retention; keep > 0 {
+		// Keep what was enqueued within the retention: stop below the first such event.
+		cutoff := time.Now().Add(-keep)
+		for from := b[0].Floor; from < below; {
+			r, err := c.q.store.ReadQueue(ctx, c.name, p, from, int(min(below-from, 500)))
+			if err != nil || len(r.Entries) == 0 {
+				below = from
+				break
+			}
+			for _, e := range r.Entries {
+				if e.Seq >= below || !e.Aborted && e.At.After(cutoff) {
+					below = min(below, e.Seq)
+					break
+				}
+			}
+			from = r.Entries[len(r.Entries)-1].Seq + 1
+		}
+		if below <= b[0].Floor {
+			return
+		}
 	}
 	if err := c.q.store.TrimQueue(ctx, c.name, p, below); err != nil && ctx.Err() == nil {
 		c.q.opts.log.Debug("queue: trim", "queue", c.name, "partition", p, "err", err)

@@ -88,6 +88,7 @@ type options struct {
 	log                  *slog.Logger
 	lockOpts             []lock.Option
 	retentionCheckPeriod time.Duration
+	retention            time.Duration
 }
 
 // WithIdentity sets the client and farm ids of the queue's locks (defaults "dcsync" and
@@ -124,6 +125,11 @@ func WithHoleTimeout(d time.Duration) Option { return func(o *options) { o.holeT
 // consumers at once; the interval bounds the latency of events from other processes.
 func WithPollInterval(d time.Duration) Option { return func(o *options) { o.pollInterval = d } }
 
+// WithRetention keeps acked events for at least d after they were enqueued, so that
+// Consumer.Seek can replay them (default 0: an event is deleted soon after every group
+// acked it). Consumers trim; every consumer of the queue should use the same value.
+func WithRetention(d time.Duration) Option { return func(o *options) { o.retention = d } }
+
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
@@ -153,6 +159,8 @@ func newOptions(opts []Option) (options, error) {
 		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "hole timeout %v must be positive", o.holeTimeout)
 	case o.pollInterval <= 0:
 		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "poll interval %v must be positive", o.pollInterval)
+	case o.retention < 0:
+		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "retention %v is negative", o.retention)
 	case o.log == nil:
 		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "logger is nil")
 	}
