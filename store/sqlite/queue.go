@@ -77,11 +77,15 @@ type queryRower interface {
 // ReadOnly) issues BEGIN IMMEDIATE: the transaction takes the file's write lock when it
 // begins and cannot fail later because another connection wrote first (with a plain,
 // deferred BEGIN, a transaction that reads and then writes can fail with SQLITE_BUSY at
-// its first write and must then be rolled back and rerun). SQLite's own busy handler is
-// off on this handle (busy_timeout 0, see the package doc), so BeginTx fails at once
-// with SQLITE_BUSY while another connection, of this process or another, holds the
-// write lock. WriteTx waits for the lock as the store's own calls do, honouring ctx;
-// prefer it to BeginTx.
+// its first write and must then be rolled back and rerun). BeginTx with ReadOnly issues
+// a deferred BEGIN: a read snapshot that takes no lock.
+//
+// SQLite's own busy handler is off on this handle (busy_timeout 0): SQLite's wait for a
+// lock cannot be interrupted by a context, so the store waits in Go instead (see the
+// package doc). As a consequence BeginTx fails at once with SQLITE_BUSY while any other
+// connection holds the write lock, this process's own store calls included: under a
+// steady stream of appends nearly every BeginTx fails. Use WriteTx, which waits for the
+// lock as the store's calls do, honouring ctx; with BeginTx, retry on SQLITE_BUSY.
 func (s *Store) DB() *sql.DB { return s.db }
 
 // WriteTx runs fn in one IMMEDIATE transaction of the store's database and commits it

@@ -191,3 +191,48 @@ func TestQueueCommitTxOtherFile(t *testing.T) {
 		t.Fatalf("offset %+v", off)
 	}
 }
+
+// WriteTx waits for another connection's write lock (where DB().BeginTx would fail at
+// once with SQLITE_BUSY), then commits the application's write and the ack together.
+func TestQueueWriteTxWaitsForTheLock(t *testing.T) {
+	ctx := context.Background()
+	s := txFixture(t)
+	db, err := sql.Open("sqlite", "file:"+s.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+	if tx, err := s.DB().BeginTx(ctx, nil); err == nil {
+		tx.Rollback()
+		t.Fatal("DB().BeginTx began a write transaction while another connection held the lock")
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- s.WriteTx(ctx, func(tx *sql.Tx) error {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO app VALUES ('e0', 'done')`); err != nil {
+				return err
+			}
+			return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true})
+		})
+	}()
+	if _, err := conn.ExecContext(ctx, "INSERT INTO app VALUES ('other', 'first')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("WriteTx: %v", err)
+	}
+	if n, off := appRows(t, s), offset0(t, s); n != 2 || off.Next != 1 {
+		t.Fatalf("%d app rows, offset %+v", n, off)
+	}
+}
