@@ -622,6 +622,9 @@ func (c *Consumer) deadLetter(ctx context.Context, refs []deadRef) error {
 	return errors.Join(errs...)
 }
 
+// readers bounds the partitions one consumer reads at once.
+const readers = 8
+
 // fill reads the dirty partitions that have room in their buffers. It reports whether
 // it buffered anything new.
 func (c *Consumer) fill(ctx context.Context) (bool, error) {
@@ -642,8 +645,27 @@ func (c *Consumer) fill(ctx context.Context) (bool, error) {
 	c.mu.Unlock()
 	got := false
 	var errs []error
-	for _, j := range jobs {
-		r, err := c.q.store.ReadQueue(ctx, c.name, j.pt.p, j.from, j.room)
+	// Read up to readers partitions at once, then take the results in order.
+	type result struct {
+		r   dcsync.QueueRead
+		err error
+	}
+	results := make([]result, len(jobs))
+	sem := make(chan struct{}, readers)
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			r, err := c.q.store.ReadQueue(ctx, c.name, j.pt.p, j.from, j.room)
+			results[i] = result{r, err}
+		}()
+	}
+	wg.Wait()
+	for i, j := range jobs {
+		r, err := results[i].r, results[i].err
 		if err != nil {
 			errs = append(errs, err)
 			continue
