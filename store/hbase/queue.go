@@ -1,0 +1,1121 @@
+package hbase
+
+// # Queue layout (dcsync.QueueStore)
+//
+// The queue lives in its own table (DefaultQueueTable, created on first use by the first
+// queue call: family "q", VERSIONS 1, no compression, pre-split into 16 regions on the
+// first byte of the row, 0x10..0xF0). Every row starts with a one-byte salt,
+// layout.Prefix (the Java libraries' OneByteSimpleHash) of the rest of the key's
+// logical part, so queues and partitions spread over the regions. Names are
+// length-prefixed (one byte: ids are at most 64 bytes) and partitions are 2-byte
+// big-endian, so distinct (queue, partition, ...) never share a row whatever the
+// names hold:
+//
+//	P = salt(L) | L          where L = len(queue) | queue | partition (2 bytes)
+//	P | 'h'                  head row of the partition:
+//	                           q:h  the reservation counter (8-byte counter): Head
+//	                           q:f  Floor (8 bytes), raised by check-and-set
+//	                           q:x  the seq below which trimmed events are deleted
+//	P | 'e' | seq (8 bytes)  entry: q:e the event (or a tombstone), q:m a marker (events only)
+//	P | 'o' | len(group) | group
+//	                         a group's offset: q:t the owner's token (8 bytes),
+//	                           q:o token | next | attempts | held
+//	salt | len(queue) | queue | 0xFFFF | 's'
+//	                         the spec (q:s, JSON)
+//	salt | len(queue) | queue | 0xFFFE | 'd' | id
+//	                         dedup row of an event id (q:d: partition | seq | writer
+//	                           token), cell TTL = the queue's dedup window
+//
+// The issue sketched "salt | queue | group | partition | seq" for entries; here the
+// event partitions are shared by every group (each keeps only an offset row), so the
+// group is not in the entry key. The salt covers queue and partition (not the seq), so
+// one partition's rows are contiguous: a read is one prefix scan in one region, and the
+// head row sits next to its entries. Distinct partitions land on distinct regions at
+// random (16 regions; 256 salt values), which spreads a queue's load.
+//
+// # Appending: reserve, then write if absent
+//
+// AppendQueue reserves seqs with ONE Increment of q:h per partition of the batch (all
+// partitions in one MultiMutate; Increments carry a nonce reused by every retry, so a
+// retried reservation after a lost reply is not applied twice; a reservation lost for
+// good leaves holes the consumer aborts), then writes every entry with a conditional
+// "q:e absent" put, all in one MultiMutate (one RegionAction with a condition per
+// row). Every entry carries a random token of the AppendQueue call: when the condition
+// fails, the row is read; our own token (an earlier attempt whose reply was lost) or an
+// event with the same id (another append of that id completed our seq, see below) is
+// success; a tombstone (the consumer aborted the seq: AbortQueueSeq) means the event
+// is appended again with a fresh reservation. So on success each event is stored
+// exactly once.
+//
+// Dedup: an event with an id first reads its dedup row. Absent: the event is reserved
+// and its dedup row claimed with "q:d absent" (value: partition, seq, token; cell TTL
+// the dedup window) before its entry is written. Present, pointing at (p, seq): the
+// entry there decides: an event is a Duplicate; a tombstone (the first writer's seq
+// was aborted) lets this append take the id over (check-and-set of the dedup row to
+// its own fresh reservation); nothing written yet (the first writer died after its
+// claim, or is still writing) is written by this append itself, if absent, at (p, seq)
+// with this event, and reported Duplicate of that seq (whichever write wins stores
+// the id's event once); nothing there below the partition's Floor was trimmed after
+// delivery: a Duplicate. A producer that dies between its claim and its entry write
+// therefore never loses the event for a retry with the same id.
+//
+// # Holes, aborts and trimming
+//
+// A seq is reserved before it is written: ReadQueue stops before the first reserved seq
+// with no entry. AbortQueueSeq writes a tombstone there, if absent. TrimQueue raises
+// the Floor (check-and-set, never lowered), then deletes the events below it (a scan
+// of q:m, keys only, and batched row deletes) and records how far it deleted (q:x) so a
+// trim cut short is finished by the next one. Tombstones are never deleted: a
+// producer that reserved a seq, was aborted, and writes only after the trim must still
+// find the tombstone (a deleted row would take its write, below the Floor where no one
+// reads it). They are a few bytes per aborted seq.
+//
+// # Offsets
+//
+// ClaimQueuePartition reads the offset row and sets it with a check-and-set on the whole
+// value (so the Next/Attempts/Held it returns are exactly the ones it replaced), looping
+// when another claim or commit got in between; CommitQueueOffset is a check-and-mutate
+// "q:t equals the token".
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"time"
+	"weak"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/internal/hbaserpc"
+	"github.com/dcsync/dcsync/layout"
+)
+
+// DefaultQueueTable is the queue table's name unless configured otherwise.
+const DefaultQueueTable = "dcsync_queue"
+
+// queueRegions is the number of regions the queue table is pre-split into.
+const queueRegions = 16
+
+var (
+	famQueue    = []byte("q")
+	qualHead    = []byte("h")
+	qualFloor   = []byte("f")
+	qualTrimmed = []byte("x")
+	qualEntry   = []byte("e")
+	qualMark    = []byte("m")
+	qualSpec    = []byte("s")
+	qualDedup   = []byte("d")
+	qualOffTok  = []byte("t")
+	qualOffset  = []byte("o")
+)
+
+// Row kinds after a partition's prefix.
+const (
+	kindHead   = 'h'
+	kindEntry  = 'e'
+	kindOffset = 'o'
+)
+
+// Entry values: the first byte tells an event from a tombstone.
+const (
+	entryEvent     = 1
+	entryTombstone = 2
+)
+
+var (
+	_ dcsync.QueueStore = (*Store)(nil)
+)
+
+// queueOps is what the queue needs of the client; tests wrap it to inject faults (a
+// Store's db is used when it implements it, the client otherwise).
+type queueOps interface {
+	Get(ctx context.Context, table string, row []byte, cols ...hbaserpc.Column) ([]hbaserpc.Cell, error)
+	MultiGet(ctx context.Context, table string, gets []hbaserpc.Get) ([][]hbaserpc.Cell, error)
+	CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error)
+	MultiMutate(ctx context.Context, table string, actions []hbaserpc.Action) ([]hbaserpc.ActionResult, error)
+	ScanFunc(ctx context.Context, table string, s hbaserpc.Scan, fn func(hbaserpc.Row) error) error
+}
+
+// queueState is a Store's queue state: its table and the specs it has seen.
+type queueState struct {
+	table lazyTable
+	db    queueOps // nil: the store's db or client
+
+	mu    sync.Mutex
+	specs map[string]dcsync.QueueSpec // queues known to exist (for their dedup window)
+}
+
+// queueStates holds each Store's queueState (the Store type is shared with the lock and
+// latch code); an entry goes when its Store is garbage.
+var queueStates sync.Map // weak.Pointer[Store] -> *queueState
+
+func (s *Store) queue() *queueState {
+	k := weak.Make(s)
+	if v, ok := queueStates.Load(k); ok {
+		return v.(*queueState)
+	}
+	v, loaded := queueStates.LoadOrStore(k, newQueueState(DefaultQueueTable))
+	if !loaded {
+		runtime.AddCleanup(s, func(k weak.Pointer[Store]) { queueStates.Delete(k) }, k)
+	}
+	return v.(*queueState)
+}
+
+func newQueueState(table string) *queueState {
+	splits := make([][]byte, 0, queueRegions-1)
+	for i := 1; i < queueRegions; i++ {
+		splits = append(splits, []byte{byte(i * 256 / queueRegions)})
+	}
+	return &queueState{
+		table: newLazyTable(hbaserpc.TableSpec{
+			Name:      table,
+			Families:  []hbaserpc.FamilySpec{{Name: string(famQueue), MaxVersions: 1}},
+			SplitKeys: splits,
+		}),
+		specs: map[string]dcsync.QueueSpec{},
+	}
+}
+
+// setQueueTable makes s use table for its queues (before its first queue call).
+func setQueueTable(s *Store, table string) {
+	if table == "" {
+		table = DefaultQueueTable
+	}
+	k := weak.Make(s)
+	if _, loaded := queueStates.Swap(k, newQueueState(table)); !loaded {
+		runtime.AddCleanup(s, func(k weak.Pointer[Store]) { queueStates.Delete(k) }, k)
+	}
+}
+
+// QueueTable returns the queue table's name.
+func (s *Store) QueueTable() string { return s.queue().table.spec.Name }
+
+// qready checks the store and makes sure the queue table exists; it returns the table
+// name and the client to use.
+func (s *Store) qready(ctx context.Context, op string) (string, queueOps, error) {
+	if err := s.check(op); err != nil {
+		return "", nil, err
+	}
+	q := s.queue()
+	if err := s.ready(ctx, op, &q.table); err != nil {
+		return "", nil, err
+	}
+	db := q.db
+	if db == nil {
+		if d, ok := s.db.(queueOps); ok {
+			db = d
+		} else {
+			db = s.client
+		}
+	}
+	return q.table.spec.Name, db, nil
+}
+
+// Keys.
+
+func appendName(b []byte, s string) []byte {
+	b = append(b, byte(len(s)))
+	return append(b, s...)
+}
+
+func salted(logical []byte) []byte {
+	row := make([]byte, 0, 1+len(logical)+16)
+	row = append(row, layout.Prefix(logical))
+	return append(row, logical...)
+}
+
+// partPrefix is P: salt | len(queue) | queue | partition.
+func partPrefix(name string, p int) []byte {
+	l := binary.BigEndian.AppendUint16(appendName(nil, name), uint16(p))
+	return salted(l)
+}
+
+func headRow(name string, p int) []byte { return append(partPrefix(name, p), kindHead) }
+
+func entryRow(prefix []byte, seq uint64) []byte {
+	r := make([]byte, 0, len(prefix)+9)
+	r = append(append(r, prefix...), kindEntry)
+	return binary.BigEndian.AppendUint64(r, seq)
+}
+
+func offsetRow(name, group string, p int) []byte {
+	return appendName(append(partPrefix(name, p), kindOffset), group)
+}
+
+func specRow(name string) []byte {
+	return salted(append(binary.BigEndian.AppendUint16(appendName(nil, name), 0xFFFF), 's'))
+}
+
+func dedupRow(name, id string) []byte {
+	l := append(binary.BigEndian.AppendUint16(appendName(nil, name), 0xFFFE), 'd')
+	return salted(append(l, id...))
+}
+
+// Values.
+
+// event is an entry as stored.
+type storedEntry struct {
+	kind    byte
+	token   uint64
+	key, id string
+	payload []byte
+	at      int64
+}
+
+func encodeEvent(token uint64, e dcsync.QueueEvent) []byte {
+	b := make([]byte, 0, 1+8+4+len(e.Key)+len(e.ID)+len(e.Payload))
+	b = append(b, entryEvent)
+	b = binary.BigEndian.AppendUint64(b, token)
+	b = binary.AppendUvarint(b, uint64(len(e.Key)))
+	b = append(b, e.Key...)
+	b = binary.AppendUvarint(b, uint64(len(e.ID)))
+	b = append(b, e.ID...)
+	return append(b, e.Payload...)
+}
+
+var tombstone = []byte{entryTombstone}
+
+func decodeEntry(v []byte) (storedEntry, error) {
+	if len(v) == 1 && v[0] == entryTombstone {
+		return storedEntry{kind: entryTombstone}, nil
+	}
+	if len(v) < 9 || v[0] != entryEvent {
+		return storedEntry{}, fmt.Errorf("malformed entry (%d bytes)", len(v))
+	}
+	e := storedEntry{kind: entryEvent, token: binary.BigEndian.Uint64(v[1:9])}
+	rest := v[9:]
+	for _, dst := range []*string{&e.key, &e.id} {
+		n, k := binary.Uvarint(rest)
+		if k <= 0 || n > uint64(len(rest)-k) {
+			return storedEntry{}, fmt.Errorf("malformed entry")
+		}
+		*dst = string(rest[k : k+int(n)])
+		rest = rest[k+int(n):]
+	}
+	e.payload = rest
+	return e, nil
+}
+
+// findEntry decodes the q:e cell of a row's cells (ok false: none).
+func findEntry(cells []hbaserpc.Cell) (storedEntry, bool, error) {
+	for _, c := range cells {
+		if bytes.Equal(c.Family, famQueue) && bytes.Equal(c.Qualifier, qualEntry) {
+			e, err := decodeEntry(c.Value)
+			e.at = c.Timestamp
+			return e, true, err
+		}
+	}
+	return storedEntry{}, false, nil
+}
+
+func cellValue(cells []hbaserpc.Cell, qual []byte) ([]byte, int64, bool) {
+	for _, c := range cells {
+		if bytes.Equal(c.Family, famQueue) && bytes.Equal(c.Qualifier, qual) {
+			return c.Value, c.Timestamp, true
+		}
+	}
+	return nil, 0, false
+}
+
+func cellUint(cells []hbaserpc.Cell, qual []byte) (uint64, error) {
+	v, _, ok := cellValue(cells, qual)
+	if !ok {
+		return 0, nil
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("cell q:%s holds %d bytes, want 8", qual, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+func decodeBounds(op string, cells []hbaserpc.Cell) (dcsync.QueueBounds, error) {
+	h, err := cellUint(cells, qualHead)
+	if err != nil {
+		return dcsync.QueueBounds{}, dcsync.Errorf(dcsync.Internal, op, "head row: %v", err)
+	}
+	f, err := cellUint(cells, qualFloor)
+	if err != nil {
+		return dcsync.QueueBounds{}, dcsync.Errorf(dcsync.Internal, op, "head row: %v", err)
+	}
+	if int64(h) < 0 {
+		return dcsync.QueueBounds{}, dcsync.Errorf(dcsync.Internal, op, "head row: negative head")
+	}
+	return dcsync.QueueBounds{Head: h, Floor: f}, nil
+}
+
+var headCols = []hbaserpc.Column{{Family: famQueue, Qualifier: qualHead}, {Family: famQueue, Qualifier: qualFloor}}
+
+// Spec.
+
+type specDoc struct {
+	Name       string   `json:"name"`
+	Partitions int      `json:"partitions"`
+	Groups     []string `json:"groups"`
+	DedupMs    int64    `json:"dedup_ms"`
+	CreatedMs  int64    `json:"created_ms,omitempty"`
+	// Op names the CreateQueue that wrote the spec, so that a create whose reply was
+	// lost recognises its own spec.
+	Op string `json:"op,omitempty"`
+}
+
+func (d specDoc) spec(cellTS int64) dcsync.QueueSpec {
+	created := d.CreatedMs
+	if created == 0 {
+		created = cellTS
+	}
+	return dcsync.QueueSpec{Name: d.Name, Partitions: d.Partitions, Groups: append([]string(nil), d.Groups...),
+		Dedup: time.Duration(d.DedupMs) * time.Millisecond, Created: time.UnixMilli(created)}
+}
+
+// randToken returns a random non-zero token.
+func randToken() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:])
+		if t := binary.BigEndian.Uint64(b[:]); t != 0 {
+			return t
+		}
+	}
+}
+
+// CreateQueue creates the queue (and the queue table on first use). It returns
+// AlreadyExists, changing nothing, when a queue of that name exists.
+func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
+	const op = "hbase.CreateQueue"
+	if err := dcsync.ValidateQueueSpec(spec); err != nil {
+		return err
+	}
+	table, db, err := s.qready(ctx, op)
+	if err != nil {
+		return err
+	}
+	doc := specDoc{Name: spec.Name, Partitions: spec.Partitions, Groups: spec.Groups, DedupMs: spec.Dedup.Milliseconds(),
+		Op: fmt.Sprintf("%016x", randToken())}
+	if spec.Dedup > 0 && doc.DedupMs == 0 {
+		doc.DedupMs = 1
+	}
+	raw, err := json.Marshal(doc)
+	if err != nil {
+		return dcsync.Errorf(dcsync.Internal, op, "%v", err)
+	}
+	row := specRow(spec.Name)
+	for try := 0; ; try++ {
+		ok, _, err := db.CheckAndMutate(ctx, table, row, hbaserpc.IfAbsent(famQueue, qualSpec),
+			&hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualSpec, Value: raw}}})
+		if err != nil && (!inDoubt(err) || try >= maxTries) {
+			return wrap(err, op)
+		}
+		if err == nil && ok {
+			return nil
+		}
+		// Refused, or in doubt: whose spec is there?
+		got, _, found, rerr := s.readSpec(ctx, db, table, spec.Name)
+		if rerr != nil {
+			return rerr
+		}
+		if found && got.Op == doc.Op {
+			return nil
+		}
+		if found {
+			return dcsync.Errorf(dcsync.AlreadyExists, op, "queue %q exists", spec.Name)
+		}
+		if err == nil {
+			return dcsync.Errorf(dcsync.Internal, op, "queue %q: create refused but no spec found", spec.Name)
+		}
+		s.log.Debug("hbase: queue create in doubt, not applied; retrying", "queue", spec.Name, "err", err)
+	}
+}
+
+// readSpec reads a queue's spec row.
+func (s *Store) readSpec(ctx context.Context, db queueOps, table, name string) (specDoc, int64, bool, error) {
+	d, _, ts, ok, err := s.readSpecRaw(ctx, db, table, name)
+	return d, ts, ok, err
+}
+
+// readSpecRaw is readSpec that also returns the stored bytes.
+func (s *Store) readSpecRaw(ctx context.Context, db queueOps, table, name string) (specDoc, []byte, int64, bool, error) {
+	const op = "hbase.ReadQueueSpec"
+	cells, err := db.Get(ctx, table, specRow(name), hbaserpc.Column{Family: famQueue, Qualifier: qualSpec})
+	if err != nil {
+		return specDoc{}, nil, 0, false, wrap(err, op)
+	}
+	v, ts, ok := cellValue(cells, qualSpec)
+	if !ok {
+		return specDoc{}, nil, 0, false, nil
+	}
+	var d specDoc
+	if err := json.Unmarshal(v, &d); err != nil {
+		return specDoc{}, nil, 0, false, dcsync.Errorf(dcsync.Internal, op, "queue %q: bad spec: %v", name, err)
+	}
+	if d.Name != name {
+		return specDoc{}, nil, 0, false, dcsync.Errorf(dcsync.Internal, op, "spec row of queue %q holds queue %q", name, d.Name)
+	}
+	return d, v, ts, true, nil
+}
+
+// ReadQueueSpec returns the queue's spec, or NotFound.
+func (s *Store) ReadQueueSpec(ctx context.Context, name string) (dcsync.QueueSpec, error) {
+	const op = "hbase.ReadQueueSpec"
+	if err := dcsync.ValidateID("queue", name); err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	table, db, err := s.qready(ctx, op)
+	if err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	d, ts, ok, err := s.readSpec(ctx, db, table, name)
+	if err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	if !ok {
+		return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.NotFound, op, "queue %q not found", name)
+	}
+	spec := d.spec(ts)
+	s.rememberSpec(spec)
+	return spec, nil
+}
+
+func (s *Store) rememberSpec(spec dcsync.QueueSpec) {
+	q := s.queue()
+	q.mu.Lock()
+	q.specs[spec.Name] = spec
+	q.mu.Unlock()
+}
+
+// knownSpec returns the queue's spec from the cache, or reads it (NotFound when the
+// queue does not exist). Only what never changes (the dedup window, the partitions) is
+// used from it.
+func (s *Store) knownSpec(ctx context.Context, db queueOps, table, op, name string) (dcsync.QueueSpec, error) {
+	q := s.queue()
+	q.mu.Lock()
+	spec, ok := q.specs[name]
+	q.mu.Unlock()
+	if ok {
+		return spec, nil
+	}
+	d, ts, found, err := s.readSpec(ctx, db, table, name)
+	if err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	if !found {
+		return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.NotFound, op, "queue %q not found", name)
+	}
+	spec = d.spec(ts)
+	s.rememberSpec(spec)
+	return spec, nil
+}
+
+// AddQueueGroup appends group to the queue's groups (check-and-set of the spec).
+func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (dcsync.QueueSpec, error) {
+	const op = "hbase.AddQueueGroup"
+	if err := dcsync.ValidateID("queue", name); err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	if err := dcsync.ValidateID("group", group); err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	table, db, err := s.qready(ctx, op)
+	if err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	row := specRow(name)
+	var doubt error
+	for try := 0; try < 4*maxTries; try++ {
+		d, oldRaw, ts, found, err := s.readSpecRaw(ctx, db, table, name)
+		if err != nil {
+			return dcsync.QueueSpec{}, err
+		}
+		if !found {
+			return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.NotFound, op, "queue %q not found", name)
+		}
+		spec := d.spec(ts)
+		for _, g := range d.Groups {
+			if g == group {
+				if doubt != nil {
+					return spec, nil // our in-doubt write (or a concurrent add of the same group)
+				}
+				return spec, dcsync.Errorf(dcsync.AlreadyExists, op, "queue %q already has group %q", name, group)
+			}
+		}
+		if len(d.Groups) >= dcsync.MaxQueueGroups {
+			return spec, dcsync.Errorf(dcsync.InvalidArgument, op, "queue %q has %d groups, the most allowed", name, len(d.Groups))
+		}
+		nd := d
+		nd.Groups = append(append([]string(nil), d.Groups...), group)
+		nd.CreatedMs = spec.Created.UnixMilli()
+		raw, err := json.Marshal(nd)
+		if err != nil {
+			return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.Internal, op, "%v", err)
+		}
+		ok, _, err := db.CheckAndMutate(ctx, table, row, hbaserpc.IfEquals(famQueue, qualSpec, oldRaw),
+			&hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualSpec, Value: raw}}})
+		if err != nil {
+			if !inDoubt(err) {
+				return dcsync.QueueSpec{}, wrap(err, op)
+			}
+			doubt = err
+			continue
+		}
+		if ok {
+			out := nd.spec(0)
+			s.rememberSpec(out)
+			return out, nil
+		}
+		// Another change got in: read again.
+	}
+	if doubt != nil {
+		return dcsync.QueueSpec{}, wrap(doubt, op)
+	}
+	return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.RetriesExhausted, op, "queue %q: the spec kept changing", name)
+}
+
+// validName checks a queue name and partition of a read or write.
+func validPartitions(name string, ps []int) error {
+	if err := dcsync.ValidateID("queue", name); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if err := dcsync.ValidateQueuePartition(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// QueueBounds reads the bounds of many partitions in one MultiGet of their head rows.
+func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
+	const op = "hbase.QueueBounds"
+	if err := validPartitions(name, ps); err != nil {
+		return nil, err
+	}
+	table, db, err := s.qready(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
+		return nil, err
+	}
+	return s.bounds(ctx, db, table, op, name, ps)
+}
+
+func (s *Store) bounds(ctx context.Context, db queueOps, table, op, name string, ps []int) ([]dcsync.QueueBounds, error) {
+	out := make([]dcsync.QueueBounds, len(ps))
+	if len(ps) == 0 {
+		return out, nil
+	}
+	gets := make([]hbaserpc.Get, len(ps))
+	for i, p := range ps {
+		gets[i] = hbaserpc.Get{Row: headRow(name, p), Columns: headCols}
+	}
+	rows, err := db.MultiGet(ctx, table, gets)
+	if err != nil {
+		return nil, wrap(err, op)
+	}
+	for i, cells := range rows {
+		if out[i], err = decodeBounds(op, cells); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// ReadQueue reads partition p from seq from: the head row and a scan of up to max
+// entries, concurrently (one round trip), then the entries cut at the first gap and at
+// Head. A read from below the Floor scans again from the Floor.
+func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
+	const op = "hbase.ReadQueue"
+	if err := dcsync.ValidateQueueRead(name, p, max); err != nil {
+		return dcsync.QueueRead{}, err
+	}
+	table, db, err := s.qready(ctx, op)
+	if err != nil {
+		return dcsync.QueueRead{}, err
+	}
+	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
+		return dcsync.QueueRead{}, err
+	}
+	prefix := partPrefix(name, p)
+	var (
+		wg     sync.WaitGroup
+		head   []hbaserpc.Cell
+		herr   error
+		bounds dcsync.QueueBounds
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		head, herr = db.Get(ctx, table, headRow(name, p), headCols...)
+	}()
+	rows, serr := s.scanEntries(ctx, db, table, prefix, from, max)
+	wg.Wait()
+	if herr != nil {
+		return dcsync.QueueRead{}, wrap(herr, op)
+	}
+	if bounds, err = decodeBounds(op, head); err != nil {
+		return dcsync.QueueRead{}, err
+	}
+	if serr != nil {
+		return dcsync.QueueRead{}, wrap(serr, op)
+	}
+	start := from
+	if start < bounds.Floor {
+		start = bounds.Floor
+		if rows, err = s.scanEntries(ctx, db, table, prefix, start, max); err != nil {
+			return dcsync.QueueRead{}, wrap(err, op)
+		}
+	}
+	out := dcsync.QueueRead{QueueBounds: bounds}
+	next := start
+	for _, r := range rows {
+		if next >= bounds.Head || len(out.Entries) >= max {
+			break
+		}
+		seq, ok := entrySeq(prefix, r.Key)
+		if !ok || seq != next {
+			break // a gap: a reserved seq not written yet
+		}
+		e, found, err := findEntry(r.Cells)
+		if err != nil {
+			return dcsync.QueueRead{}, dcsync.Errorf(dcsync.Internal, op, "queue %q partition %d seq %d: %v", name, p, seq, err)
+		}
+		if !found {
+			break
+		}
+		qe := dcsync.QueueEntry{Seq: seq, At: time.UnixMilli(e.at)}
+		if e.kind == entryTombstone {
+			qe.Aborted = true
+		} else {
+			qe.Key, qe.ID, qe.Payload = e.key, e.id, e.payload
+		}
+		out.Entries = append(out.Entries, qe)
+		next++
+	}
+	return out, nil
+}
+
+// scanEntries scans up to max entry rows of a partition from seq from.
+func (s *Store) scanEntries(ctx context.Context, db queueOps, table string, prefix []byte, from uint64, max int) ([]hbaserpc.Row, error) {
+	stop := entryRow(prefix, from+uint64(max))
+	if from > math.MaxUint64-uint64(max) {
+		stop = append(append([]byte(nil), prefix...), kindEntry+1)
+	}
+	var rows []hbaserpc.Row
+	err := db.ScanFunc(ctx, table, hbaserpc.Scan{
+		StartRow: entryRow(prefix, from),
+		StopRow:  stop,
+		Columns:  []hbaserpc.Column{{Family: famQueue, Qualifier: qualEntry}},
+		Limit:    max,
+		Caching:  max,
+	}, func(r hbaserpc.Row) error {
+		rows = append(rows, r)
+		return nil
+	})
+	return rows, err
+}
+
+func entrySeq(prefix, row []byte) (uint64, bool) {
+	if len(row) != len(prefix)+9 || !bytes.HasPrefix(row, prefix) || row[len(prefix)] != kindEntry {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(row[len(prefix)+1:]), true
+}
+
+// AbortQueueSeq writes a tombstone at seq if no event is there.
+func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint64) (bool, error) {
+	const op = "hbase.AbortQueueSeq"
+	if err := dcsync.ValidateQueueRead(name, p, 1); err != nil {
+		return false, err
+	}
+	table, db, err := s.qready(ctx, op)
+	if err != nil {
+		return false, err
+	}
+	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
+		return false, err
+	}
+	b, err := s.bounds(ctx, db, table, op, name, []int{p})
+	if err != nil {
+		return false, err
+	}
+	if seq >= b[0].Head {
+		return false, dcsync.Errorf(dcsync.InvalidArgument, op, "seq %d of queue %q partition %d is not reserved (head %d)", seq, name, p, b[0].Head)
+	}
+	row := entryRow(partPrefix(name, p), seq)
+	readBack := func() (bool, bool, error) { // aborted, decided
+		cells, err := db.Get(ctx, table, row, hbaserpc.Column{Family: famQueue, Qualifier: qualEntry})
+		if err != nil {
+			return false, false, wrap(err, op)
+		}
+		e, found, err := findEntry(cells)
+		if err != nil {
+			return false, false, dcsync.Errorf(dcsync.Internal, op, "seq %d: %v", seq, err)
+		}
+		if !found {
+			return false, false, nil
+		}
+		return e.kind == entryTombstone, true, nil
+	}
+	if seq < b[0].Floor {
+		// Trimmed: an event was there (tombstones are kept), or it was aborted.
+		aborted, _, err := readBack()
+		return aborted, err
+	}
+	var last error
+	for try := 0; try < maxTries; try++ {
+		ok, _, err := db.CheckAndMutate(ctx, table, row, hbaserpc.IfAbsent(famQueue, qualEntry),
+			&hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualEntry, Value: tombstone}}})
+		if err != nil && !inDoubt(err) {
+			return false, wrap(err, op)
+		}
+		if err == nil && ok {
+			return true, nil
+		}
+		aborted, decided, rerr := readBack()
+		if rerr != nil {
+			return false, rerr
+		}
+		if decided {
+			return aborted, nil
+		}
+		last = err
+	}
+	return false, wrap(last, op)
+}
+
+// TrimQueue raises partition p's Floor to below (never lowers it) and deletes its
+// events below it.
+func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
+	const op = "hbase.TrimQueue"
+	if err := validPartitions(name, []int{p}); err != nil {
+		return err
+	}
+	table, db, err := s.qready(ctx, op)
+	if err != nil {
+		return err
+	}
+	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
+		return err
+	}
+	hrow := headRow(name, p)
+	cols := []hbaserpc.Column{{Family: famQueue, Qualifier: qualHead}, {Family: famQueue, Qualifier: qualFloor}, {Family: famQueue, Qualifier: qualTrimmed}}
+	var trimmed uint64
+	// Raise the floor.
+	for try := 0; ; try++ {
+		cells, err := db.Get(ctx, table, hrow, cols...)
+		if err != nil {
+			return wrap(err, op)
+		}
+		b, err := decodeBounds(op, cells)
+		if err != nil {
+			return err
+		}
+		if trimmed, err = cellUint(cells, qualTrimmed); err != nil {
+			return dcsync.Errorf(dcsync.Internal, op, "head row: %v", err)
+		}
+		if below > b.Head {
+			return dcsync.Errorf(dcsync.InvalidArgument, op, "trim below %d beyond head %d of queue %q partition %d", below, b.Head, name, p)
+		}
+		if b.Floor >= below {
+			break
+		}
+		if try >= 4*maxTries {
+			return dcsync.Errorf(dcsync.RetriesExhausted, op, "queue %q partition %d: the floor kept changing", name, p)
+		}
+		cond := hbaserpc.IfAbsent(famQueue, qualFloor)
+		if raw, _, ok := cellValue(cells, qualFloor); ok {
+			cond = hbaserpc.IfEquals(famQueue, qualFloor, raw)
+		}
+		_, _, err = db.CheckAndMutate(ctx, table, hrow, cond,
+			&hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualFloor, Value: be64(below)}}})
+		if err != nil && !inDoubt(err) {
+			return wrap(err, op)
+		}
+		// Applied, refused or in doubt: read again (the loop ends once the floor is up).
+	}
+	if trimmed >= below {
+		return nil
+	}
+	// Delete the events in [trimmed, below): keys from a scan of the event markers.
+	prefix := partPrefix(name, p)
+	const chunk = 1000
+	from := trimmed
+	for from < below {
+		var keys [][]byte
+		n := uint64(chunk)
+		if below-from < n {
+			n = below - from
+		}
+		err := db.ScanFunc(ctx, table, hbaserpc.Scan{
+			StartRow: entryRow(prefix, from),
+			StopRow:  entryRow(prefix, from+n),
+			Columns:  []hbaserpc.Column{{Family: famQueue, Qualifier: qualMark}},
+			Caching:  chunk,
+		}, func(r hbaserpc.Row) error {
+			keys = append(keys, r.Key)
+			return nil
+		})
+		if err != nil {
+			return wrap(err, op)
+		}
+		if len(keys) > 0 {
+			acts := make([]hbaserpc.Action, len(keys))
+			for i, k := range keys {
+				acts[i] = hbaserpc.Action{Mutation: &hbaserpc.Delete{Row: k}}
+			}
+			if _, err := db.MultiMutate(ctx, table, acts); err != nil {
+				return wrap(err, op)
+			}
+		}
+		from += n
+	}
+	// Record how far events are deleted (never lowered; a failure here only makes the
+	// next trim scan again).
+	for try := 0; try < maxTries; try++ {
+		cells, err := db.Get(ctx, table, hrow, hbaserpc.Column{Family: famQueue, Qualifier: qualTrimmed})
+		if err != nil {
+			return wrap(err, op)
+		}
+		cur, err := cellUint(cells, qualTrimmed)
+		if err != nil {
+			return dcsync.Errorf(dcsync.Internal, op, "head row: %v", err)
+		}
+		if cur >= below {
+			return nil
+		}
+		cond := hbaserpc.IfAbsent(famQueue, qualTrimmed)
+		if raw, _, ok := cellValue(cells, qualTrimmed); ok {
+			cond = hbaserpc.IfEquals(famQueue, qualTrimmed, raw)
+		}
+		ok, _, err := db.CheckAndMutate(ctx, table, hrow, cond,
+			&hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualTrimmed, Value: be64(below)}}})
+		if err != nil && !inDoubt(err) {
+			return wrap(err, op)
+		}
+		if err == nil && ok {
+			return nil
+		}
+	}
+	return nil
+}
+
+// Offsets.
+
+const offsetLen = 8 + 8 + 4 + 1
+
+func encodeOffset(o dcsync.QueueOffset) []byte {
+	b := make([]byte, 0, offsetLen)
+	b = binary.BigEndian.AppendUint64(b, o.Token)
+	b = binary.BigEndian.AppendUint64(b, o.Next)
+	b = binary.BigEndian.AppendUint32(b, uint32(o.Attempts))
+	if o.Held {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+func decodeOffset(v []byte) (dcsync.QueueOffset, error) {
+	if len(v) != offsetLen {
+		return dcsync.QueueOffset{}, fmt.Errorf("offset cell holds %d bytes, want %d", len(v), offsetLen)
+	}
+	return dcsync.QueueOffset{
+		Token:    binary.BigEndian.Uint64(v[0:8]),
+		Next:     binary.BigEndian.Uint64(v[8:16]),
+		Attempts: int(binary.BigEndian.Uint32(v[16:20])),
+		Held:     v[20] == 1,
+	}, nil
+}
+
+func validGroup(name, group string, p int) error {
+	if err := validPartitions(name, []int{p}); err != nil {
+		return err
+	}
+	return dcsync.ValidateID("group", group)
+}
+
+// readOffset reads one offset row: the offset and its raw cell (nil when none).
+func readOffset(ctx context.Context, db queueOps, table, op string, row []byte) (dcsync.QueueOffset, []byte, error) {
+	cells, err := db.Get(ctx, table, row, hbaserpc.Column{Family: famQueue, Qualifier: qualOffset})
+	if err != nil {
+		return dcsync.QueueOffset{}, nil, wrap(err, op)
+	}
+	raw, _, ok := cellValue(cells, qualOffset)
+	if !ok {
+		return dcsync.QueueOffset{}, nil, nil
+	}
+	o, err := decodeOffset(raw)
+	if err != nil {
+		return dcsync.QueueOffset{}, nil, dcsync.Errorf(dcsync.Internal, op, "%v", err)
+	}
+	return o, raw, nil
+}
+
+// ClaimQueuePartition makes token the owner of group's offset in partition p (see
+// dcsync.QueueStore).
+func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
+	const op = "hbase.ClaimQueuePartition"
+	if err := validGroup(name, group, p); err != nil {
+		return dcsync.QueueOffset{}, err
+	}
+	table, db, err := s.qready(ctx, op)
+	if err != nil {
+		return dcsync.QueueOffset{}, err
+	}
+	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
+		return dcsync.QueueOffset{}, err
+	}
+	row := offsetRow(name, group, p)
+	var doubt error
+	var sent []byte               // the value of the claim in doubt
+	var before dcsync.QueueOffset // what it was to replace
+	for try := 0; try < 4*maxTries; try++ {
+		cur, raw, err := readOffset(ctx, db, table, op, row)
+		if err != nil {
+			return dcsync.QueueOffset{}, err
+		}
+		if doubt != nil && bytes.Equal(raw, sent) {
+			// Our claim whose reply was lost was applied.
+			before.Token = token
+			return before, nil
+		}
+		if token < cur.Token {
+			return cur, dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, above %d", name, group, p, cur.Token, token)
+		}
+		nv := encodeOffset(dcsync.QueueOffset{Token: token, Next: cur.Next, Attempts: cur.Attempts, Held: true})
+		cond := hbaserpc.IfAbsent(famQueue, qualOffset)
+		if raw != nil {
+			cond = hbaserpc.IfEquals(famQueue, qualOffset, raw)
+		}
+		ok, _, err := db.CheckAndMutate(ctx, table, row, cond, &hbaserpc.Put{Values: []hbaserpc.Value{
+			{Family: famQueue, Qualifier: qualOffTok, Value: be64(token)},
+			{Family: famQueue, Qualifier: qualOffset, Value: nv},
+		}})
+		if err != nil {
+			if !inDoubt(err) {
+				return dcsync.QueueOffset{}, wrap(err, op)
+			}
+			doubt, sent, before = err, nv, cur
+			continue
+		}
+		if ok {
+			cur.Token = token
+			return cur, nil
+		}
+	}
+	if doubt != nil {
+		return dcsync.QueueOffset{}, wrap(doubt, op)
+	}
+	return dcsync.QueueOffset{}, dcsync.Errorf(dcsync.RetriesExhausted, op, "queue %q group %q partition %d: the offset kept changing", name, group, p)
+}
+
+// CommitQueueOffset writes off when the stored token equals off.Token.
+func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+	const op = "hbase.CommitQueueOffset"
+	if err := validGroup(name, group, p); err != nil {
+		return err
+	}
+	if off.Attempts < 0 || off.Attempts > math.MaxInt32 {
+		return dcsync.Errorf(dcsync.InvalidArgument, op, "attempts %d out of range", off.Attempts)
+	}
+	table, db, err := s.qready(ctx, op)
+	if err != nil {
+		return err
+	}
+	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
+		return err
+	}
+	row := offsetRow(name, group, p)
+	nv := encodeOffset(off)
+	put := &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualOffset, Value: nv}}}
+	lostErr := func(cur dcsync.QueueOffset) error {
+		return dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, not %d", name, group, p, cur.Token, off.Token)
+	}
+	var doubt error
+	for try := 0; try < maxTries; try++ {
+		var cond hbaserpc.Condition
+		if off.Token == 0 {
+			// The zero token is the missing record's: compare the whole offset.
+			cur, raw, err := readOffset(ctx, db, table, op, row)
+			if err != nil {
+				return err
+			}
+			if cur.Token != 0 {
+				if doubt != nil && bytes.Equal(raw, nv) {
+					return nil
+				}
+				return lostErr(cur)
+			}
+			cond = hbaserpc.IfAbsent(famQueue, qualOffset)
+			if raw != nil {
+				cond = hbaserpc.IfEquals(famQueue, qualOffset, raw)
+			}
+		} else {
+			cond = hbaserpc.IfEquals(famQueue, qualOffTok, be64(off.Token))
+		}
+		ok, _, err := db.CheckAndMutate(ctx, table, row, cond, put)
+		if err != nil {
+			if !inDoubt(err) {
+				return wrap(err, op)
+			}
+			doubt = err
+			continue // the same write again is harmless while the token holds
+		}
+		if ok {
+			return nil
+		}
+		cur, raw, err := readOffset(ctx, db, table, op, row)
+		if err != nil {
+			return err
+		}
+		if doubt != nil && bytes.Equal(raw, nv) {
+			return nil // our earlier attempt
+		}
+		if cur.Token != off.Token {
+			return lostErr(cur)
+		}
+		// Token 0 and the offset changed under us: compare again.
+	}
+	return wrap(doubt, op)
+}
+
+// ReadQueueOffsets reads group's offsets of many partitions in one MultiGet.
+func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]dcsync.QueueOffset, error) {
+	const op = "hbase.ReadQueueOffsets"
+	if err := validPartitions(name, ps); err != nil {
+		return nil, err
+	}
+	if err := dcsync.ValidateID("group", group); err != nil {
+		return nil, err
+	}
+	table, db, err := s.qready(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
+		return nil, err
+	}
+	out := make([]dcsync.QueueOffset, len(ps))
+	if len(ps) == 0 {
+		return out, nil
+	}
+	gets := make([]hbaserpc.Get, len(ps))
+	for i, p := range ps {
+		gets[i] = hbaserpc.Get{Row: offsetRow(name, group, p), Columns: []hbaserpc.Column{{Family: famQueue, Qualifier: qualOffset}}}
+	}
+	rows, err := db.MultiGet(ctx, table, gets)
+	if err != nil {
+		return nil, wrap(err, op)
+	}
+	for i, cells := range rows {
+		if raw, _, ok := cellValue(cells, qualOffset); ok {
+			if out[i], err = decodeOffset(raw); err != nil {
+				return nil, dcsync.Errorf(dcsync.Internal, op, "%v", err)
+			}
+		}
+	}
+	return out, nil
+}
