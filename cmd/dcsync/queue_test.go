@@ -175,6 +175,20 @@ func TestQueueReceiveNoAck(t *testing.T) {
 	if out := c.want(0, "queue", "receive", "q", "--group", "g", "--timeout", "500ms"); out != "" {
 		t.Fatalf("third receive printed %q", out)
 	}
+	// Every --no-ack delivery counts: after --max-attempts the event is dead-lettered.
+	c.wantSend(0, "peek\n", "q")
+	for i := range 2 {
+		if out := c.want(0, "queue", "receive", "q", "--group", "g", "--no-ack", "--max-attempts", "2", "--timeout", "1s"); out != "peek\n" {
+			t.Fatalf("--no-ack receive %d printed %q", i+1, out)
+		}
+	}
+	out, errs, code := c.run("queue", "receive", "q", "--group", "g", "--no-ack", "--max-attempts", "2", "--timeout", "1s")
+	if code != 0 || out != "" || !strings.Contains(errs, "dead-lettered") {
+		t.Fatalf("third --no-ack receive: exit %d, stdout %q, stderr %q; want the event dead-lettered", code, out, errs)
+	}
+	if out := c.want(0, "queue", "dead", "q", "--group", "g", "--timeout", "1s"); !strings.HasSuffix(out, " peek\n") {
+		t.Fatalf("dead letters: %q", out)
+	}
 }
 
 func lagOf(t *testing.T, c *cli, args ...string) []groupLagJSON {
@@ -341,6 +355,7 @@ func TestQueueBadInput(t *testing.T) {
 		{"queue", "receive", "q", "--group", "g", "--max", "-1"},
 		{"queue", "receive", "q", "--group", "g", "--lease", "10ms"},
 		{"queue", "receive", "q", "--group", "g", "--timeout", "0"},
+		{"queue", "receive", "q", "--group", "g", "--max-attempts", "0"},
 		{"queue", "dead", "q", "--group", "nope"},
 		{"queue", "lag", "q", "--group", "nope"},
 	} {

@@ -87,14 +87,15 @@ type queueFlags struct {
 	key      string
 	idPrefix string
 
-	group      string
-	max        int
-	follow     bool
-	noAck      bool
-	ack        bool
-	timeout    time.Duration
-	lease      time.Duration
-	visibility time.Duration
+	group       string
+	max         int
+	follow      bool
+	noAck       bool
+	ack         bool
+	timeout     time.Duration
+	lease       time.Duration
+	visibility  time.Duration
+	maxAttempts int
 
 	json bool
 }
@@ -122,18 +123,22 @@ func (a *app) queueStore(ctx context.Context) (queue.Store, error) {
 	return qs, nil
 }
 
-// queueOptions are the queue options of the CLI: the client's identity, the lease and
-// visibility flags, and a logger that shows only warnings.
+// queueOptions are the queue options of the CLI: the client's identity, the consumer
+// flags, and a logger that shows what the queue tells (dead-lettering, holes waited
+// out) and warnings.
 func (a *app) queueOptions(f *queueFlags) []queue.Option {
 	opts := []queue.Option{
 		queue.WithIdentity(a.client, a.farm),
-		queue.WithLogger(slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))),
+		queue.WithLogger(slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))),
 	}
 	if f.lease > 0 {
 		opts = append(opts, queue.WithLease(f.lease))
 	}
 	if f.visibility > 0 {
 		opts = append(opts, queue.WithVisibility(f.visibility))
+	}
+	if f.maxAttempts > 0 {
+		opts = append(opts, queue.WithMaxAttempts(f.maxAttempts))
 	}
 	return opts
 }
@@ -411,7 +416,9 @@ func newQueueReceiveCmd(a *app) *cobra.Command {
 print each event's payload on a line, and ack them once printed. With --no-ack they
 are left unacked and delivered again (to the next receive, or after --visibility);
 as events of one key are handed out one at a time, in order, only the first unacked
-event of each key is printed then.
+event of each key is printed then. Every delivery counts, --no-ack ones too: an event
+delivered --max-attempts times is moved to the group's dead letters (see 'queue dead')
+instead of being printed again, and a line on stderr says so.
 
 Without --follow it ends (exit 0) after --max events, or when none arrives for
 --timeout. With --follow it runs until --max events or until SIGINT or SIGTERM (exit
@@ -431,7 +438,8 @@ does not exist exits 1.`,
 	}
 	addConsumerFlags(c, f)
 	c.Flags().BoolVar(&f.follow, "follow", false, "keep receiving until SIGINT/SIGTERM (or --max)")
-	c.Flags().BoolVar(&f.noAck, "no-ack", false, "do not ack: the events are delivered again later")
+	c.Flags().BoolVar(&f.noAck, "no-ack", false, "do not ack: the events are delivered again later (each delivery counts as an attempt)")
+	c.Flags().IntVar(&f.maxAttempts, "max-attempts", queue.DefaultMaxAttempts, "deliveries before an event is moved to the dead letters")
 	c.Flags().BoolVar(&f.json, "json", false, `print one JSON object a line per message: {"partition","seq","key","id","attempt","enqueued_at","payload"}`)
 	return c
 }
@@ -487,6 +495,9 @@ func (a *app) consume(ctx context.Context, name string, f *queueFlags, dead bool
 	}
 	if f.visibility <= 0 {
 		return withCode(exitUsage, fmt.Errorf("--visibility %v must be positive", f.visibility))
+	}
+	if !dead && f.maxAttempts < 1 {
+		return withCode(exitUsage, fmt.Errorf("--max-attempts %d must be at least 1", f.maxAttempts))
 	}
 	q, err := a.openQueue(ctx, name, f)
 	if err != nil {
