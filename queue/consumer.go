@@ -387,11 +387,17 @@ func (c *Consumer) releaseLock(lk *lock.Lock) {
 	_ = lk.Release(ctx)
 }
 
-// drop forgets pt after its lease ended (lost, or released).
+// drop forgets pt: its lease ended, or the store refused its token. It frees the lock
+// in case this consumer still holds it (a Release of a lost lock does nothing).
 func (c *Consumer) drop(pt *part) {
 	c.mu.Lock()
 	if c.owned[pt.p] == pt && !c.closing {
 		delete(c.owned, pt.p)
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.releaseLock(pt.lk)
+		}()
 	}
 	c.mu.Unlock()
 	c.signal()

@@ -9,14 +9,17 @@ import (
 	"github.com/dcsync/dcsync"
 )
 
-// dbStore is implemented by stores whose queue lives in a SQL database (SQLite).
-type dbStore interface {
-	DB() *sql.DB
+// txStore is implemented by stores whose queue lives in a SQL database (SQLite):
+// WriteTx runs fn in one write transaction, waiting for the database's write lock
+// while ctx lasts, and may run fn again after a busy attempt it rolled back.
+type txStore interface {
+	WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error
 }
 
 // AckTx acknowledges msgs in one SQL transaction with the application's own writes:
-// it begins a transaction on the store's database, writes the offsets (so the
-// transaction holds the write lock from its first statement), runs fn, and commits.
+// in one write transaction of the store's database (see sqlite.Store.WriteTx) it
+// writes the offsets, runs fn, and commits. fn may run more than once if the database
+// was busy (each earlier run rolled back): it must have no effects outside tx.
 // If fn fails, or a partition is no longer owned (an error matching dcsync.ErrLockLost),
 // the transaction rolls back and nothing is acked: the application's writes and the
 // ack commit together or not at all, which makes processing exactly-once on one host.
@@ -25,7 +28,7 @@ type dbStore interface {
 func (c *Consumer) AckTx(ctx context.Context, msgs []*Message, fn func(tx *sql.Tx) error) (err error) {
 	const op = "queue.AckTx"
 	txc, ok1 := c.q.store.(dcsync.QueueTxCommitter)
-	dbs, ok2 := c.q.store.(dbStore)
+	txs, ok2 := c.q.store.(txStore)
 	if !ok1 || !ok2 {
 		return dcsync.Errorf(dcsync.NotImplemented, op, "the store has no SQL database: use Ack, and fence the output with Message.Token")
 	}
@@ -66,27 +69,22 @@ func (c *Consumer) AckTx(ctx context.Context, msgs []*Message, fn func(tx *sql.T
 		offs[i] = dcsync.QueueOffset{Token: pt.token, Next: pt.next + uint64(n), Held: true}
 	}
 	c.mu.Unlock()
-	tx, err := dbs.DB().BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	for i, pt := range pts {
-		if err := txc.CommitQueueOffsetTx(ctx, tx, c.name, c.group, pt.p, offs[i]); err != nil {
-			if errors.Is(err, dcsync.ErrLockLost) {
-				c.drop(pt)
+	var lost *part
+	err = txs.WriteTx(ctx, func(tx *sql.Tx) error {
+		for i, pt := range pts {
+			if err := txc.CommitQueueOffsetTx(ctx, tx, c.name, c.group, pt.p, offs[i]); err != nil {
+				if errors.Is(err, dcsync.ErrLockLost) {
+					lost = pt
+				}
+				return err
 			}
-			return err
 		}
-	}
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
+		return fn(tx)
+	})
+	if err != nil {
+		if lost != nil {
+			c.drop(lost)
+		}
 		return err
 	}
 	c.mu.Lock()
