@@ -284,6 +284,8 @@ func (a *app) send(ctx context.Context, q *queue.Queue, in io.Reader, f *queueFl
 	first := 1 // line number of batch[0]
 	next := 1  // line number of the next line read
 	sent, dups := 0, 0
+	w := bufio.NewWriter(a.stdout)
+	jw := &app{stdout: w}
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -303,13 +305,13 @@ func (a *app) send(ctx context.Context, q *queue.Queue, in io.Reader, f *queueFl
 			}
 			if f.json {
 				j := appendJSON{Line: first + i, ID: batch[i].ID, Partition: r.Partition, Seq: r.Seq, Duplicate: r.Duplicate}
-				if err := a.printJSON(j); err != nil {
+				if err := jw.printJSON(j); err != nil {
 					return err
 				}
 			}
 		}
 		batch, first = batch[:0], next
-		return nil
+		return w.Flush()
 	}
 	summary := func() {
 		fmt.Fprintf(a.stderr, "sent %d events, %d duplicates\n", sent, dups)
