@@ -422,6 +422,9 @@ event of each key is printed then. Every delivery counts, --no-ack ones too: an 
 delivered --max-attempts times is moved to the group's dead letters (see 'queue dead')
 instead of being printed again, and a line on stderr says so.
 
+An event counts as printed once written to stdout: to take N events into a pipe, use
+--max N rather than '| head -N' (what head leaves unread is acked too).
+
 Without --follow it ends (exit 0) after --max events, or when none arrives for
 --timeout. With --follow it runs until --max events or until SIGINT or SIGTERM (exit
 130 or 143), then leaves the group cleanly: acks recorded, partitions released.
