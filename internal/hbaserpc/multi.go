@@ -21,6 +21,12 @@ type Action struct {
 	// Mutation is applied only when Cond holds (a RegionAction carrying a condition,
 	// HBase 2.4+). Each conditional action is checked and applied on its own.
 	Cond *Condition
+	// Read, when non-nil, reads the action's row back after the mutation, in the same
+	// request to the same server (a Get restricted to these columns; empty reads the
+	// whole row), into ActionResult.Read: it sees the mutation and every write applied
+	// to the row before it. Only for an unconditional Put or Delete (idempotent: when
+	// either part fails, both are sent again).
+	Read []Column
 }
 
 // ActionResult is the outcome of one Action of MultiMutate.
@@ -30,6 +36,8 @@ type ActionResult struct {
 	Applied bool
 	// Cells are the cells the server returned (an Increment's new values).
 	Cells []Cell
+	// Read is the row read back after the mutation (Action.Read), when asked for.
+	Read []Cell
 	// Err is nil when the action completed (applied, or its condition did not hold).
 	// Otherwise it is a *dcsync.Error: code Connection when the outcome is unknown
 	// (the action may have been applied: see MultiMutate), any other code when the
@@ -104,6 +112,16 @@ func (c *Client) MultiMutate(ctx context.Context, table string, actions []Action
 			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "action %d: %v", i, err)
 		}
 		m.protos[i] = mp
+		if a.Read != nil {
+			switch a.Mutation.(type) {
+			case *Put, *Delete:
+			default:
+				return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "action %d: Read is for a Put or a Delete", i)
+			}
+			if a.Cond != nil {
+				return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "action %d: Read is for an unconditional action", i)
+			}
+		}
 		if a.Cond != nil {
 			pc, err := a.Cond.toProto(row)
 			if err != nil {
@@ -162,8 +180,17 @@ type multiRequest struct {
 	req     *pb.MultiRequest
 	regions []*Region
 	idx     [][]int
-	cond    []bool // the RegionAction is one conditional action
+	kind    []raKind
 }
+
+// raKind is what a RegionAction of a multiRequest holds.
+type raKind int
+
+const (
+	raPlain raKind = iota // unconditional mutations
+	raCond                // one conditional action
+	raRead                // the read-backs of earlier plain actions of its region
+)
 
 func (m *multiCall) pending() []int {
 	var out []int
@@ -305,13 +332,28 @@ func (m *multiCall) build(server string, rs map[string]*regionBatch) []*multiReq
 	var plain *pb.RegionAction // the current request's non-atomic RegionAction of the current region
 	var plainK int             // its position in cur
 	var plainRegion *Region
+	var reads *pb.RegionAction // its read-backs, sent after it
+	var readIdx []int
+	flushReads := func() {
+		if reads != nil {
+			cur.req.RegionAction = append(cur.req.RegionAction, reads)
+			cur.regions = append(cur.regions, plainRegion)
+			cur.idx = append(cur.idx, readIdx)
+			cur.kind = append(cur.kind, raRead)
+		}
+		reads, readIdx = nil, nil
+	}
 	start := func() {
+		if cur != nil {
+			flushReads()
+		}
 		cur = &multiRequest{server: server, req: &pb.MultiRequest{NonceGroup: proto.Uint64(m.c.nonceGroup)}}
 		out = append(out, cur)
 		curActions, curBytes, plain = 0, 0, nil
 	}
 	start()
 	for _, b := range batches {
+		flushReads()
 		plain, plainRegion = nil, b.region
 		for _, i := range b.idx {
 			size := proto.Size(m.protos[i]) + 16
@@ -331,7 +373,7 @@ func (m *multiCall) build(server string, rs map[string]*regionBatch) []*multiReq
 				})
 				cur.regions = append(cur.regions, b.region)
 				cur.idx = append(cur.idx, []int{i})
-				cur.cond = append(cur.cond, true)
+				cur.kind = append(cur.kind, raCond)
 				continue
 			}
 			if plain == nil {
@@ -339,13 +381,21 @@ func (m *multiCall) build(server string, rs map[string]*regionBatch) []*multiReq
 				cur.req.RegionAction = append(cur.req.RegionAction, plain)
 				cur.regions = append(cur.regions, plainRegion)
 				cur.idx = append(cur.idx, nil)
-				cur.cond = append(cur.cond, false)
+				cur.kind = append(cur.kind, raPlain)
 				plainK = len(cur.idx) - 1
 			}
 			plain.Action = append(plain.Action, action)
 			cur.idx[plainK] = append(cur.idx[plainK], i)
+			if rd := m.actions[i].Read; rd != nil {
+				if reads == nil {
+					reads = &pb.RegionAction{Region: regionSpec(plainRegion)}
+				}
+				reads.Action = append(reads.Action, &pb.Action{Index: proto.Uint32(uint32(i)), Get: toGetProto(m.protos[i].Row, rd)})
+				readIdx = append(readIdx, i)
+			}
 		}
 	}
+	flushReads()
 	return out
 }
 
@@ -378,17 +428,23 @@ func (m *multiCall) send(ctx context.Context, mr *multiRequest) {
 		}
 		return
 	}
+	// A plain action with a read-back completes with its read; either failing fails it.
+	applied := map[int][]Cell{}
+	failedNow := map[int]bool{}
 	for k, rar := range rars {
 		idx := mr.idx[k]
 		if ex := rar.GetException(); ex != nil {
 			e := remoteFromNameBytes(ex.GetName(), ex.GetValue())
 			c.noteFailure(mr.regions[k], e)
 			for _, i := range idx {
-				m.failed(i, e)
+				if !failedNow[i] {
+					failedNow[i] = true
+					m.failed(i, e)
+				}
 			}
 			continue
 		}
-		if mr.cond[k] {
+		if mr.kind[k] == raCond {
 			// One conditional action: the server indexes its result 0.
 			m.condResult(mr.regions[k], idx[0], rar)
 			continue
@@ -407,13 +463,33 @@ func (m *multiCall) send(ctx context.Context, mr *multiRequest) {
 			if ex := roe.GetException(); ex != nil {
 				e := remoteFromNameBytes(ex.GetName(), ex.GetValue())
 				c.noteFailure(mr.regions[k], e)
-				m.failed(i, e)
+				if !failedNow[i] {
+					failedNow[i] = true
+					m.failed(i, e)
+				}
 				continue
 			}
-			m.finish(i, true, cellsFromResult(roe.GetResult()), nil)
+			cells := cellsFromResult(roe.GetResult())
+			switch {
+			case failedNow[i]:
+			case mr.kind[k] == raRead:
+				mcells, ok := applied[i]
+				if !ok {
+					failedNow[i] = true
+					m.failed(i, &connError{sent: true, err: fmt.Errorf("multi: read-back of action %d without its mutation's result", i)})
+					continue
+				}
+				m.finish(i, true, mcells, nil)
+				m.results[i].Read = cells
+			case m.actions[i].Read != nil:
+				applied[i] = cells
+			default:
+				m.finish(i, true, cells, nil)
+			}
 		}
 		for _, i := range idx {
-			if !got[i] {
+			if !got[i] && !failedNow[i] {
+				failedNow[i] = true
 				m.failed(i, &connError{sent: true, err: fmt.Errorf("multi: no result for action %d", i)})
 			}
 		}

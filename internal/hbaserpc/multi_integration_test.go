@@ -109,6 +109,32 @@ func TestIntegrationMultiMutate(t *testing.T) {
 		}
 	})
 
+	// A Put with a read-back sees the row after the Put, including a cell written
+	// before by a conditional action.
+	t.Run("ReadBack", func(t *testing.T) {
+		ctx := ctxT(t)
+		cond := IfAbsent(f, q)
+		r1, r2 := row(3000), row(3001)
+		mark := []byte("t")
+		res, err := c.MultiMutate(ctx, table, []Action{{Mutation: &Put{Row: r1, Values: []Value{{f, mark, []byte("1")}}}, Cond: &cond}})
+		if err != nil || !res[0].Applied {
+			t.Fatalf("%+v, %v", res, err)
+		}
+		res, err = c.MultiMutate(ctx, table, []Action{
+			{Mutation: &Put{Row: r1, Values: []Value{{f, q, []byte("e1")}}}, Read: []Column{{f, mark}}},
+			{Mutation: &Put{Row: r2, Values: []Value{{f, q, []byte("e2")}}}, Read: []Column{}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res[0].Read) != 1 || string(res[0].Read[0].Qualifier) != "t" {
+			t.Fatalf("read-back of r1: %+v", res[0].Read)
+		}
+		if len(res[1].Read) != 1 || string(res[1].Read[0].Value) != "e2" {
+			t.Fatalf("read-back of r2: %+v", res[1].Read)
+		}
+	})
+
 	// A lost reply: the idempotent actions are sent again (the Increment with its nonce,
 	// applied once), the conditional Put reports an unknown outcome, and was applied.
 	t.Run("LostReply", func(t *testing.T) {

@@ -84,6 +84,14 @@ func (f *fakeRS) handle(req fakeRequest) fakeReply {
 			continue
 		}
 		for _, a := range ra.GetAction() {
+			if g := a.GetGet(); g != nil {
+				res := &pb.Result{}
+				if v, ok := f.rows[string(g.GetRow())]; ok {
+					res.Cell = []*pb.Cell{{Row: g.GetRow(), Family: tf, Qualifier: tq, Value: v}}
+				}
+				rar.ResultOrException = append(rar.ResultOrException, &pb.ResultOrException{Index: proto.Uint32(a.GetIndex()), Result: res})
+				continue
+			}
 			res := f.apply(a.GetMutation())
 			rar.ResultOrException = append(rar.ResultOrException, &pb.ResultOrException{Index: proto.Uint32(a.GetIndex()), Result: res})
 		}
@@ -355,5 +363,58 @@ func TestMultiMutateBadInput(t *testing.T) {
 	}
 	if res, err := c.MultiMutate(ctx, "t", nil); err != nil || len(res) != 0 {
 		t.Errorf("no actions: %v, %v", res, err)
+	}
+}
+
+// TestMultiMutateReadBack: an action's read-back comes in a region action after the
+// mutations of its region, in the same request, and sees them.
+func TestMultiMutateReadBack(t *testing.T) {
+	a := newFakeRS(t)
+	c := newUnitClient(t, a.addr(), nil)
+	c.regions.add(&Region{Table: "t", Name: []byte("t,,1"), EndKey: []byte("m"), Server: a.addr()})
+	c.regions.add(&Region{Table: "t", Name: []byte("t,m,1"), StartKey: []byte("m"), Server: a.addr()})
+	cols := []Column{{tf, tq}}
+	acts := []Action{
+		{Mutation: tput("a1"), Read: cols},
+		{Mutation: tput("x1"), Read: cols},
+		{Mutation: tput("a2")},
+		{Mutation: tput("x2"), Cond: ifAbsent()},
+	}
+	res, err := c.MultiMutate(context.Background(), "t", acts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range res {
+		wantRead := i < 2
+		if !r.Applied || (len(r.Read) == 1) != wantRead || wantRead && string(r.Read[0].Value) != "v-"+string(acts[i].Mutation.mutationRow()) {
+			t.Fatalf("result %d = %+v", i, r)
+		}
+	}
+	reqs := a.reqs()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests", len(reqs))
+	}
+	// Per region: the plain mutations, then their reads (the conditional one apart).
+	var kinds []string
+	for _, ra := range reqs[0].GetRegionAction() {
+		k := "put"
+		switch {
+		case ra.GetCondition() != nil:
+			k = "cond"
+		case ra.GetAction()[0].GetGet() != nil:
+			k = "get"
+		}
+		kinds = append(kinds, string(ra.GetRegion().GetValue())+":"+k)
+	}
+	if fmt.Sprint(kinds) != "[t,,1:put t,,1:get t,m,1:put t,m,1:cond t,m,1:get]" {
+		t.Fatalf("region actions %v", kinds)
+	}
+	for _, bad := range []Action{
+		{Mutation: tput("r"), Cond: ifAbsent(), Read: cols},
+		{Mutation: &Increment{Row: []byte("r"), Deltas: []Delta{{tf, tq, 1}}}, Read: cols},
+	} {
+		if _, err := c.MultiMutate(context.Background(), "t", []Action{bad}); dcsync.CodeOf(err) != dcsync.InvalidArgument {
+			t.Errorf("%+v: %v", bad, err)
+		}
 	}
 }
