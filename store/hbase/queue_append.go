@@ -172,49 +172,56 @@ func (a *appender) resolve(ctx context.Context, i int, dval []byte) (outcome, er
 		return outDuplicate, nil
 	}
 	row := entryRow(partPrefix(a.name, p), seq)
-	for try := 0; try < maxTries; try++ {
-		rows, err := a.db.MultiGet(ctx, a.table, []hbaserpc.Get{
-			{Row: row, Columns: []hbaserpc.Column{{Family: famQueue, Qualifier: qualEntry}}},
-			{Row: headRow(a.name, p), Columns: headCols},
-		})
-		if err != nil {
-			return 0, wrap(err, a.op)
-		}
-		e, found, err := findEntry(rows[0])
-		if err != nil {
-			return 0, dcsync.Errorf(dcsync.Internal, a.op, "partition %d seq %d: %v", p, seq, err)
-		}
-		if found {
-			if e.kind == entryTombstone {
-				return outTakeover, nil
-			}
-			return dup()
-		}
-		b, err := decodeBounds(a.op, rows[1])
-		if err != nil {
-			return 0, err
-		}
-		if seq < b.Floor {
-			return dup() // delivered and trimmed (tombstones are never trimmed)
-		}
-		// Reserved by the first append of the id, not written: its writer died, or
-		// is still writing. Write the event there ourselves; whichever write wins
-		// stores the id's one event.
-		ok, _, err := a.db.CheckAndMutate(ctx, a.table, row, hbaserpc.IfAbsent(famQueue, qualEntry), a.entryPut(i))
-		if err != nil && !inDoubt(err) {
-			return 0, wrap(err, a.op)
-		}
-		if err == nil && ok {
-			return dup()
-		}
-		// Refused or in doubt: read again.
+	rows, err := a.db.MultiGet(ctx, a.table, []hbaserpc.Get{
+		{Row: row, Columns: entryCols},
+		{Row: headRow(a.name, p), Columns: headCols},
+	})
+	if err != nil {
+		return 0, wrap(err, a.op)
 	}
-	return 0, dcsync.Errorf(dcsync.RetriesExhausted, a.op, "event id %q: could not settle partition %d seq %d", a.events[i].ID, p, seq)
+	e, found, err := findEntry(rows[0])
+	if err != nil {
+		return 0, dcsync.Errorf(dcsync.Internal, a.op, "partition %d seq %d: %v", p, seq, err)
+	}
+	if found {
+		if e.kind == kindTombstone {
+			return outTakeover, nil
+		}
+		return dup()
+	}
+	b, err := decodeBounds(a.op, rows[1])
+	if err != nil {
+		return 0, err
+	}
+	if seq < b.Floor {
+		return dup() // delivered and trimmed (tombstones are never trimmed)
+	}
+	// Reserved by the first append of the id, not written: its writer died, or is
+	// still writing. Write the event there ourselves (either write stores the id's one
+	// event), unless the seq was aborted.
+	put := a.entryPut(i)
+	put.Row = row
+	res, err := a.db.MultiMutate(ctx, a.table, []hbaserpc.Action{{Mutation: put, Read: abortCols}})
+	if err != nil {
+		return 0, wrap(err, a.op)
+	}
+	if aborted(res[0].Read) {
+		return outTakeover, nil
+	}
+	return dup()
+}
+
+// abortCols is what a write reads back: the tombstone, if any.
+var abortCols = []hbaserpc.Column{{Family: famQueue, Qualifier: qualAbort}}
+
+func aborted(cells []hbaserpc.Cell) bool {
+	_, _, ok := cellValue(cells, qualAbort)
+	return ok
 }
 
 func (a *appender) entryPut(i int) *hbaserpc.Put {
 	return &hbaserpc.Put{Values: []hbaserpc.Value{
-		{Family: famQueue, Qualifier: qualEntry, Value: encodeEvent(a.token, a.events[i])},
+		{Family: famQueue, Qualifier: qualEntry, Value: encodeEvent(a.events[i])},
 		{Family: famQueue, Qualifier: qualMark, Value: []byte{1}},
 	}}
 }
@@ -373,82 +380,56 @@ func (a *appender) claim(ctx context.Context, todo []int) ([]int, error) {
 	return ready, nil
 }
 
-// write stores the claimed events at their seqs, if absent, and tombstones the unused
-// seqs, in one MultiMutate; events whose seq was aborted are left pending (with the
-// dedup value to take over from) for the next round.
+// write stores the claimed events at their seqs and tombstones the unused seqs, in
+// one MultiMutate. An event is a plain Put of its entry read back in the same request:
+// a tombstone there (the consumer aborted the seq before the write: AbortQueueSeq
+// writes it only while q:e is absent, atomically) means nobody reads the event at
+// that seq, and it is left pending (with the dedup value to take over from) for the
+// next round; otherwise it is stored, for good. Writes whose outcome is unknown are
+// sent again (a Put and its read-back are idempotent).
 func (a *appender) write(ctx context.Context, idx []int) error {
 	unused := a.unused
 	a.unused = nil
+	cond := hbaserpc.IfAbsent(famQueue, qualEntry)
+	var last error
 	for try := 0; len(idx) > 0 || len(unused) > 0; try++ {
-		cond := hbaserpc.IfAbsent(famQueue, qualEntry)
+		if try > maxTries {
+			return dcsync.Errorf(dcsync.Connection, a.op, "%d entries written with unknown outcome %d times: %w", len(idx), try, last)
+		}
 		acts := make([]hbaserpc.Action, 0, len(idx)+len(unused))
 		for _, i := range idx {
 			put := a.entryPut(i)
 			put.Row = entryRow(partPrefix(a.name, a.events[i].Partition), a.seq[i])
-			acts = append(acts, hbaserpc.Action{Cond: &cond, Mutation: put})
+			acts = append(acts, hbaserpc.Action{Mutation: put, Read: abortCols})
 		}
+		// Tombstones of unused seqs are best effort: a consumer aborts a hole anyway.
 		for _, u := range unused {
-			acts = append(acts, hbaserpc.Action{Cond: &cond, Mutation: &hbaserpc.Put{Row: entryRow(partPrefix(a.name, u.p), u.seq),
-				Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualEntry, Value: tombstone}}}})
+			acts = append(acts, hbaserpc.Action{Cond: &cond, Mutation: abortPut(entryRow(partPrefix(a.name, u.p), u.seq))})
 		}
+		unused = nil
 		res, err := a.db.MultiMutate(ctx, a.table, acts)
 		if res == nil {
 			return wrap(err, a.op)
 		}
-		// Tombstones of unused seqs are best effort: a consumer aborts a hole anyway.
-		unused = nil
-		var check []int
+		var again []int
 		for k, i := range idx {
 			r := res[k]
 			switch {
-			case r.Err == nil && r.Applied:
-				a.finish(i)
-			case r.Err == nil || inDoubt(r.Err):
-				check = append(check, i)
-			default:
-				return wrap(r.Err, a.op)
-			}
-		}
-		if len(check) == 0 {
-			return nil
-		}
-		if try >= maxTries {
-			return dcsync.Errorf(dcsync.RetriesExhausted, a.op, "%d entries still in doubt after %d attempts", len(check), try+1)
-		}
-		// Refused or in doubt: read what is there.
-		gets := make([]hbaserpc.Get, len(check))
-		for k, i := range check {
-			gets[k] = hbaserpc.Get{Row: entryRow(partPrefix(a.name, a.events[i].Partition), a.seq[i]),
-				Columns: []hbaserpc.Column{{Family: famQueue, Qualifier: qualEntry}}}
-		}
-		rows, err := a.db.MultiGet(ctx, a.table, gets)
-		if err != nil {
-			return wrap(err, a.op)
-		}
-		idx = nil
-		for k, i := range check {
-			e, found, err := findEntry(rows[k])
-			if err != nil {
-				return dcsync.Errorf(dcsync.Internal, a.op, "partition %d seq %d: %v", a.events[i].Partition, a.seq[i], err)
-			}
-			switch {
-			case !found:
-				idx = append(idx, i) // in doubt and not applied: write again
-			case e.kind == entryTombstone:
-				// Aborted by a consumer before we wrote: append again with a fresh
-				// seq (taking the id over from this claim).
+			case r.Err == nil && aborted(r.Read):
 				a.s.log.Debug("hbase: queue seq aborted before its write; appending again", "queue", a.name, "partition", a.events[i].Partition, "seq", a.seq[i])
 				if a.events[i].ID != "" {
 					a.dedupOld[i] = encodeDedup(a.events[i].Partition, a.seq[i], a.token)
 				}
-			case e.token == a.token || (a.events[i].ID != "" && e.id == a.events[i].ID):
-				// Ours (an attempt whose reply was lost), or the id's event written by
-				// another append completing our seq.
+			case r.Err == nil:
 				a.finish(i)
+			case inDoubt(r.Err):
+				again = append(again, i)
+				last = r.Err
 			default:
-				return dcsync.Errorf(dcsync.Internal, a.op, "partition %d seq %d reserved by this append holds another event", a.events[i].Partition, a.seq[i])
+				return wrap(r.Err, a.op)
 			}
 		}
+		idx = again
 	}
 	return nil
 }

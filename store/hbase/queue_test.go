@@ -541,9 +541,21 @@ func (f *queueFaults) set(m string, n int) {
 var errLost = dcsync.Errorf(dcsync.Connection, "test", "outcome unknown: injected lost reply")
 
 func (f *queueFaults) MultiMutate(ctx context.Context, table string, acts []hbaserpc.Action) ([]hbaserpc.ActionResult, error) {
-	conditional := false
+	conditional, reads := false, false
 	for _, a := range acts {
 		conditional = conditional || a.Cond != nil
+		reads = reads || a.Read != nil
+	}
+	if reads && f.take("MultiMutate-put") {
+		res, err := f.queueOps.MultiMutate(ctx, table, acts)
+		if res == nil {
+			return nil, err
+		}
+		out := make([]hbaserpc.ActionResult, len(res))
+		for i := range out {
+			out[i] = hbaserpc.ActionResult{Err: errLost}
+		}
+		return out, errLost
 	}
 	if conditional && f.take("MultiMutate-drop") {
 		out := make([]hbaserpc.ActionResult, len(acts))
@@ -592,10 +604,10 @@ func TestQueueInDoubt(t *testing.T) {
 	must(t, err, "AddQueueGroup with a lost reply")
 
 	for n, plan := range []map[string]int{
-		{"MultiMutate": 1},      // the entries' (no id in the batch)
-		{"MultiMutate": 1},      // the claims'
-		{"MultiMutate": 2},      // the claims', then the entries'
-		{"MultiMutate-drop": 2}, // not applied: the claims', then the entries'
+		{"MultiMutate-put": 1},                   // the entries' (no id in the batch)
+		{"MultiMutate": 1},                       // the claims'
+		{"MultiMutate": 1, "MultiMutate-put": 2}, // the claims', then the entries' twice
+		{"MultiMutate-drop": 2},                  // not applied: the claims' twice
 	} {
 		for m, k := range plan {
 			f.set(m, k)
@@ -654,7 +666,7 @@ func TestQueueInDoubt(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("abort with a lost reply: %v, %v", ok, err)
 	}
-	if f.hit["CheckAndMutate"] != 5 || f.hit["MultiMutate"] != 4 || f.hit["MultiMutate-drop"] != 2 {
+	if f.hit["CheckAndMutate"] != 5 || f.hit["MultiMutate"] != 2 || f.hit["MultiMutate-put"] != 3 || f.hit["MultiMutate-drop"] != 2 {
 		t.Fatalf("faults injected: %v", f.hit)
 	}
 }
