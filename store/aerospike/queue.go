@@ -1,0 +1,542 @@
+// # Queues
+//
+// The store implements dcsync.QueueStore with one record per event. Aerospike has no
+// key-range scan, so a partition's entries are found by their keys: entry seq of
+// partition p of queue q has the string key <len(q)>:<q>|<p>|<seq> in set QueueEntrySet
+// (the queue name is length-prefixed, so any name is unambiguous). A read fetches the
+// known, dense range [from, from+max) below the partition's head with one batch get;
+// an append writes its events with one batch of create-only writes; a trim deletes with
+// batch deletes.
+//
+// Why not segment records (one record per block of seqs holding a map seq -> event)?
+// They would couple unrelated events through the record: an event of up to
+// dcsync.MaxQueuePayload (256 KiB) would leave room for three more in a 1 MiB record,
+// every append would rewrite the whole segment (the server copies a record on every
+// write), concurrent producers of a partition would queue on one record
+// (transaction-pending-limit, KEY_BUSY) for the whole batch instead of for the
+// reservation only, and a segment's map would need its own in-doubt bookkeeping. One
+// record per event has none of that: an event's only limit is the record size
+// (max-record-size, 1 MiB by default: a full 256 KiB payload fits with room to spare),
+// writes of different events never contend, and a create-only write is its own
+// idempotence check (a retry that finds the record finds its own writer id there).
+// Its cost is a key lookup per event on read and a record's overhead (64 bytes of
+// primary index) per event; the server runs a batch's keys in parallel.
+//
+// Records, all in the store's namespace (sets QueueSpecSet, QueueHeadSet,
+// QueueEntrySet, QueueOffsetSet, QueueIDSet):
+//   - spec: one per queue, key <name>: partitions, groups, dedup window, creation time
+//     (the server's clock). AddQueueGroup writes it with a generation check.
+//   - head: one per partition: head (next seq to reserve), floor (lowest seq kept), gc
+//     (every non-tombstone entry below it is deleted) and res, the partition's last
+//     Config.OpIDsKept reservations (nonce -> first seq).
+//   - entry: one per seq: key, id, payload, the server's time, the writer's id; or a
+//     tombstone (bin x) for an aborted seq.
+//   - offset: one per (queue, group, partition): token, next, attempts, held.
+//   - id: one per (queue, event id) with the dedup window as TTL: where the id's event
+//     went (partition, seq) and which append put it there.
+//
+// # Appending
+//
+// An append reserves seqs first (one operate per partition adds the batch's count to
+// head, all partitions in one batch), then writes the events create-only at their
+// seqs. Each reservation carries a random nonce that the operate records in res
+// beside the first seq it reserved, and the operate returns the recorded seq when the
+// nonce is already there: a retry after an in-doubt reservation gets the same seqs
+// instead of reserving again. (res keeps the OpIDsKept reservations made last; a retry
+// that comes after more than that many reservations of the partition reserves again
+// and leaves a hole, which consumers abort: never a duplicate.)
+//
+// So the store has holes: a seq below head may be unwritten for a while (its write is
+// in flight) or for ever (its producer died). ReadQueue stops before it; the consumer
+// aborts it (AbortQueueSeq: a create-only tombstone). A producer whose create-only
+// write then fails finds the tombstone and appends that event again with a fresh
+// reservation; one that finds its own writer id (an in-doubt earlier try) has
+// succeeded. Events of one partition get consecutive seqs in the order given, except
+// an event appended again after its seq was aborted, which goes after the others.
+//
+// Events with an id: the append first reads the ids' records. For a new id it writes
+// the id record (create, or overwrite of its own earlier in-doubt try) after the
+// reservation and before the event, so a producer that dies in between cannot lose
+// the event: an append of the same id that finds the id record looks at the event's
+// seq: an event there is a Duplicate; a tombstone means the event was never stored and
+// it is appended again (the id record moved to the new seq by a compare-and-set); an
+// unwritten seq is completed by writing this append's event there, create-only (the
+// first producer's late write then fails and finds an event with its id: it reports
+// Duplicate). Seqs an append reserved and then cannot use (another append of the same
+// id won the race) it aborts itself, so they cost consumers no hole timeout.
+//
+// # Queue limits
+//
+//   - Payload: dcsync.MaxQueuePayload; the entry record must fit max-record-size
+//     (1 MiB by default), which it does with the key and id at their maximum.
+//   - Batches are sent in commands of at most queueBatchRecords records and about
+//     queueBatchBytes bytes; a ReadQueue returns at most queueReadBytes of payload
+//     (fewer entries than max when they are large: the next read goes on).
+//   - Tombstones live QueueTombstoneTTL and are not deleted by TrimQueue, so that a
+//     producer late with its write still finds one. A producer that held a reservation
+//     longer than queueMaxWriteDelay before writing gives it up (aborts it and
+//     reserves again); only a process stopped for longer than QueueTombstoneTTL
+//     between that check and the write could write below the floor, unseen.
+//   - Id records and tombstones carry a TTL, so the namespace needs nsup-period > 0 (as
+//     for locks and latches); entries, heads, offsets and specs never expire.
+//   - ClaimQueuePartition retried after an in-doubt try that was applied returns Held
+//     true (the claim's own mark). AddQueueGroup and CreateQueue recognise their own
+//     in-doubt tries by a writer id in the spec.
+package aerospike
+
+import (
+	"context"
+	"fmt"
+	mrand "math/rand/v2"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"weak"
+
+	as "github.com/aerospike/aerospike-client-go/v8"
+	"github.com/aerospike/aerospike-client-go/v8/types"
+
+	"github.com/dcsync/dcsync"
+)
+
+var _ dcsync.QueueStore = (*Store)(nil)
+
+// Sets of the queue records (see the package doc, Queues).
+const (
+	QueueSpecSet   = "dcsync_qspec"
+	QueueHeadSet   = "dcsync_qhead"
+	QueueEntrySet  = "dcsync_qentry"
+	QueueOffsetSet = "dcsync_qoffset"
+	QueueIDSet     = "dcsync_qid"
+)
+
+// QueueTombstoneTTL is how long the tombstone of an aborted seq lives.
+const QueueTombstoneTTL = 7 * 24 * time.Hour
+
+const (
+	// queueMaxWriteDelay: a producer that held its reservation this long before writing
+	// gives it up (see the package doc).
+	queueMaxWriteDelay = time.Hour
+	// queueBatchRecords and queueBatchBytes bound one batch command.
+	queueBatchRecords = 1000
+	queueBatchBytes   = 8 << 20
+	// queueReadBytes bounds the payload one ReadQueue returns.
+	queueReadBytes = 16 << 20
+	// queueTrimChunk is the number of deletes per trim step.
+	queueTrimChunk = 1000
+	// queueRounds bounds the rounds of an append (each round places the events whose
+	// earlier placement was aborted or lost a race).
+	queueRounds = 16
+)
+
+// Bin names of the queue records.
+const (
+	// spec
+	qbName    = "name"
+	qbParts   = "parts"
+	qbGroups  = "groups"
+	qbDedup   = "dedup"
+	qbCreated = "created"
+	qbWriter  = "w"
+	// head
+	qbHead  = "head"
+	qbFloor = "floor"
+	qbGC    = "gc"
+	qbRes   = "res"
+	qbWas   = "was" // the reservation's read result
+	// entry
+	qbKey     = "k"
+	qbID      = "i"
+	qbPayload = "v"
+	qbAt      = "at"
+	qbAborted = "x"
+	// offset
+	qbToken = "tok"
+	qbNext  = "next"
+	qbAtt   = "att"
+	qbHeld  = "held"
+	// id record: qbWriter, and
+	qbPart = "p"
+	qbSeq  = "seq"
+)
+
+// ---- keys ----
+
+func lenPrefixed(b *strings.Builder, s string) {
+	b.WriteString(strconv.Itoa(len(s)))
+	b.WriteByte(':')
+	b.WriteString(s)
+}
+
+func (s *Store) qkey(set, user string) *as.Key {
+	k, err := as.NewKey(s.cfg.Namespace, set, user)
+	if err != nil {
+		// NewKey fails only for unsupported key types; a string is always supported.
+		panic(fmt.Sprintf("aerospike: key: %v", err))
+	}
+	return k
+}
+
+func (s *Store) specKey(name string) *as.Key { return s.qkey(QueueSpecSet, name) }
+
+func partUser(name string, p int) string {
+	var b strings.Builder
+	lenPrefixed(&b, name)
+	b.WriteByte('|')
+	b.WriteString(strconv.Itoa(p))
+	return b.String()
+}
+
+func (s *Store) headKey(name string, p int) *as.Key { return s.qkey(QueueHeadSet, partUser(name, p)) }
+
+func (s *Store) entryKey(name string, p int, seq uint64) *as.Key {
+	return s.qkey(QueueEntrySet, partUser(name, p)+"|"+strconv.FormatUint(seq, 10))
+}
+
+func (s *Store) offsetKey(name, group string, p int) *as.Key {
+	var b strings.Builder
+	lenPrefixed(&b, name)
+	lenPrefixed(&b, group)
+	b.WriteString(strconv.Itoa(p))
+	return s.qkey(QueueOffsetSet, b.String())
+}
+
+func (s *Store) idKey(name, id string) *as.Key {
+	var b strings.Builder
+	lenPrefixed(&b, name)
+	b.WriteString(id)
+	return s.qkey(QueueIDSet, b.String())
+}
+
+// nonce returns a random non-zero int64: a writer or reservation id.
+func nonce() int64 {
+	for {
+		if n := mrand.Int64(); n != 0 {
+			return n
+		}
+	}
+}
+
+// ---- the spec cache ----
+
+// Queues are never deleted and their dedup window never changes, so a store
+// remembers the queues it has seen: every operation checks that its queue exists
+// (NotFound), and after the first it costs no round trip.
+var specCaches = struct {
+	sync.Mutex
+	m map[weak.Pointer[Store]]*sync.Map // queue name -> time.Duration (dedup window)
+}{m: map[weak.Pointer[Store]]*sync.Map{}}
+
+func (s *Store) specCache() *sync.Map {
+	wp := weak.Make(s)
+	specCaches.Lock()
+	defer specCaches.Unlock()
+	c, ok := specCaches.m[wp]
+	if !ok {
+		c = &sync.Map{}
+		specCaches.m[wp] = c
+		runtime.AddCleanup(s, func(wp weak.Pointer[Store]) {
+			specCaches.Lock()
+			delete(specCaches.m, wp)
+			specCaches.Unlock()
+		}, wp)
+	}
+	return c
+}
+
+// queueDedup returns the dedup window of queue name, or NotFound.
+func (s *Store) queueDedup(ctx context.Context, op, name string) (time.Duration, error) {
+	c := s.specCache()
+	if d, ok := c.Load(name); ok {
+		return d.(time.Duration), nil
+	}
+	spec, _, err := s.readSpec(ctx, op, name)
+	if err != nil {
+		return 0, err
+	}
+	return spec.DedupWindow(), nil
+}
+
+// ---- batches ----
+
+// runBatch sends recs (in commands of at most queueBatchRecords records and
+// queueBatchBytes bytes, size(i) estimating record i's) until every record has an
+// outcome: OK or a result code in expect. Records that failed transiently are sent
+// again, the others not, under the store's retry rules (write: the records write).
+func (s *Store) runBatch(ctx context.Context, op string, write bool, recs []as.BatchRecordIfc, size func(int) int, expect ...types.ResultCode) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	pending := make([]int, len(recs))
+	for i := range pending {
+		pending[i] = i
+	}
+	final := func(rc types.ResultCode) bool { return rc == types.OK || slices.Contains(expect, rc) }
+	return s.retry(ctx, op, write, func(*attempt) error {
+		errs := make(map[int]error)
+		for start := 0; start < len(pending); {
+			end, bytes := start, 0
+			for end < len(pending) && end-start < queueBatchRecords {
+				if size != nil {
+					n := size(pending[end]) + 64
+					if end > start && bytes+n > queueBatchBytes {
+						break
+					}
+					bytes += n
+				}
+				end++
+			}
+			chunk := make([]as.BatchRecordIfc, 0, end-start)
+			for _, i := range pending[start:end] {
+				br := recs[i].BatchRec()
+				br.Record, br.Err, br.ResultCode, br.InDoubt = nil, nil, types.NO_RESPONSE, false
+				chunk = append(chunk, recs[i])
+			}
+			if err := s.client.BatchOperate(s.batchPolicy(ctx), chunk); err != nil {
+				rc, hasRC := resultCode(err)
+				for _, i := range pending[start:end] {
+					br := recs[i].BatchRec()
+					if br.ResultCode != types.NO_RESPONSE {
+						continue
+					}
+					if hasRC && len(chunk) == 1 && final(rc) {
+						// A one-record batch's error may be the record's own.
+						br.ResultCode = rc
+						continue
+					}
+					errs[i] = err
+				}
+			}
+			start = end
+		}
+		var next []int
+		var first error
+		for _, i := range pending {
+			br := recs[i].BatchRec()
+			err := errs[i]
+			if err == nil {
+				if final(br.ResultCode) {
+					continue
+				}
+				err = br.Err
+				if err == nil {
+					err = &as.AerospikeError{ResultCode: br.ResultCode}
+				}
+			}
+			if !transient(err) {
+				return err
+			}
+			next = append(next, i)
+			if first == nil || busy(first) {
+				first = err // report a failure that may have applied over a busy one
+			}
+		}
+		pending = next
+		return first
+	})
+}
+
+// ---- spec ----
+
+func checkQueueName(name string) error { return dcsync.ValidateID("queue", name) }
+
+// readSpec reads queue name's spec and its record's generation, or NotFound, and
+// caches its dedup window.
+func (s *Store) readSpec(ctx context.Context, op, name string) (dcsync.QueueSpec, uint32, error) {
+	var spec dcsync.QueueSpec
+	var gen uint32
+	var found bool
+	err := s.retry(ctx, op, false, func(*attempt) error {
+		rec, err := s.client.Get(s.readPolicy(ctx), s.specKey(name))
+		switch {
+		case hasCode(err, types.KEY_NOT_FOUND_ERROR):
+			found = false
+			return nil
+		case err != nil:
+			return err
+		}
+		found, gen = true, rec.Generation
+		spec = specOf(name, rec.Bins)
+		return nil
+	})
+	if err != nil {
+		return dcsync.QueueSpec{}, 0, err
+	}
+	if !found {
+		return dcsync.QueueSpec{}, 0, dcsync.Errorf(dcsync.NotFound, op, "queue %q does not exist", name)
+	}
+	s.specCache().Store(name, spec.DedupWindow())
+	return spec, gen, nil
+}
+
+func specOf(name string, bins as.BinMap) dcsync.QueueSpec {
+	spec := dcsync.QueueSpec{Name: name}
+	if n, ok := intOf(bins[qbParts]); ok {
+		spec.Partitions = int(n)
+	}
+	if l, ok := bins[qbGroups].([]any); ok {
+		for _, g := range l {
+			if gs, ok := g.(string); ok {
+				spec.Groups = append(spec.Groups, gs)
+			}
+		}
+	}
+	if d, ok := intOf(bins[qbDedup]); ok {
+		spec.Dedup = time.Duration(d)
+	}
+	if ms, ok := intOf(bins[qbCreated]); ok {
+		spec.Created = time.UnixMilli(ms)
+	}
+	return spec
+}
+
+func groupsValue(groups []string) []any {
+	l := make([]any, len(groups))
+	for i, g := range groups {
+		l[i] = g
+	}
+	return l
+}
+
+// CreateQueue implements dcsync.QueueStore: a create-only write of the spec record,
+// with the creation time by the server's clock. A retry after an in-doubt try that
+// finds the record recognises its own writer id in it.
+func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
+	const op = "aerospike.CreateQueue"
+	if err := dcsync.ValidateQueueSpec(spec); err != nil {
+		return err
+	}
+	w := nonce()
+	ops := []*as.Operation{
+		as.PutOp(as.NewBin(qbName, spec.Name)),
+		as.PutOp(as.NewBin(qbParts, spec.Partitions)),
+		as.PutOp(as.NewBin(qbGroups, groupsValue(spec.Groups))),
+		as.PutOp(as.NewBin(qbDedup, int64(spec.Dedup))),
+		as.PutOp(as.NewBin(qbWriter, w)),
+		as.ExpWriteOp(qbCreated, serverNow(), as.ExpWriteFlagDefault),
+	}
+	_, code, err := s.write(ctx, op, func() *as.WritePolicy {
+		wp := s.writePolicy(ctx, as.TTLDontExpire)
+		wp.RecordExistsAction = as.CREATE_ONLY
+		return wp
+	}, s.specKey(spec.Name), ops, types.KEY_EXISTS_ERROR)
+	if err != nil {
+		return err
+	}
+	if code == types.OK {
+		s.specCache().Store(spec.Name, spec.DedupWindow())
+		return nil
+	}
+	rec, err := s.getRecord(ctx, op, s.specKey(spec.Name))
+	if err != nil {
+		return err
+	}
+	if rec != nil {
+		if ow, _ := intOf(rec.Bins[qbWriter]); ow == w {
+			s.specCache().Store(spec.Name, spec.DedupWindow())
+			return nil
+		}
+	}
+	return dcsync.Errorf(dcsync.AlreadyExists, op, "queue %q exists", spec.Name)
+}
+
+// getRecord reads a whole record; nil when there is none.
+func (s *Store) getRecord(ctx context.Context, op string, key *as.Key) (*as.Record, error) {
+	var rec *as.Record
+	err := s.retry(ctx, op, false, func(*attempt) error {
+		r, err := s.client.Get(s.readPolicy(ctx), key)
+		switch {
+		case hasCode(err, types.KEY_NOT_FOUND_ERROR):
+			rec = nil
+			return nil
+		case err != nil:
+			return err
+		}
+		rec = r
+		return nil
+	})
+	return rec, err
+}
+
+// ReadQueueSpec implements dcsync.QueueStore.
+func (s *Store) ReadQueueSpec(ctx context.Context, name string) (dcsync.QueueSpec, error) {
+	if err := checkQueueName(name); err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	spec, _, err := s.readSpec(ctx, "aerospike.ReadQueueSpec", name)
+	return spec, err
+}
+
+// AddQueueGroup implements dcsync.QueueStore: the spec record is read and written back
+// with the group appended, expecting the generation read (a concurrent change makes it
+// read again). The write carries a writer id, by which a retry after an in-doubt try
+// that was applied recognises its own group.
+func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (dcsync.QueueSpec, error) {
+	const op = "aerospike.AddQueueGroup"
+	if err := checkQueueName(name); err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	if err := dcsync.ValidateID("group", group); err != nil {
+		return dcsync.QueueSpec{}, err
+	}
+	w := nonce()
+	for round := 0; round < maxRounds*4; round++ {
+		spec, gen, err := s.readSpec(ctx, op, name)
+		if err != nil {
+			return dcsync.QueueSpec{}, err
+		}
+		if spec.GroupIndex(group) >= 0 {
+			rec, err := s.getRecord(ctx, op, s.specKey(name))
+			if err != nil {
+				return dcsync.QueueSpec{}, err
+			}
+			if rec != nil {
+				if ow, _ := intOf(rec.Bins[qbWriter]); ow == w {
+					return spec, nil // our in-doubt try was applied
+				}
+			}
+			return spec, dcsync.Errorf(dcsync.AlreadyExists, op, "queue %q has group %q", name, group)
+		}
+		if len(spec.Groups) >= dcsync.MaxQueueGroups {
+			return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.InvalidArgument, op, "queue %q has %d groups, the most it can have", name, len(spec.Groups))
+		}
+		groups := append(slices.Clone(spec.Groups), group)
+		_, code, err := s.write(ctx, op, func() *as.WritePolicy {
+			wp := s.writePolicy(ctx, as.TTLDontUpdate)
+			wp.RecordExistsAction = as.UPDATE_ONLY
+			wp.GenerationPolicy = as.EXPECT_GEN_EQUAL
+			wp.Generation = gen
+			return wp
+		}, s.specKey(name), []*as.Operation{
+			as.PutOp(as.NewBin(qbGroups, groupsValue(groups))),
+			as.PutOp(as.NewBin(qbWriter, w)),
+		}, types.GENERATION_ERROR, types.KEY_NOT_FOUND_ERROR)
+		if err != nil {
+			return dcsync.QueueSpec{}, err
+		}
+		if code == types.OK {
+			spec.Groups = groups
+			return spec, nil
+		}
+		// Changed meanwhile (or our in-doubt try applied): read again.
+	}
+	return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.RetriesExhausted, op, "queue %q: the spec changed under %d tries to add group %q", name, maxRounds*4, group)
+}
+
+// ---- small helpers ----
+
+func uintOf(v any) uint64 {
+	n, ok := intOf(v)
+	if !ok || n < 0 {
+		return 0
+	}
+	return uint64(n)
+}
+
+// headOr0 is bin's integer, or 0 when the record lacks it.
+func binOr0(bin string) *as.Expression {
+	return as.ExpCond(as.ExpBinExists(bin), as.ExpIntBin(bin), as.ExpIntVal(0))
+}

@@ -1,0 +1,249 @@
+package aerospike
+
+import (
+	"context"
+	"time"
+
+	as "github.com/aerospike/aerospike-client-go/v8"
+	"github.com/aerospike/aerospike-client-go/v8/types"
+
+	"github.com/dcsync/dcsync"
+)
+
+// readBounds reads the head records of partitions ps in one batch (a missing record
+// is a partition never appended to: zero bounds).
+func (s *Store) readBounds(ctx context.Context, op, name string, ps []int) ([]dcsync.QueueBounds, error) {
+	recs := make([]as.BatchRecordIfc, len(ps))
+	for i, p := range ps {
+		recs[i] = as.NewBatchRead(nil, s.headKey(name, p), []string{qbHead, qbFloor})
+	}
+	if err := s.runBatch(ctx, op, false, recs, nil, types.KEY_NOT_FOUND_ERROR); err != nil {
+		return nil, err
+	}
+	out := make([]dcsync.QueueBounds, len(ps))
+	for i := range ps {
+		br := recs[i].BatchRec()
+		if br.ResultCode == types.OK && br.Record != nil {
+			out[i] = dcsync.QueueBounds{Head: uintOf(br.Record.Bins[qbHead]), Floor: uintOf(br.Record.Bins[qbFloor])}
+		}
+	}
+	return out, nil
+}
+
+// QueueBounds implements dcsync.QueueStore: one batch read of the head records.
+func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
+	const op = "aerospike.QueueBounds"
+	if err := checkQueueName(name); err != nil {
+		return nil, err
+	}
+	for _, p := range ps {
+		if err := dcsync.ValidateQueuePartition(p); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := s.queueDedup(ctx, op, name); err != nil {
+		return nil, err
+	}
+	return s.readBounds(ctx, op, name, ps)
+}
+
+func entryOf(seq uint64, bins as.BinMap) dcsync.QueueEntry {
+	e := dcsync.QueueEntry{Seq: seq, Key: stringOf(bins[qbKey]), ID: stringOf(bins[qbID])}
+	if b, ok := bins[qbPayload].([]byte); ok {
+		e.Payload = b
+	}
+	if ms, ok := intOf(bins[qbAt]); ok {
+		e.At = time.UnixMilli(ms)
+	}
+	e.Aborted = bins[qbAborted] != nil
+	return e
+}
+
+// ReadQueue implements dcsync.QueueStore: the head record, then one batch get of the
+// entries' keys from max(from, Floor) up to max or Head (in commands of at most
+// queueBatchRecords keys; the read ends early after queueReadBytes of payload).
+func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
+	const op = "aerospike.ReadQueue"
+	if err := dcsync.ValidateQueueRead(name, p, max); err != nil {
+		return dcsync.QueueRead{}, err
+	}
+	if _, err := s.queueDedup(ctx, op, name); err != nil {
+		return dcsync.QueueRead{}, err
+	}
+	for round := 0; ; round++ {
+		b, err := s.readBounds(ctx, op, name, []int{p})
+		if err != nil {
+			return dcsync.QueueRead{}, err
+		}
+		r := dcsync.QueueRead{QueueBounds: b[0]}
+		start := from
+		if r.Floor > start {
+			start = r.Floor
+		}
+		end := r.Head
+		if start >= end {
+			return r, nil
+		}
+		if end-start > uint64(max) {
+			end = start + uint64(max)
+		}
+		r.Entries, err = s.readEntries(ctx, op, name, p, start, end)
+		if err != nil {
+			return dcsync.QueueRead{}, err
+		}
+		if len(r.Entries) > 0 || round == 2 {
+			return r, nil
+		}
+		// Nothing at start: a hole, or a trim that raised the floor since: look again.
+		nb, err := s.readBounds(ctx, op, name, []int{p})
+		if err != nil {
+			return dcsync.QueueRead{}, err
+		}
+		if nb[0].Floor <= start {
+			return r, nil
+		}
+	}
+}
+
+// readEntries reads the entries [start, end) up to the first missing one.
+func (s *Store) readEntries(ctx context.Context, op, name string, p int, start, end uint64) ([]dcsync.QueueEntry, error) {
+	var out []dcsync.QueueEntry
+	bytes := 0
+	for lo := start; lo < end; {
+		hi := min(end, lo+queueBatchRecords)
+		recs := make([]as.BatchRecordIfc, 0, hi-lo)
+		for seq := lo; seq < hi; seq++ {
+			recs = append(recs, as.NewBatchRead(nil, s.entryKey(name, p, seq), nil))
+		}
+		if err := s.runBatch(ctx, op, false, recs, nil, types.KEY_NOT_FOUND_ERROR); err != nil {
+			return nil, err
+		}
+		for k, r := range recs {
+			br := r.BatchRec()
+			if br.ResultCode != types.OK || br.Record == nil {
+				return out, nil
+			}
+			e := entryOf(lo+uint64(k), br.Record.Bins)
+			out = append(out, e)
+			if bytes += len(e.Payload); bytes >= queueReadBytes {
+				return out, nil
+			}
+		}
+		lo = hi
+	}
+	return out, nil
+}
+
+// readEntry reads one entry; ok is false when there is none.
+func (s *Store) readEntry(ctx context.Context, op, name string, p int, seq uint64) (dcsync.QueueEntry, bool, error) {
+	rec, err := s.getRecord(ctx, op, s.entryKey(name, p, seq))
+	if err != nil || rec == nil {
+		return dcsync.QueueEntry{}, false, err
+	}
+	return entryOf(seq, rec.Bins), true, nil
+}
+
+// AbortQueueSeq implements dcsync.QueueStore: a create-only tombstone (TTL
+// QueueTombstoneTTL); a seq whose record exists is read. A seq below the floor is not
+// written: it is aborted if its tombstone is still there.
+func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint64) (bool, error) {
+	const op = "aerospike.AbortQueueSeq"
+	if err := dcsync.ValidateQueueRead(name, p, 1); err != nil {
+		return false, err
+	}
+	if _, err := s.queueDedup(ctx, op, name); err != nil {
+		return false, err
+	}
+	b, err := s.readBounds(ctx, op, name, []int{p})
+	if err != nil {
+		return false, err
+	}
+	if seq >= b[0].Head {
+		return false, dcsync.Errorf(dcsync.InvalidArgument, op, "seq %d of partition %d is not below its head %d", seq, p, b[0].Head)
+	}
+	if seq >= b[0].Floor {
+		_, code, err := s.write(ctx, op, func() *as.WritePolicy {
+			wp := s.writePolicy(ctx, ttlSeconds(QueueTombstoneTTL))
+			wp.RecordExistsAction = as.CREATE_ONLY
+			return wp
+		}, s.entryKey(name, p, seq), tombstoneOps(), types.KEY_EXISTS_ERROR)
+		if err != nil {
+			return false, err
+		}
+		if code == types.OK {
+			return true, nil
+		}
+	}
+	e, ok, err := s.readEntry(ctx, op, name, p, seq)
+	if err != nil {
+		return false, err
+	}
+	return ok && e.Aborted, nil
+}
+
+// TrimQueue implements dcsync.QueueStore: one operate raises the floor (refused by a
+// filter when below exceeds head), then the entries from the head record's gc mark up
+// to the floor are deleted by batch deletes of queueTrimChunk keys, tombstones
+// excepted (they expire), and gc follows. A trim that dies midway leaves gc behind
+// the floor; the next trim of the partition deletes from there.
+func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
+	const op = "aerospike.TrimQueue"
+	if err := dcsync.ValidateQueueRead(name, p, 1); err != nil {
+		return err
+	}
+	if _, err := s.queueDedup(ctx, op, name); err != nil {
+		return err
+	}
+	key := s.headKey(name, p)
+	rec, code, err := s.write(ctx, op, func() *as.WritePolicy {
+		wp := s.writePolicy(ctx, as.TTLDontUpdate)
+		wp.RecordExistsAction = as.UPDATE_ONLY
+		wp.FilterExpression = as.ExpLessEq(as.ExpIntVal(int64(below)), binOr0(qbHead))
+		return wp
+	}, key, []*as.Operation{
+		as.ExpWriteOp(qbFloor, as.ExpMax(binOr0(qbFloor), as.ExpIntVal(int64(below))), as.ExpWriteFlagDefault),
+		as.GetBinOp(qbFloor), as.GetBinOp(qbGC),
+	}, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
+	if err != nil {
+		return err
+	}
+	if code != types.OK {
+		if code == types.KEY_NOT_FOUND_ERROR && below == 0 {
+			return nil
+		}
+		b, err := s.readBounds(ctx, op, name, []int{p})
+		if err != nil {
+			return err
+		}
+		if below <= b[0].Head {
+			return dcsync.Errorf(dcsync.Connection, op, "queue %q partition %d: trim below %d was refused, yet head is %d now; try again", name, p, below, b[0].Head)
+		}
+		return dcsync.Errorf(dcsync.InvalidArgument, op, "trim of partition %d below %d, beyond its head %d", p, below, b[0].Head)
+	}
+	floor, gc := uintOf(rec.Bins[qbFloor]), uintOf(rec.Bins[qbGC])
+	notTomb := as.NewBatchDeletePolicy()
+	notTomb.FilterExpression = as.ExpNot(as.ExpBinExists(qbAborted))
+	notTomb.DurableDelete = s.cfg.DurableDelete
+	for lo := gc; lo < floor; {
+		hi := min(floor, lo+queueTrimChunk)
+		recs := make([]as.BatchRecordIfc, 0, hi-lo)
+		for seq := lo; seq < hi; seq++ {
+			recs = append(recs, as.NewBatchDelete(notTomb, s.entryKey(name, p, seq)))
+		}
+		if err := s.runBatch(ctx, op, true, recs, nil, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT); err != nil {
+			return err
+		}
+		_, _, err := s.write(ctx, op, func() *as.WritePolicy {
+			wp := s.writePolicy(ctx, as.TTLDontUpdate)
+			wp.RecordExistsAction = as.UPDATE_ONLY
+			return wp
+		}, key, []*as.Operation{
+			as.ExpWriteOp(qbGC, as.ExpMax(binOr0(qbGC), as.ExpIntVal(int64(hi))), as.ExpWriteFlagDefault),
+		})
+		if err != nil {
+			return err
+		}
+		lo = hi
+	}
+	return nil
+}
