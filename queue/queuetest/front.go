@@ -697,10 +697,6 @@ func runZombieAck(t *testing.T, h Harness) {
 	}
 }
 
-func runFrontProcesses(t *testing.T, h Harness) {
-	t.Skip("not written yet")
-}
-
 // describe lists messages for a failure message.
 func describe(msgs []*queue.Message) string {
 	var b strings.Builder

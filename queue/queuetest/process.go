@@ -3,6 +3,7 @@ package queuetest
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -130,9 +131,10 @@ func childAppend(ctx context.Context, s QueueTestStore, env childEnv) error {
 
 // child is a running child process.
 type child struct {
-	cmd  *exec.Cmd
-	out  *syncBuilder
-	wait func() error // waits for the exit; nil error for exit status 0
+	cmd   *exec.Cmd
+	out   *syncBuilder
+	stdin io.WriteCloser
+	wait  func() error // waits for the exit; nil error for exit status 0
 }
 
 type syncBuilder struct {
@@ -161,6 +163,9 @@ func startChild(t *testing.T, h Harness, role, name string, n, index int, arg st
 	c := &child{cmd: exec.Command(os.Args[0], "-test.run=^$"), out: &syncBuilder{}}
 	c.cmd.Env = env
 	c.cmd.Stdout, c.cmd.Stderr = c.out, c.out
+	stdin, err := c.cmd.StdinPipe()
+	must(t, err, "child stdin")
+	c.stdin = stdin
 	must(t, c.cmd.Start(), "start child")
 	done := make(chan struct{})
 	go func() {
