@@ -519,3 +519,11 @@ func randSuffix() string {
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
+
+// TestQueueAerospike runs the queue commands on the real Aerospike server: the store's
+// queue and lock sets, a queue name unique to the run.
+func TestQueueAerospike(t *testing.T) {
+	addr, ns := aerospikeServer(t)
+	c := &cli{t: t, store: "aerospike://" + addr + "/" + ns}
+	queueRoundtrip(t, c, "cli-q-"+randSuffix())
+}
