@@ -220,31 +220,59 @@ func nonce() int64 {
 	}
 }
 
-// ---- the spec cache ----
+// ---- the store's queue cache ----
 
 // Queues are never deleted and their dedup window never changes, so a store
 // remembers the queues it has seen: every operation checks that its queue exists
-// (NotFound), and after the first it costs no round trip.
-var specCaches = struct {
-	sync.Mutex
-	m map[weak.Pointer[Store]]*sync.Map // queue name -> time.Duration (dedup window)
-}{m: map[weak.Pointer[Store]]*sync.Map{}}
+// (NotFound), and after the first it costs no round trip. It also remembers the
+// highest head it read of each partition (heads only grow), for ReadQueue's one-trip
+// read.
+type queueCache struct {
+	specs sync.Map // queue name -> time.Duration (dedup window)
+	heads sync.Map // partUser(name, p) -> uint64
+}
 
-func (s *Store) specCache() *sync.Map {
+var queueCaches = struct {
+	sync.Mutex
+	m map[weak.Pointer[Store]]*queueCache
+}{m: map[weak.Pointer[Store]]*queueCache{}}
+
+func (s *Store) qcache() *queueCache {
 	wp := weak.Make(s)
-	specCaches.Lock()
-	defer specCaches.Unlock()
-	c, ok := specCaches.m[wp]
+	queueCaches.Lock()
+	defer queueCaches.Unlock()
+	c, ok := queueCaches.m[wp]
 	if !ok {
-		c = &sync.Map{}
-		specCaches.m[wp] = c
+		c = &queueCache{}
+		queueCaches.m[wp] = c
 		runtime.AddCleanup(s, func(wp weak.Pointer[Store]) {
-			specCaches.Lock()
-			delete(specCaches.m, wp)
-			specCaches.Unlock()
+			queueCaches.Lock()
+			delete(queueCaches.m, wp)
+			queueCaches.Unlock()
 		}, wp)
 	}
 	return c
+}
+
+func (s *Store) specCache() *sync.Map { return &s.qcache().specs }
+
+// knownHead returns the highest head of partition p that the store has read (0: none).
+func (s *Store) knownHead(name string, p int) uint64 {
+	if h, ok := s.qcache().heads.Load(partUser(name, p)); ok {
+		return h.(uint64)
+	}
+	return 0
+}
+
+// sawHead records a head of partition p read from the server.
+func (s *Store) sawHead(name string, p int, head uint64) {
+	heads, k := &s.qcache().heads, partUser(name, p)
+	for {
+		old, loaded := heads.LoadOrStore(k, head)
+		if !loaded || old.(uint64) >= head || heads.CompareAndSwap(k, old, head) {
+			return
+		}
+	}
 }
 
 // queueDedup returns the dedup window of queue name, or NotFound.

@@ -291,6 +291,7 @@ func (a *appender) reserve(ctx context.Context, place []placement) error {
 				return dcsync.Errorf(dcsync.Internal, a.op, "queue %q partition %d: the reservation returned head %v", a.name, p, rec.Bins[qbHead])
 			}
 			next[p] = uint64(head) - uint64(count[p])
+			a.s.sawHead(a.name, p, uint64(head))
 		}
 	}
 	for k := range place {

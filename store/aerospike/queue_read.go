@@ -44,7 +44,14 @@ func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsyn
 	if _, err := s.queueDedup(ctx, op, name); err != nil {
 		return nil, err
 	}
-	return s.readBounds(ctx, op, name, ps)
+	b, err := s.readBounds(ctx, op, name, ps)
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range ps {
+		s.sawHead(name, p, b[i].Head)
+	}
+	return b, nil
 }
 
 func entryOf(seq uint64, bins as.BinMap) dcsync.QueueEntry {
@@ -70,11 +77,15 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 	if _, err := s.queueDedup(ctx, op, name); err != nil {
 		return dcsync.QueueRead{}, err
 	}
+	if r, ok, err := s.readKnown(ctx, op, name, p, from, max); err != nil || ok {
+		return r, err
+	}
 	for round := 0; ; round++ {
 		b, err := s.readBounds(ctx, op, name, []int{p})
 		if err != nil {
 			return dcsync.QueueRead{}, err
 		}
+		s.sawHead(name, p, b[0].Head)
 		r := dcsync.QueueRead{QueueBounds: b[0]}
 		start := from
 		if r.Floor > start {
@@ -103,6 +114,51 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 			return r, nil
 		}
 	}
+}
+
+// readKnown is ReadQueue in one round trip, when the store has seen a head at least
+// max above from (a consumer catching up): one batch reads the head record and the
+// entries [from, from+max), all below head. ok is false when the shortcut does not
+// apply (the caller reads the head first): the head read is too low, or the floor is
+// above from.
+func (s *Store) readKnown(ctx context.Context, op, name string, p int, from uint64, max int) (dcsync.QueueRead, bool, error) {
+	if max > queueBatchRecords || s.knownHead(name, p) < from+uint64(max) {
+		return dcsync.QueueRead{}, false, nil
+	}
+	recs := make([]as.BatchRecordIfc, 0, max+1)
+	recs = append(recs, as.NewBatchRead(nil, s.headKey(name, p), []string{qbHead, qbFloor}))
+	for seq := from; seq < from+uint64(max); seq++ {
+		recs = append(recs, as.NewBatchRead(nil, s.entryKey(name, p, seq), nil))
+	}
+	if err := s.runBatch(ctx, op, false, recs, nil, types.KEY_NOT_FOUND_ERROR); err != nil {
+		return dcsync.QueueRead{}, false, err
+	}
+	hr := recs[0].BatchRec()
+	if hr.ResultCode != types.OK || hr.Record == nil {
+		return dcsync.QueueRead{}, false, nil
+	}
+	r := dcsync.QueueRead{QueueBounds: dcsync.QueueBounds{Head: uintOf(hr.Record.Bins[qbHead]), Floor: uintOf(hr.Record.Bins[qbFloor])}}
+	if r.Floor > from || r.Head < from+uint64(max) {
+		return dcsync.QueueRead{}, false, nil
+	}
+	s.sawHead(name, p, r.Head)
+	bytes := 0
+	for k, rec := range recs[1:] {
+		br := rec.BatchRec()
+		if br.ResultCode != types.OK || br.Record == nil {
+			break
+		}
+		e := entryOf(from+uint64(k), br.Record.Bins)
+		r.Entries = append(r.Entries, e)
+		if bytes += len(e.Payload); bytes >= queueReadBytes {
+			break
+		}
+	}
+	if len(r.Entries) == 0 {
+		// A hole, or a trim since the head record was read: the slow path tells.
+		return dcsync.QueueRead{}, false, nil
+	}
+	return r, true, nil
 }
 
 // readEntries reads the entries [start, end) up to the first missing one.
