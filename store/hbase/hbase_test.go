@@ -41,6 +41,7 @@ var fixture struct {
 }
 
 func TestMain(m *testing.M) {
+	queueChildMain()
 	storetest.ChildMain(func(ctx context.Context) (dcsync.Store, error) {
 		return OpenURL(ctx, &url.URL{Scheme: "hbase", Host: os.Getenv(envZK),
 			RawQuery: url.Values{"lock_table": {os.Getenv(envLockTable)}, "latch_table_suffix": {os.Getenv(envLatchSuffix)}}.Encode()})

@@ -1,6 +1,7 @@
 package hbase
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -11,11 +12,12 @@ import (
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 )
 
-// AppendQueue appends events (see the queue layout in queue.go): one MultiGet of the
-// dedup rows of the events with ids, one MultiMutate of the reservations (an Increment
-// per partition), one of the dedup claims, one of the entries (conditional "absent"
-// puts); the rare paths (an id already there, an aborted seq, a lost reply) go round
-// again.
+// AppendQueue appends events (see the queue layout in queue.go). Events without ids
+// take two round trips: one MultiMutate of the reservations (an Increment per
+// partition), one of the entries (Puts read back). Events with ids take two more:
+// their dedup rows are claimed before the reservation and pointed at their seqs after
+// it. The rare paths (an id already there, a claim of a writer that died, an aborted
+// seq, a lost reply) go round again.
 func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
 	const op = "hbase.AppendQueue"
 	if err := dcsync.ValidateID("queue", name); err != nil {
@@ -32,14 +34,17 @@ func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.Qu
 	if err != nil {
 		return nil, err
 	}
-	a := &appender{s: s, db: db, table: table, name: name, op: op, window: spec.DedupWindow(), token: randToken(),
-		events: events, res: make([]dcsync.QueueAppend, len(events)), done: make([]bool, len(events)),
-		seq: make([]uint64, len(events)), dedupOld: make([][]byte, len(events))}
+	a := newAppender(s, db, table, name, op, spec.DedupWindow(), events)
 	if err := a.run(ctx); err != nil {
 		return nil, err
 	}
 	return a.res, nil
 }
+
+// claimTimeout is how long a pending dedup claim (an append of the id that claimed it
+// and has not reserved its seq yet) is waited for before another append of the id
+// takes it over (its writer is presumed dead). A var for tests.
+var claimTimeout = 5 * time.Second
 
 // appendTestHook, when set (tests only), runs after each round's reservation.
 var appendTestHook atomic.Pointer[func(a *appender, round int, idx []int)]
@@ -52,20 +57,60 @@ type appender struct {
 	name   string
 	op     string
 	window time.Duration // the dedup rows' cell TTL
-	token  uint64        // marks every entry and dedup claim this call writes
+	token  uint64        // marks every dedup claim this call writes
 
-	events   []dcsync.QueueEvent
-	res      []dcsync.QueueAppend
-	done     []bool
-	seq      []uint64 // the current reservation of each pending event
-	dedupOld [][]byte // the dedup value to take over from (nil: claim if absent)
-	unused   []slot   // reserved seqs that will not get their event: tombstoned
+	events  []dcsync.QueueEvent
+	res     []dcsync.QueueAppend
+	done    []bool
+	seq     []uint64 // the current reservation of each pending event
+	claimed []bool   // the event's id is claimed by this call (pending or at its seq)
+	waiting []bool   // the event's id is pending for another call
+	// waitVal and waitSince are the other call's pending value and when it was first
+	// seen (to take it over after claimTimeout).
+	waitVal   [][]byte
+	waitSince []time.Time
+	// dedupOld is the dedup value to take the id over from (nil: claim if absent).
+	dedupOld [][]byte
+	unused   []slot // reserved seqs that will not get their event: tombstoned
+}
+
+func newAppender(s *Store, db queueOps, table, name, op string, window time.Duration, events []dcsync.QueueEvent) *appender {
+	n := len(events)
+	return &appender{s: s, db: db, table: table, name: name, op: op, window: window, token: randToken(),
+		events: events, res: make([]dcsync.QueueAppend, n), done: make([]bool, n),
+		seq: make([]uint64, n), claimed: make([]bool, n), waiting: make([]bool, n),
+		waitVal: make([][]byte, n), waitSince: make([]time.Time, n), dedupOld: make([][]byte, n)}
 }
 
 // slot is one seq of one partition.
 type slot struct {
 	p   int
 	seq uint64
+}
+
+// Dedup values: an id claimed by an append that has not reserved its seq yet
+// (pending), or the id's partition and seq; both name the claiming call's token.
+const pendingMark = 0xFFFF
+
+func encodeDedup(p int, seq, token uint64) []byte {
+	b := binary.BigEndian.AppendUint16(nil, uint16(p))
+	b = binary.BigEndian.AppendUint64(b, seq)
+	return binary.BigEndian.AppendUint64(b, token)
+}
+
+func encodePending(token uint64) []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint16(nil, pendingMark), token)
+}
+
+// decodeDedup decodes a dedup value; pending reports a claim without a seq yet.
+func decodeDedup(v []byte) (p int, seq, token uint64, pending bool, err error) {
+	switch {
+	case len(v) == 10 && binary.BigEndian.Uint16(v) == pendingMark:
+		return 0, 0, binary.BigEndian.Uint64(v[2:]), true, nil
+	case len(v) == 18:
+		return int(binary.BigEndian.Uint16(v)), binary.BigEndian.Uint64(v[2:]), binary.BigEndian.Uint64(v[10:]), false, nil
+	}
+	return 0, 0, 0, false, fmt.Errorf("dedup cell holds %d bytes", len(v))
 }
 
 // reserve gives every event in idx a fresh seq: one Increment of each partition's
@@ -111,43 +156,29 @@ func (a *appender) reserve(ctx context.Context, idx []int) error {
 	return nil
 }
 
-func encodeDedup(p int, seq, token uint64) []byte {
-	b := binary.BigEndian.AppendUint16(nil, uint16(p))
-	b = binary.BigEndian.AppendUint64(b, seq)
-	return binary.BigEndian.AppendUint64(b, token)
-}
+var dedupCols = []hbaserpc.Column{{Family: famQueue, Qualifier: qualDedup}}
 
-func decodeDedup(v []byte) (p int, seq, token uint64, err error) {
-	if len(v) != 18 {
-		return 0, 0, 0, fmt.Errorf("dedup cell holds %d bytes, want 18", len(v))
-	}
-	return int(binary.BigEndian.Uint16(v)), binary.BigEndian.Uint64(v[2:]), binary.BigEndian.Uint64(v[10:]), nil
-}
-
-func (a *appender) dedupCol() []hbaserpc.Column {
-	return []hbaserpc.Column{{Family: famQueue, Qualifier: qualDedup}}
-}
-
-// readDedup reads the dedup cells of the events in idx.
-func (a *appender) readDedup(ctx context.Context, idx []int) ([][]byte, error) {
+// readDedup reads the dedup cells of the events in idx: values and timestamps.
+func (a *appender) readDedup(ctx context.Context, idx []int) ([][]byte, []int64, error) {
 	gets := make([]hbaserpc.Get, len(idx))
 	for k, i := range idx {
-		gets[k] = hbaserpc.Get{Row: dedupRow(a.name, a.events[i].ID), Columns: a.dedupCol()}
+		gets[k] = hbaserpc.Get{Row: dedupRow(a.name, a.events[i].ID), Columns: dedupCols}
 	}
 	rows, err := a.db.MultiGet(ctx, a.table, gets)
 	if err != nil {
-		return nil, wrap(err, a.op)
+		return nil, nil, wrap(err, a.op)
 	}
 	out := make([][]byte, len(idx))
+	ts := make([]int64, len(idx))
 	for k, cells := range rows {
-		if v, _, ok := cellValue(cells, qualDedup); ok {
-			out[k] = v
+		if v, t, ok := cellValue(cells, qualDedup); ok {
+			out[k], ts[k] = v, t
 		}
 	}
-	return out, nil
+	return out, ts, nil
 }
 
-// outcome of resolving an id that is already in the dedup table.
+// outcome of resolving an id that is already at a seq.
 type outcome int
 
 const (
@@ -155,11 +186,12 @@ const (
 	outTakeover                 // the id's seq was aborted: append with a fresh seq
 )
 
-// resolve decides event i whose id's dedup row holds dval (see the layout: an event
+// resolve decides event i whose id's dedup row points at a seq (value dval): an event
 // there is a Duplicate; a tombstone lets this append take the id over; nothing yet is
-// completed by this append, or was trimmed after delivery).
+// written by this append itself (read back: aborted meanwhile is a takeover) and is a
+// Duplicate of that seq; nothing below the Floor was trimmed after delivery.
 func (a *appender) resolve(ctx context.Context, i int, dval []byte) (outcome, error) {
-	p, seq, _, err := decodeDedup(dval)
+	p, seq, _, _, err := decodeDedup(dval)
 	if err != nil {
 		return 0, dcsync.Errorf(dcsync.Internal, a.op, "event id %q: %v", a.events[i].ID, err)
 	}
@@ -231,7 +263,7 @@ func (a *appender) run(ctx context.Context) error {
 	// Ids repeated within the batch: later ones are duplicates of the first.
 	dupOf := make([]int, n)
 	first := map[string]int{}
-	var pending, withID []int
+	var pending []int
 	for i, e := range a.events {
 		dupOf[i] = -1
 		if e.ID != "" {
@@ -240,53 +272,61 @@ func (a *appender) run(ctx context.Context) error {
 				continue
 			}
 			first[e.ID] = i
-			withID = append(withID, i)
 		}
 		pending = append(pending, i)
 	}
-	// Ids already in the queue.
-	if len(withID) > 0 {
-		vals, err := a.readDedup(ctx, withID)
-		if err != nil {
-			return err
-		}
-		for k, i := range withID {
-			if vals[k] == nil {
+	delay := time.Millisecond
+	start := time.Now()
+	for rounds := 0; ; {
+		var todo, claim []int
+		for _, i := range pending {
+			if a.done[i] {
 				continue
 			}
-			out, err := a.resolve(ctx, i, vals[k])
-			if err != nil {
-				return err
-			}
-			if out == outTakeover {
-				a.dedupOld[i] = vals[k]
-			}
-		}
-	}
-	for round := 0; ; round++ {
-		var todo []int
-		for _, i := range pending {
-			if !a.done[i] {
-				todo = append(todo, i)
+			todo = append(todo, i)
+			if a.events[i].ID != "" && !a.claimed[i] {
+				claim = append(claim, i)
 			}
 		}
 		if len(todo) == 0 {
 			break
 		}
-		if round >= 2*maxTries {
-			return dcsync.Errorf(dcsync.RetriesExhausted, a.op, "%d events still not appended after %d rounds (seqs aborted under them)", len(todo), round)
+		if rounds >= 2*maxTries {
+			return dcsync.Errorf(dcsync.RetriesExhausted, a.op, "%d events still not appended after %d rounds (seqs aborted under them)", len(todo), rounds)
 		}
-		if err := a.reserve(ctx, todo); err != nil {
+		if err := a.claim(ctx, claim); err != nil {
+			return err
+		}
+		var ready []int
+		for _, i := range todo {
+			if !a.done[i] && (a.events[i].ID == "" || a.claimed[i]) {
+				ready = append(ready, i)
+			}
+		}
+		if len(ready) == 0 {
+			// Every id left is pending for other calls: give them time.
+			if time.Since(start) > 4*claimTimeout+time.Minute {
+				return dcsync.Errorf(dcsync.RetriesExhausted, a.op, "event ids stayed claimed by other appends for %v", time.Since(start))
+			}
+			if err := sleepCtx(ctx, delay); err != nil {
+				return ctxErr(ctx, a.op)
+			}
+			delay = min(2*delay, 50*time.Millisecond)
+			continue
+		}
+		rounds++
+		delay = time.Millisecond
+		if err := a.reserve(ctx, ready); err != nil {
 			return err
 		}
 		if h := appendTestHook.Load(); h != nil {
-			(*h)(a, round, todo)
+			(*h)(a, rounds-1, ready)
 		}
-		claimed, err := a.claim(ctx, todo)
+		placed, err := a.place(ctx, ready)
 		if err != nil {
 			return err
 		}
-		if err := a.write(ctx, claimed); err != nil {
+		if err := a.write(ctx, placed); err != nil {
 			return err
 		}
 	}
@@ -298,49 +338,154 @@ func (a *appender) run(ctx context.Context) error {
 	return nil
 }
 
-// claim records the reservations of the events with ids in their dedup rows (claim
-// if absent, or take over from the aborted value), and returns the events to write.
-// An event that lost its id to another append gives up its seq (tombstoned by write).
-func (a *appender) claim(ctx context.Context, todo []int) ([]int, error) {
+// claim claims the ids of the events in idx for this call (a pending dedup value),
+// before any seq is reserved for them, so that appends of one id racing each other
+// never reserve a seq they then leave unused. An id already at a seq is resolved
+// (Duplicate, or taken over when its seq was aborted). An id pending for another call
+// is left unclaimed (waiting) for a later round, never waited for here: a call
+// holding claims of its own goes on to place them, so calls claiming overlapping ids
+// in different orders cannot wait for each other; once an id has been pending for
+// claimTimeout (its writer died) it is taken over.
+func (a *appender) claim(ctx context.Context, idx []int) error {
+	mine := encodePending(a.token)
+	var send, check []int
+	for _, i := range idx {
+		if a.waiting[i] {
+			check = append(check, i) // pending for another call: look again
+		} else {
+			send = append(send, i)
+		}
+	}
+	for try := 0; len(send) > 0 || len(check) > 0; try++ {
+		if try > 4*maxTries {
+			return dcsync.Errorf(dcsync.RetriesExhausted, a.op, "%d event ids could not be claimed", len(send)+len(check))
+		}
+		if len(send) > 0 {
+			acts := make([]hbaserpc.Action, len(send))
+			for k, i := range send {
+				cond := hbaserpc.IfAbsent(famQueue, qualDedup)
+				if a.dedupOld[i] != nil {
+					cond = hbaserpc.IfEquals(famQueue, qualDedup, a.dedupOld[i])
+				}
+				acts[k] = hbaserpc.Action{Cond: &cond, Mutation: &hbaserpc.Put{Row: dedupRow(a.name, a.events[i].ID), TTL: a.window,
+					Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualDedup, Value: mine}}}}
+			}
+			res, err := a.db.MultiMutate(ctx, a.table, acts)
+			if res == nil {
+				return wrap(err, a.op)
+			}
+			for k, r := range res {
+				switch {
+				case r.Err == nil && r.Applied:
+					a.claimed[send[k]] = true
+					a.dedupOld[send[k]] = nil
+				case r.Err == nil || inDoubt(r.Err):
+					check = append(check, send[k])
+				default:
+					return wrap(r.Err, a.op)
+				}
+			}
+			send = nil
+		}
+		if len(check) == 0 {
+			break
+		}
+		vals, ts, err := a.readDedup(ctx, check)
+		if err != nil {
+			return err
+		}
+		for k, i := range check {
+			a.waiting[i] = false
+			v := vals[k]
+			if v == nil {
+				a.dedupOld[i] = nil // not applied (in doubt), or expired: claim again
+				send = append(send, i)
+				continue
+			}
+			if bytes.Equal(v, mine) {
+				a.claimed[i] = true // our claim, whose reply was lost
+				a.dedupOld[i] = nil
+				continue
+			}
+			_, _, tok, pending, err := decodeDedup(v)
+			if err != nil {
+				return dcsync.Errorf(dcsync.Internal, a.op, "event id %q: %v", a.events[i].ID, err)
+			}
+			if pending {
+				if !bytes.Equal(a.waitVal[i], v) {
+					a.waitVal[i], a.waitSince[i] = v, time.Now()
+				}
+				// Its age by the server's clock, or our own wait: clock skew only
+				// changes when a stale claim is taken over.
+				age := time.Since(time.UnixMilli(ts[k]))
+				if time.Since(a.waitSince[i]) >= claimTimeout || age >= claimTimeout {
+					a.s.log.Debug("hbase: taking over a stale dedup claim", "queue", a.name, "id", a.events[i].ID)
+					a.dedupOld[i] = v
+					send = append(send, i)
+				} else {
+					a.waiting[i] = true
+				}
+				continue
+			}
+			if tok == a.token {
+				// At a seq of ours, from an earlier round (then aborted): take it back.
+				a.dedupOld[i] = v
+				send = append(send, i)
+				continue
+			}
+			out, err := a.resolve(ctx, i, v)
+			if err != nil {
+				return err
+			}
+			if out == outTakeover {
+				a.dedupOld[i] = v
+				send = append(send, i)
+			}
+		}
+		check = nil
+	}
+	return nil
+}
+
+// place points the claimed ids of the events in idx at their reserved seqs (a
+// check-and-set from the pending claim) and returns the events to write. An event
+// whose claim was taken over meanwhile (this call stalled past claimTimeout) gives up
+// its seq (tombstoned by write) and is settled against the new owner next round.
+func (a *appender) place(ctx context.Context, idx []int) ([]int, error) {
 	var ready, ids []int
-	for _, i := range todo {
+	for _, i := range idx {
 		if a.events[i].ID == "" {
 			ready = append(ready, i)
 		} else {
 			ids = append(ids, i)
 		}
 	}
-	if len(ids) == 0 {
-		return ready, nil
-	}
+	mine := encodePending(a.token)
+	cond := hbaserpc.IfEquals(famQueue, qualDedup, mine)
 	for try := 0; len(ids) > 0; try++ {
 		if try > maxTries {
-			return nil, dcsync.Errorf(dcsync.RetriesExhausted, a.op, "%d dedup claims still in doubt after %d attempts", len(ids), try)
+			return nil, dcsync.Errorf(dcsync.Connection, a.op, "%d dedup rows written with unknown outcome %d times", len(ids), try)
 		}
 		acts := make([]hbaserpc.Action, len(ids))
-		mine := make([][]byte, len(ids))
+		vals := make([][]byte, len(ids))
 		for k, i := range ids {
-			e := a.events[i]
-			mine[k] = encodeDedup(e.Partition, a.seq[i], a.token)
-			cond := hbaserpc.IfAbsent(famQueue, qualDedup)
-			if a.dedupOld[i] != nil {
-				cond = hbaserpc.IfEquals(famQueue, qualDedup, a.dedupOld[i])
-			}
-			acts[k] = hbaserpc.Action{Cond: &cond, Mutation: &hbaserpc.Put{Row: dedupRow(a.name, e.ID), TTL: a.window,
-				Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualDedup, Value: mine[k]}}}}
+			vals[k] = encodeDedup(a.events[i].Partition, a.seq[i], a.token)
+			acts[k] = hbaserpc.Action{Cond: &cond, Mutation: &hbaserpc.Put{Row: dedupRow(a.name, a.events[i].ID), TTL: a.window,
+				Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualDedup, Value: vals[k]}}}}
 		}
 		res, err := a.db.MultiMutate(ctx, a.table, acts)
 		if res == nil {
 			return nil, wrap(err, a.op)
 		}
-		var check, checkK []int // refused or in doubt: read the dedup row
+		var check []int
+		var checkVals [][]byte
 		for k, r := range res {
 			switch {
 			case r.Err == nil && r.Applied:
 				ready = append(ready, ids[k])
 			case r.Err == nil || inDoubt(r.Err):
 				check = append(check, ids[k])
-				checkK = append(checkK, k)
+				checkVals = append(checkVals, vals[k])
 			default:
 				return nil, wrap(r.Err, a.op)
 			}
@@ -349,44 +494,34 @@ func (a *appender) claim(ctx context.Context, todo []int) ([]int, error) {
 		if len(check) == 0 {
 			break
 		}
-		vals, err := a.readDedup(ctx, check)
+		got, _, err := a.readDedup(ctx, check)
 		if err != nil {
 			return nil, err
 		}
-		for c, i := range check {
-			v := vals[c]
+		for k, i := range check {
 			switch {
-			case v != nil && string(v) == string(mine[checkK[c]]):
-				ready = append(ready, i) // our claim, whose reply was lost
-			case v == nil:
-				// Not applied (in doubt), or the value we took over from expired:
-				// claim again with the same seq.
-				a.dedupOld[i] = nil
-				ids = append(ids, i)
+			case bytes.Equal(got[k], checkVals[k]):
+				ready = append(ready, i) // ours, whose reply was lost
+			case bytes.Equal(got[k], mine):
+				ids = append(ids, i) // in doubt, not applied: again
 			default:
-				// The id is another append's: our reserved seq goes unused.
+				// Taken over: our seq goes unused; settle the id next round.
 				a.unused = append(a.unused, slot{a.events[i].Partition, a.seq[i]})
-				out, err := a.resolve(ctx, i, v)
-				if err != nil {
-					return nil, err
-				}
+				a.claimed[i] = false
 				a.dedupOld[i] = nil
-				if out == outTakeover {
-					a.dedupOld[i] = v
-				}
 			}
 		}
 	}
 	return ready, nil
 }
 
-// write stores the claimed events at their seqs and tombstones the unused seqs, in
-// one MultiMutate. An event is a plain Put of its entry read back in the same request:
-// a tombstone there (the consumer aborted the seq before the write: AbortQueueSeq
+// write stores the placed events at their seqs and tombstones the unused seqs, in one
+// MultiMutate. An event is a plain Put of its entry read back in the same request: a
+// tombstone there (the consumer aborted the seq before the write: AbortQueueSeq
 // writes it only while q:e is absent, atomically) means nobody reads the event at
-// that seq, and it is left pending (with the dedup value to take over from) for the
-// next round; otherwise it is stored, for good. Writes whose outcome is unknown are
-// sent again (a Put and its read-back are idempotent).
+// that seq, and it is left pending for the next round (its id, still ours, taken
+// back from that seq); otherwise it is stored, for good. Writes whose outcome is
+// unknown are sent again (a Put and its read-back are idempotent).
 func (a *appender) write(ctx context.Context, idx []int) error {
 	unused := a.unused
 	a.unused = nil
@@ -418,6 +553,7 @@ func (a *appender) write(ctx context.Context, idx []int) error {
 			case r.Err == nil && aborted(r.Read):
 				a.s.log.Debug("hbase: queue seq aborted before its write; appending again", "queue", a.name, "partition", a.events[i].Partition, "seq", a.seq[i])
 				if a.events[i].ID != "" {
+					a.claimed[i] = false
 					a.dedupOld[i] = encodeDedup(a.events[i].Partition, a.seq[i], a.token)
 				}
 			case r.Err == nil:

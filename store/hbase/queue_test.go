@@ -346,9 +346,7 @@ func TestQueueHoles(t *testing.T) {
 	// A bare reservation (a producer that died after reserving).
 	table, db, err := s.qready(ctx, "test")
 	must(t, err, "qready")
-	a := &appender{s: s, db: db, table: table, name: name, op: "test", token: randToken(),
-		events: []dcsync.QueueEvent{ev(0, "lost")}, res: make([]dcsync.QueueAppend, 1), done: make([]bool, 1),
-		seq: make([]uint64, 1), dedupOld: make([][]byte, 1)}
+	a := newAppender(s, db, table, name, "test", time.Hour, []dcsync.QueueEvent{ev(0, "lost")})
 	must(t, a.reserve(ctx, []int{0}), "reserve")
 	if a.seq[0] != 2 {
 		t.Fatalf("reserved seq %d, want 2", a.seq[0])
@@ -460,15 +458,15 @@ func TestQueueDedupDeadWriter(t *testing.T) {
 	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 2, Groups: []string{"g"}})
 	table, db, err := s.qready(ctx, "test")
 	must(t, err, "qready")
+	// A writer that dies after claiming its id, reserving and placing its seq.
 	dead := func(id string) *appender {
-		a := &appender{s: s, db: db, table: table, name: name, op: "test", token: randToken(), window: time.Hour,
-			events: []dcsync.QueueEvent{{Partition: 1, ID: id, Payload: []byte("first")}}, res: make([]dcsync.QueueAppend, 1), done: make([]bool, 1),
-			seq: make([]uint64, 1), dedupOld: make([][]byte, 1)}
+		a := newAppender(s, db, table, name, "test", time.Hour, []dcsync.QueueEvent{{Partition: 1, ID: id, Payload: []byte("first")}})
+		must(t, a.claim(ctx, []int{0}), "claim")
 		must(t, a.reserve(ctx, []int{0}), "reserve")
-		ready, err := a.claim(ctx, []int{0})
-		must(t, err, "claim")
-		if len(ready) != 1 {
-			t.Fatalf("claim: %v", ready)
+		ready, err := a.place(ctx, []int{0})
+		must(t, err, "place")
+		if len(ready) != 1 || !a.claimed[0] {
+			t.Fatalf("place: %v", ready)
 		}
 		return a
 	}
@@ -509,6 +507,40 @@ func TestQueueDedupDeadWriter(t *testing.T) {
 	must(t, b.run(ctx), "late writer's rounds")
 	if !b.done[0] || !b.res[0].Duplicate || b.res[0].Partition != 0 {
 		t.Fatalf("late writer after takeover: %+v", b.res[0])
+	}
+
+	// A writer that dies after claiming its id, before reserving: a retry waits
+	// claimTimeout for it, then takes the id over.
+	defer func(d time.Duration) { claimTimeout = d }(claimTimeout)
+	claimTimeout = 300 * time.Millisecond
+	c := newAppender(s, db, table, name, "test", time.Hour, []dcsync.QueueEvent{{Partition: 1, ID: "u3", Payload: []byte("first")}})
+	must(t, c.claim(ctx, []int{0}), "claim")
+	t0 := time.Now()
+	res, err = s.AppendQueue(ctx, name, []dcsync.QueueEvent{{Partition: 1, ID: "u3", Payload: []byte("retry")}})
+	must(t, err, "retry of a claim left pending")
+	if res[0].Duplicate || res[0].Partition != 1 {
+		t.Fatalf("retry of a pending claim: %+v", res[0])
+	}
+	if d := time.Since(t0); d < claimTimeout/2 {
+		t.Fatalf("the pending claim was taken over after %v, before the claim timeout %v", d, claimTimeout)
+	}
+	// The first writer comes back: its claim was taken over: its seq is tombstoned and
+	// the id is a duplicate.
+	must(t, c.reserve(ctx, []int{0}), "reserve")
+	ready, err := c.place(ctx, []int{0})
+	must(t, err, "place")
+	if len(ready) != 0 || c.claimed[0] || len(c.unused) != 1 {
+		t.Fatalf("place after the takeover: %v, %+v", ready, c)
+	}
+	must(t, c.write(ctx, nil), "tombstone")
+	must(t, c.run(ctx), "rounds")
+	if !c.res[0].Duplicate || c.res[0] != (dcsync.QueueAppend{Partition: 1, Seq: res[0].Seq, Duplicate: true}) {
+		t.Fatalf("late writer: %+v, want a duplicate of %+v", c.res[0], res[0])
+	}
+	r, err := s.ReadQueue(ctx, name, 1, res[0].Seq, 10)
+	must(t, err, "ReadQueue")
+	if len(r.Entries) != 2 || string(r.Entries[0].Payload) != "retry" || !r.Entries[1].Aborted {
+		t.Fatalf("entries %+v", r.Entries)
 	}
 }
 
@@ -657,9 +689,7 @@ func TestQueueInDoubt(t *testing.T) {
 	// An abort whose reply is lost: aborted, once.
 	table, db, err := s.qready(ctx, "test")
 	must(t, err, "qready")
-	a := &appender{s: s, db: db, table: table, name: name, op: "test", token: randToken(),
-		events: []dcsync.QueueEvent{ev(0, "hole")}, res: make([]dcsync.QueueAppend, 1), done: make([]bool, 1),
-		seq: make([]uint64, 1), dedupOld: make([][]byte, 1)}
+	a := newAppender(s, db, table, name, "test", time.Hour, []dcsync.QueueEvent{ev(0, "hole")})
 	must(t, a.reserve(ctx, []int{0}), "reserve")
 	f.set("CheckAndMutate", 1)
 	ok, err := s.AbortQueueSeq(ctx, name, 0, a.seq[0])
