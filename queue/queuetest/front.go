@@ -57,31 +57,42 @@ func runFront(t *testing.T, h Harness) {
 }
 
 // noQueueGoroutines checks, when the test ends, that no goroutine of package queue is
-// left (the consumers were closed, the watcher stopped). Only the queue's own
-// goroutines are checked: a store may keep its connections' goroutines.
+// left that the test started (the consumers were closed, the watcher stopped). Only the
+// queue's own goroutines are checked: a store may keep its connections' goroutines.
 func noQueueGoroutines(t *testing.T) {
+	before := queueGoroutines(nil)
 	t.Cleanup(func() {
-		var left string
+		var left map[string]string
 		for range 100 {
-			if left = queueGoroutines(); left == "" {
+			if left = queueGoroutines(before); len(left) == 0 {
 				return
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		t.Errorf("goroutines of package queue left after every consumer closed:\n%s", left)
+		var all []string
+		for _, g := range left {
+			all = append(all, g)
+		}
+		t.Errorf("goroutines of package queue left after every consumer closed:\n%s", strings.Join(all, "\n\n"))
 	})
 }
 
-func queueGoroutines() string {
-	buf := make([]byte, 1<<20)
+// queueGoroutines returns the stacks of the goroutines running package queue's code, by
+// goroutine id, leaving out those in ignore.
+func queueGoroutines(ignore map[string]string) map[string]string {
+	buf := make([]byte, 4<<20)
 	buf = buf[:runtime.Stack(buf, true)]
-	var left []string
+	out := map[string]string{}
 	for _, g := range strings.Split(string(buf), "\n\n") {
-		if strings.Contains(g, "github.com/dcsync/dcsync/queue.") {
-			left = append(left, g)
+		if !strings.Contains(g, "github.com/dcsync/dcsync/queue.") {
+			continue
+		}
+		id, _, _ := strings.Cut(g, " [")
+		if _, old := ignore[id]; !old {
+			out[id] = g
 		}
 	}
-	return strings.Join(left, "\n\n")
+	return out
 }
 
 // tally counts acknowledged events per group and checks per-key order.
@@ -538,6 +549,7 @@ func runTakeoverAfterClose(t *testing.T, h Harness) {
 	want := produce(t, ctx, q, "", 2, 15, 5)
 	a, err := q.Consumer(ctx, "g")
 	must(t, err, "Consumer a")
+	t.Cleanup(func() { a.Close(context.Background()) })
 	held := receiveAll(t, ctx, a, len(want))
 	// Ack a few, then leave holding the rest.
 	tl := newTally()
@@ -563,18 +575,103 @@ func runTakeoverAfterClose(t *testing.T, h Harness) {
 	}
 }
 
-// stalling wraps a store: while stalled, lock renewals fail, so its consumers' leases
-// run out as if their process were paused or cut off, while everything else works.
+// stalling wraps a store: while stalled, every lock and queue call through it fails
+// with a Connection error, as if its process were frozen or cut off; the shared store
+// behind it goes on for everyone else.
 type stalling struct {
 	QueueTestStore
 	stalled atomic.Bool
 }
 
-func (s *stalling) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (s *stalling) check() error {
 	if s.stalled.Load() {
-		return dcsync.LockState{}, dcsync.Errorf(dcsync.Connection, "queuetest", "stalled")
+		return dcsync.Errorf(dcsync.Connection, "queuetest", "stalled")
+	}
+	return nil
+}
+
+func (s *stalling) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+	if err := s.check(); err != nil {
+		return dcsync.LockState{}, err
+	}
+	return s.QueueTestStore.AcquireLock(ctx, k, owner, ttl)
+}
+
+func (s *stalling) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+	if err := s.check(); err != nil {
+		return dcsync.LockState{}, err
 	}
 	return s.QueueTestStore.RefreshLock(ctx, k, owner, ttl)
+}
+
+func (s *stalling) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return s.QueueTestStore.ReleaseLock(ctx, k, owner)
+}
+
+func (s *stalling) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState, error) {
+	if err := s.check(); err != nil {
+		return dcsync.LockState{}, err
+	}
+	return s.QueueTestStore.InspectLock(ctx, k)
+}
+
+func (s *stalling) AppendQueue(ctx context.Context, name string, events []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return s.QueueTestStore.AppendQueue(ctx, name, events)
+}
+
+func (s *stalling) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
+	if err := s.check(); err != nil {
+		return dcsync.QueueRead{}, err
+	}
+	return s.QueueTestStore.ReadQueue(ctx, name, p, from, max)
+}
+
+func (s *stalling) AbortQueueSeq(ctx context.Context, name string, p int, seq uint64) (bool, error) {
+	if err := s.check(); err != nil {
+		return false, err
+	}
+	return s.QueueTestStore.AbortQueueSeq(ctx, name, p, seq)
+}
+
+func (s *stalling) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return s.QueueTestStore.QueueBounds(ctx, name, ps)
+}
+
+func (s *stalling) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
+	if err := s.check(); err != nil {
+		return dcsync.QueueOffset{}, err
+	}
+	return s.QueueTestStore.ClaimQueuePartition(ctx, name, group, p, token)
+}
+
+func (s *stalling) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return s.QueueTestStore.CommitQueueOffset(ctx, name, group, p, off)
+}
+
+func (s *stalling) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]dcsync.QueueOffset, error) {
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return s.QueueTestStore.ReadQueueOffsets(ctx, name, group, ps)
+}
+
+func (s *stalling) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
+	if err := s.check(); err != nil {
+		return err
+	}
+	return s.QueueTestStore.TrimQueue(ctx, name, p, below)
 }
 
 // Close leaves the shared store open: the test closes it.
@@ -595,6 +692,7 @@ func runTakeoverAfterDeath(t *testing.T, h Harness) {
 	must(t, err, "queue.Open")
 	a, err := qd.Consumer(ctx, "g")
 	must(t, err, "Consumer a")
+	t.Cleanup(func() { a.Close(context.Background()) })
 	held := receiveAll(t, ctx, a, len(want))
 	dying.stalled.Store(true)
 	b, err := q.Consumer(ctx, "g")
@@ -622,7 +720,6 @@ func runTakeoverAfterDeath(t *testing.T, h Harness) {
 	if err := a.Ack(ctx, held...); !errors.Is(err, dcsync.ErrLockLost) {
 		t.Errorf("dead consumer's late Ack = %v, want an error matching ErrLockLost", err)
 	}
-	a.Close(ctx)
 }
 
 // consumeWith is consume with a look at each batch before it is acked.
