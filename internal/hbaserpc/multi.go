@@ -38,6 +38,12 @@ type ActionResult struct {
 	Cells []Cell
 	// Read is the row read back after the mutation (Action.Read), when asked for.
 	Read []Cell
+	// Resent reports that the action succeeded on an attempt after one whose outcome
+	// was unknown. An Increment's Cells are then not necessarily the values it
+	// produced: when the earlier attempt had been applied, HBase answers the resent
+	// nonce with the counters' current values, which include any increments applied
+	// since.
+	Resent bool
 	// Err is nil when the action completed (applied, or its condition did not hold).
 	// Otherwise it is a *dcsync.Error: code Connection when the outcome is unknown
 	// (the action may have been applied: see MultiMutate), any other code when the
@@ -78,7 +84,9 @@ const (
 // could find its own write and report the condition false) or was sent again without
 // a known outcome before the attempts or ctx ran out. Every other error means the
 // action was not applied. A conditional action whose condition failed has Applied
-// false and no error.
+// false and no error. An action that succeeded after an unknown outcome is marked
+// Resent: for an Increment, its cells may then be the counters' current values rather
+// than the ones it produced.
 //
 // The returned error is nil when every action completed; InvalidArgument, with nil
 // results, when an action is malformed (checked before any I/O); otherwise it is the
@@ -205,7 +213,7 @@ func (m *multiCall) pending() []int {
 // finish records action i's final outcome (mu held or no request in flight).
 func (m *multiCall) finish(i int, applied bool, cells []Cell, err error) {
 	m.state[i].done = true
-	m.results[i] = ActionResult{Applied: applied, Cells: cells, Err: err}
+	m.results[i] = ActionResult{Applied: applied, Cells: cells, Err: err, Resent: err == nil && m.state[i].doubt}
 }
 
 // run drives the rounds until every action is final.

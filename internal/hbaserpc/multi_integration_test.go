@@ -155,6 +155,14 @@ func TestIntegrationMultiMutate(t *testing.T) {
 		if !res[0].Applied || res[0].Err != nil || !res[2].Applied || res[2].Err != nil || dcsync.CodeOf(res[1].Err) != dcsync.Connection {
 			t.Fatalf("results %+v", res)
 		}
+		// The retried Increment, deduplicated by its nonce, returns the counter (its
+		// current value), flagged Resent.
+		if !res[2].Resent || res[0].Resent != true || len(res[2].Cells) != 1 {
+			t.Fatalf("retried increment returned %+v", res[2].Cells)
+		}
+		if v, _ := Int64(res[2].Cells[0].Value); v != 1 {
+			t.Fatalf("retried increment returned %d, want 1", v)
+		}
 		cells, err := c.Get(ctx, table, r3)
 		if err != nil || len(cells) != 1 {
 			t.Fatalf("counter row: %+v, %v (increment result %+v)", cells, err, res[2])

@@ -166,7 +166,7 @@ func TestMultiMutateGroupsByServer(t *testing.T) {
 	}
 	want := []bool{true, false, true, true, true, true}
 	for i, r := range res {
-		if r.Err != nil || r.Applied != want[i] {
+		if r.Err != nil || r.Applied != want[i] || r.Resent {
 			t.Errorf("result %d = %+v, want applied %v", i, r, want[i])
 		}
 	}
@@ -251,7 +251,7 @@ func TestMultiMutateInDoubt(t *testing.T) {
 	if dcsync.CodeOf(err) != dcsync.Connection {
 		t.Fatalf("MultiMutate error = %v, want the conditional action's Connection error", err)
 	}
-	if res[0].Err != nil || !res[0].Applied || res[2].Err != nil || !res[2].Applied {
+	if res[0].Err != nil || !res[0].Applied || res[2].Err != nil || !res[2].Applied || !res[0].Resent || !res[2].Resent {
 		t.Fatalf("idempotent actions: %+v", res)
 	}
 	if dcsync.CodeOf(res[1].Err) != dcsync.Connection || res[1].Applied {

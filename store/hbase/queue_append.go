@@ -115,6 +115,12 @@ func decodeDedup(v []byte) (p int, seq, token uint64, pending bool, err error) {
 
 // reserve gives every event in idx a fresh seq: one Increment of each partition's
 // head by its number of events, in one MultiMutate; seqs follow the order of idx.
+//
+// An Increment whose reply was lost is resent with its nonce, so it is applied once;
+// but when the lost attempt had been applied, HBase answers the resent one with the
+// head's current value, which may include other producers' reservations since: the
+// range is unknown. Such a reservation (MultiMutate marks it Resent) is abandoned, its
+// seqs left as holes for the consumer to abort, and the partition reserved again.
 func (a *appender) reserve(ctx context.Context, idx []int) error {
 	var parts []int
 	count := map[int]int{}
@@ -125,28 +131,40 @@ func (a *appender) reserve(ctx context.Context, idx []int) error {
 		}
 		count[p]++
 	}
-	acts := make([]hbaserpc.Action, len(parts))
-	for k, p := range parts {
-		acts[k] = hbaserpc.Action{Mutation: &hbaserpc.Increment{Row: headRow(a.name, p),
-			Deltas: []hbaserpc.Delta{{Family: famQueue, Qualifier: qualHead, Amount: int64(count[p])}}}}
-	}
-	res, err := a.db.MultiMutate(ctx, a.table, acts)
-	if err != nil {
-		return wrap(err, a.op)
-	}
 	next := map[int]uint64{}
-	for k, p := range parts {
-		if len(res[k].Cells) != 1 {
-			return dcsync.Errorf(dcsync.Internal, a.op, "reservation of partition %d returned %d cells", p, len(res[k].Cells))
+	for try := 0; len(parts) > 0; try++ {
+		if try > maxTries {
+			return dcsync.Errorf(dcsync.Connection, a.op, "reservations of %d partitions kept failing with unknown outcome", len(parts))
 		}
-		h, err := decode64(a.op, res[k].Cells[0])
+		acts := make([]hbaserpc.Action, len(parts))
+		for k, p := range parts {
+			acts[k] = hbaserpc.Action{Mutation: &hbaserpc.Increment{Row: headRow(a.name, p),
+				Deltas: []hbaserpc.Delta{{Family: famQueue, Qualifier: qualHead, Amount: int64(count[p])}}}}
+		}
+		res, err := a.db.MultiMutate(ctx, a.table, acts)
 		if err != nil {
-			return err
+			return wrap(err, a.op)
 		}
-		if h < int64(count[p]) {
-			return dcsync.Errorf(dcsync.Internal, a.op, "partition %d head %d after reserving %d", p, h, count[p])
+		var again []int
+		for k, p := range parts {
+			if res[k].Resent {
+				a.s.log.Debug("hbase: queue reservation resent after a lost reply; its seqs are left as holes", "queue", a.name, "partition", p, "count", count[p])
+				again = append(again, p)
+				continue
+			}
+			if len(res[k].Cells) != 1 {
+				return dcsync.Errorf(dcsync.Internal, a.op, "reservation of partition %d returned %d cells", p, len(res[k].Cells))
+			}
+			h, err := decode64(a.op, res[k].Cells[0])
+			if err != nil {
+				return err
+			}
+			if h < int64(count[p]) {
+				return dcsync.Errorf(dcsync.Internal, a.op, "partition %d head %d after reserving %d", p, h, count[p])
+			}
+			next[p] = uint64(h) - uint64(count[p])
 		}
-		next[p] = uint64(h) - uint64(count[p])
+		parts = again
 	}
 	for _, i := range idx {
 		p := a.events[i].Partition

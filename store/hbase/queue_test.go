@@ -573,10 +573,21 @@ func (f *queueFaults) set(m string, n int) {
 var errLost = dcsync.Errorf(dcsync.Connection, "test", "outcome unknown: injected lost reply")
 
 func (f *queueFaults) MultiMutate(ctx context.Context, table string, acts []hbaserpc.Action) ([]hbaserpc.ActionResult, error) {
-	conditional, reads := false, false
+	conditional, reads, incs := false, false, false
 	for _, a := range acts {
 		conditional = conditional || a.Cond != nil
 		reads = reads || a.Read != nil
+		_, inc := a.Mutation.(*hbaserpc.Increment)
+		incs = incs || inc
+	}
+	if incs && f.take("MultiMutate-resent") {
+		// As if each Increment's reply had been lost after it applied: resent, and
+		// answered with the current value (here: its own, which the store cannot know).
+		res, err := f.queueOps.MultiMutate(ctx, table, acts)
+		for i := range res {
+			res[i].Resent = true
+		}
+		return res, err
 	}
 	if reads && f.take("MultiMutate-put") {
 		res, err := f.queueOps.MultiMutate(ctx, table, acts)
@@ -673,6 +684,25 @@ func TestQueueInDoubt(t *testing.T) {
 		}
 	}
 
+	// A reservation resent after a lost reply: its range is unknown, so it is left as
+	// holes and the events reserved again.
+	f.set("MultiMutate-resent", 1)
+	res, err := s.AppendQueue(ctx, name, []dcsync.QueueEvent{ev(0, "r1"), ev(0, "r2")})
+	must(t, err, "AppendQueue with a resent reservation")
+	if res[0].Seq != 6 || res[1].Seq != 7 {
+		t.Fatalf("after a resent reservation: %+v, want seqs 6, 7 (4 and 5 left as holes)", res)
+	}
+	r, err := s.ReadQueue(ctx, name, 0, 4, 10)
+	must(t, err, "ReadQueue")
+	if len(r.Entries) != 0 || r.Head != 8 {
+		t.Fatalf("read at the holes: %+v", r)
+	}
+	for seq := uint64(4); seq < 6; seq++ {
+		if ok, err := s.AbortQueueSeq(ctx, name, 0, seq); err != nil || !ok {
+			t.Fatalf("abort %d: %v, %v", seq, ok, err)
+		}
+	}
+
 	f.set("CheckAndMutate", 1)
 	o, err := s.ClaimQueuePartition(ctx, name, "g", 0, 3)
 	must(t, err, "Claim with a lost reply")
@@ -696,7 +726,7 @@ func TestQueueInDoubt(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("abort with a lost reply: %v, %v", ok, err)
 	}
-	if f.hit["CheckAndMutate"] != 5 || f.hit["MultiMutate"] != 2 || f.hit["MultiMutate-put"] != 3 || f.hit["MultiMutate-drop"] != 2 {
+	if f.hit["CheckAndMutate"] != 5 || f.hit["MultiMutate"] != 2 || f.hit["MultiMutate-put"] != 3 || f.hit["MultiMutate-drop"] != 2 || f.hit["MultiMutate-resent"] != 1 {
 		t.Fatalf("faults injected: %v", f.hit)
 	}
 }
