@@ -121,23 +121,38 @@ func index(payload string) int {
 	return i
 }
 
-// record notes the acks of msgs by a consumer of group; order is checked within keys.
-func (tl *tally) record(group string, msgs []*queue.Message) {
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
+func (tl *tally) init(group string) {
 	if tl.acked[group] == nil {
 		tl.acked[group], tl.last[group] = map[string]int{}, map[string]int{}
 	}
+}
+
+// received checks that msgs, just received by a consumer of group, come after the
+// events of their keys received before (by any consumer of the group): call it before
+// acking them, so that a partition's next owner receives after it.
+func (tl *tally) received(group string, msgs []*queue.Message) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.init(group)
 	for _, m := range msgs {
-		p := string(m.Payload)
-		tl.acked[group][p]++
-		if m.Key != "" {
-			i := index(p)
-			if prev, ok := tl.last[group][m.Key]; ok && i <= prev {
-				tl.errs = append(tl.errs, fmt.Sprintf("group %s key %s: event %d acked after event %d", group, m.Key, i, prev))
-			}
-			tl.last[group][m.Key] = i
+		if m.Key == "" {
+			continue
 		}
+		i := index(string(m.Payload))
+		if prev, ok := tl.last[group][m.Key]; ok && i <= prev {
+			tl.errs = append(tl.errs, fmt.Sprintf("group %s key %s: event %d received after event %d", group, m.Key, i, prev))
+		}
+		tl.last[group][m.Key] = i
+	}
+}
+
+// record notes the acks of msgs by a consumer of group.
+func (tl *tally) record(group string, msgs []*queue.Message) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.init(group)
+	for _, m := range msgs {
+		tl.acked[group][string(m.Payload)]++
 	}
 }
 
@@ -166,25 +181,11 @@ func (tl *tally) check(t *testing.T, group string, want []string) {
 	}
 }
 
-// consume receives and acks until done reports true or ctx ends, recording the acks
-// that succeeded; acks refused with LockLost are redelivered to the next owner and not
-// recorded. Any other error is returned.
+// consume receives and acks until done reports true or ctx ends, checking per-key
+// order and recording the acks that succeeded; acks refused with LockLost are
+// redelivered to the next owner and not recorded. Any other error is returned.
 func consume(ctx context.Context, c *queue.Consumer, group string, tl *tally, done func() bool) error {
-	for !done() && ctx.Err() == nil {
-		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-		msgs, err := c.Receive(rctx, 20)
-		cancel()
-		if err != nil {
-			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-				continue
-			}
-			return fmt.Errorf("Receive: %w", err)
-		}
-		if err := ackEach(ctx, c, group, tl, msgs); err != nil {
-			return err
-		}
-	}
-	return nil
+	return consumeWith(ctx, c, func(msgs []*queue.Message) { tl.received(group, msgs) }, group, tl, done)
 }
 
 // ackEach acks msgs one partition at a time (so that a lost partition does not hide

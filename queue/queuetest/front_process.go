@@ -263,10 +263,21 @@ func runFrontProcesses(t *testing.T, h Harness) {
 				if err := c.wait(); err != nil {
 					t.Fatalf("group %s consumer %d: %v", g, i, err)
 				}
+				last := map[string]int{} // key -> index of its last event this child acked
 				for _, line := range strings.Split(c.out.String(), "\n") {
-					if p, ok := strings.CutPrefix(line, "acked "); ok {
-						got[strings.Fields(p)[0]]++
+					p, ok := strings.CutPrefix(line, "acked ")
+					if !ok {
+						continue
 					}
+					payload := strings.Fields(p)[0]
+					got[payload]++
+					// event(prefix, 0, j): payload "<prefix>w0/<j>", key "<prefix>w0-k<j mod 5>".
+					j := index(payload)
+					key := fmt.Sprintf("%s-k%d", payload[:strings.LastIndexByte(payload, '/')], j%5)
+					if prev, ok := last[key]; ok && j <= prev {
+						t.Errorf("group %s consumer %d: key %s: event %d acked after event %d", g, i, key, j, prev)
+					}
+					last[key] = j
 				}
 			}
 			for _, p := range want {
