@@ -36,6 +36,7 @@ func TestMain(m *testing.M) {
 	if ns := os.Getenv(envRealNS); ns != "" {
 		namespace = ns
 	}
+	queueChildMain()
 	storetest.ChildMain(func(ctx context.Context) (dcsync.Store, error) {
 		return aerospike.OpenURL(ctx, storeURL(os.Getenv(envChildAddr), os.Getenv(envChildNS)))
 	})

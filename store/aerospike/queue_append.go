@@ -19,25 +19,31 @@ type idLoc struct {
 	w   int64
 }
 
-// placement is an event that needs a fresh seq; old is, for an event with an id whose
-// earlier seq was aborted, where the id record points now (the compare-and-set's
-// expected value).
+// placement is an event that gets a fresh seq: one without an id, or one whose id
+// record this append holds (claimed, pending).
 type placement struct {
-	i   int
-	old *idLoc
+	i int
 	// set by reserve
 	p   int
 	seq uint64
 }
 
-// entryWrite is a create-only write of events[i] at (p, seq); complete marks the
-// completion of another append's unwritten seq (found through the id record loc).
+// entryWrite is a create-only write of events[i] at (p, seq); loc is the id record's
+// value that points at it (ids only).
 type entryWrite struct {
-	i        int
-	p        int
-	seq      uint64
-	complete bool
-	loc      idLoc // the id record's value once this write's seq is the id's (ids only)
+	i   int
+	p   int
+	seq uint64
+	loc idLoc
+}
+
+// claimReq is a compare-and-set that makes an id record this append's pending claim:
+// from an aborted seq (loc) or from another append's claim left pending too long
+// (stale, loc.w its writer).
+type claimReq struct {
+	i     int
+	loc   idLoc
+	stale bool
 }
 
 // AppendQueue implements dcsync.QueueStore: see the package doc (Appending).
@@ -57,9 +63,13 @@ func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.Qu
 	return a.run(ctx)
 }
 
+// queueClaimTimeout is how long an id record may stay claimed without a seq before
+// another append of the id takes the claim over (its holder died, or is that slow).
+const queueClaimTimeout = 5 * time.Second
+
 // queueTestHook, when set (by tests only), is called at stages of an append:
-// "reserved" after the reservation, "ids" after the id records; an error ends the
-// append there, as if its process died.
+// "reserved" after the reservation, "ids" after the id records point at the seqs; an
+// error ends the append there, as if its process died.
 var queueTestHook atomic.Pointer[func(queue, stage string) error]
 
 func queueHook(queue, stage string) error {
@@ -78,11 +88,18 @@ type appender struct {
 	ttl    uint32 // id records' TTL
 }
 
+// run places the events in rounds. A round claims the ids not yet claimed, inspects
+// the id records it could not claim, takes over claims (from aborted seqs, or stale),
+// reserves seqs for the events it may append, points their id records at them and
+// writes the events. An event whose id another append holds, pending, waits for a
+// later round; every claim this append holds is pointed and written within the round
+// it was taken, so an append never waits while holding a claim another waits for.
 func (a *appender) run(ctx context.Context) ([]dcsync.QueueAppend, error) {
 	out := make([]dcsync.QueueAppend, len(a.events))
 	firstOf := map[string]int{}
 	dupOf := map[int]int{}
-	var check []int
+	var claim, check []int
+	var cas []claimReq
 	var place []placement
 	for i, e := range a.events {
 		if e.ID == "" {
@@ -94,24 +111,62 @@ func (a *appender) run(ctx context.Context) ([]dcsync.QueueAppend, error) {
 			continue
 		}
 		firstOf[e.ID] = i
-		check = append(check, i)
+		claim = append(claim, i)
 	}
-	for round := 0; len(check) > 0 || len(place) > 0; round++ {
-		if round == queueRounds {
-			return nil, dcsync.Errorf(dcsync.RetriesExhausted, a.op, "queue %q: %d rounds of placing events did not place them all (their seqs were aborted, or other appends of their ids raced)", a.name, queueRounds)
+	deadline := time.Now().Add(4*queueClaimTimeout + time.Duration(a.s.cfg.Attempts)*a.s.cfg.Timeout)
+	waits := 0
+	for len(claim)+len(check)+len(cas)+len(place) > 0 {
+		if time.Now().After(deadline) {
+			return nil, dcsync.Errorf(dcsync.RetriesExhausted, a.op, "queue %q: events still unplaced after %v (their ids held by other appends, or their seqs aborted); appending them again with the same ids is safe", a.name, 4*queueClaimTimeout)
 		}
 		var writes []entryWrite
-		if len(check) > 0 {
-			newPlace, w, resolved, err := a.checkIDs(ctx, check)
+		var waiting, nextClaim []int
+		var nextCAS []claimReq
+		var nextPlace []placement
+		if len(claim) > 0 {
+			held, refused, err := a.claim(ctx, claim)
 			if err != nil {
 				return nil, err
 			}
-			for i, r := range resolved {
-				out[i] = r
+			place = append(place, held...)
+			check = append(check, refused...)
+			claim = nil
+		}
+		if len(check) > 0 {
+			res, err := a.inspect(ctx, check)
+			if err != nil {
+				return nil, err
 			}
-			place = append(place, newPlace...)
-			writes = append(writes, w...)
+			for k, i := range check {
+				r := res[k]
+				switch r.what {
+				case idGone:
+					nextClaim = append(nextClaim, i)
+				case idOurs:
+					place = append(place, placement{i: i})
+				case idDuplicate:
+					out[i] = dcsync.QueueAppend{Partition: r.loc.p, Seq: r.loc.seq, Duplicate: true}
+				case idUnwritten:
+					writes = append(writes, entryWrite{i: i, p: r.loc.p, seq: r.loc.seq, loc: r.loc})
+				case idAborted:
+					cas = append(cas, claimReq{i: i, loc: r.loc})
+				case idStale:
+					cas = append(cas, claimReq{i: i, loc: r.loc, stale: true})
+				case idPending:
+					waiting = append(waiting, i)
+				}
+			}
 			check = nil
+		}
+		if len(cas) > 0 {
+			held, refused, err := a.takeOver(ctx, cas)
+			if err != nil {
+				return nil, err
+			}
+			place = append(place, held...)
+			nextCheck := refused
+			waiting = append(waiting, nextCheck...)
+			cas = nil
 		}
 		if len(place) > 0 {
 			if err := a.reserve(ctx, place); err != nil {
@@ -121,7 +176,7 @@ func (a *appender) run(ctx context.Context) ([]dcsync.QueueAppend, error) {
 			if err := queueHook(a.name, "reserved"); err != nil {
 				return nil, err
 			}
-			w, lost, err := a.writeIDs(ctx, place)
+			w, lost, err := a.point(ctx, place)
 			if err != nil {
 				return nil, err
 			}
@@ -132,7 +187,7 @@ func (a *appender) run(ctx context.Context) ([]dcsync.QueueAppend, error) {
 				return nil, err
 			}
 			for _, pl := range lost {
-				check = append(check, pl.i)
+				nextClaim = append(nextClaim, pl.i)
 			}
 			place = nil
 			if time.Since(reservedAt) > queueMaxWriteDelay {
@@ -140,26 +195,36 @@ func (a *appender) run(ctx context.Context) ([]dcsync.QueueAppend, error) {
 			}
 			writes = append(writes, w...)
 		}
-		if len(writes) == 0 {
-			continue
-		}
-		res, err := a.writeEntries(ctx, writes)
-		if err != nil {
-			return nil, err
-		}
-		for k, wr := range writes {
-			switch res[k] {
-			case entryOurs:
-				out[wr.i] = dcsync.QueueAppend{Partition: wr.p, Seq: wr.seq}
-			case entrySameID:
-				out[wr.i] = dcsync.QueueAppend{Partition: wr.p, Seq: wr.seq, Duplicate: true}
-			case entryAborted:
-				pl := placement{i: wr.i}
-				if a.events[wr.i].ID != "" {
-					loc := wr.loc
-					pl.old = &loc
+		if len(writes) > 0 {
+			res, err := a.writeEntries(ctx, writes)
+			if err != nil {
+				return nil, err
+			}
+			for k, wr := range writes {
+				switch res[k] {
+				case entryOurs:
+					out[wr.i] = dcsync.QueueAppend{Partition: wr.p, Seq: wr.seq}
+				case entrySameID:
+					out[wr.i] = dcsync.QueueAppend{Partition: wr.p, Seq: wr.seq, Duplicate: true}
+				case entryAborted:
+					if a.events[wr.i].ID == "" {
+						nextPlace = append(nextPlace, placement{i: wr.i})
+					} else {
+						nextCAS = append(nextCAS, claimReq{i: wr.i, loc: wr.loc})
+					}
 				}
-				place = append(place, pl)
+			}
+		}
+		claim, check, cas, place = nextClaim, waiting, nextCAS, nextPlace
+		if len(claim)+len(cas)+len(place) == 0 && len(check) > 0 {
+			// Only ids other appends hold: give them time to point them.
+			waits++
+			t := time.NewTimer(min(time.Millisecond<<min(waits, 6), 50*time.Millisecond))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, dcsync.Errorf(dcsync.Connection, a.op, "queue %q: waiting for other appends of the same ids: %w", a.name, ctx.Err())
+			case <-t.C:
 			}
 		}
 	}
@@ -169,65 +234,167 @@ func (a *appender) run(ctx context.Context) ([]dcsync.QueueAppend, error) {
 	return out, nil
 }
 
-// checkIDs reads the id records of events check. An event whose id has none is to be
-// placed; one whose id's event is stored is a duplicate; one whose id's seq was
-// aborted is to be placed again (moving the id record); one whose id's seq is
-// unwritten is completed by a write of this event there.
-func (a *appender) checkIDs(ctx context.Context, check []int) ([]placement, []entryWrite, map[int]dcsync.QueueAppend, error) {
+// mine is true on an id record this append holds, pending (no seq yet).
+func (a *appender) mine() *as.Expression {
+	return as.ExpAnd(as.ExpBinExists(qbWriter), as.ExpEq(as.ExpIntBin(qbWriter), as.ExpIntVal(a.w)), as.ExpNot(as.ExpBinExists(qbSeq)))
+}
+
+func (a *appender) idPolicy(exists as.RecordExistsAction, filter *as.Expression) *as.BatchWritePolicy {
+	bwp := as.NewBatchWritePolicy()
+	bwp.RecordExistsAction = exists
+	bwp.Expiration = a.ttl
+	bwp.FilterExpression = filter
+	return bwp
+}
+
+// claim creates the id records of events claim as this append's pending claims (a
+// record that is already this append's, from an in-doubt try, passes the filter). It
+// returns the claims held and the events whose id record exists.
+func (a *appender) claim(ctx context.Context, claim []int) ([]placement, []int, error) {
+	recs := make([]as.BatchRecordIfc, len(claim))
+	for k, i := range claim {
+		recs[k] = as.NewBatchWrite(a.idPolicy(as.UPDATE, a.mine()), a.s.idKey(a.name, a.events[i].ID),
+			as.PutOp(as.NewBin(qbWriter, a.w)))
+	}
+	if err := a.s.runBatch(ctx, a.op, true, recs, nil, types.FILTERED_OUT); err != nil {
+		return nil, nil, err
+	}
+	var held []placement
+	var refused []int
+	for k, i := range claim {
+		if recs[k].BatchRec().ResultCode == types.OK {
+			held = append(held, placement{i: i})
+		} else {
+			refused = append(refused, i)
+		}
+	}
+	return held, refused, nil
+}
+
+// What inspect finds of an id.
+const (
+	idGone      = iota // no id record (expired): claim it
+	idOurs             // this append's pending claim
+	idDuplicate        // its event is stored (or was, and was trimmed)
+	idUnwritten        // its seq is not written: complete it
+	idAborted          // its seq was aborted: claim it from there
+	idStale            // another append's claim, pending longer than queueClaimTimeout
+	idPending          // another append's claim, pending: wait
+)
+
+type idState struct {
+	what int
+	loc  idLoc
+}
+
+// rAge names the age (ms since the last write) inspect reads of an id record.
+const rAge = "dcsync_r_age"
+
+// inspect reads the id records of events check and, for those that point at a seq,
+// the entry there and its partition's floor.
+func (a *appender) inspect(ctx context.Context, check []int) ([]idState, error) {
 	recs := make([]as.BatchRecordIfc, len(check))
 	for k, i := range check {
-		recs[k] = as.NewBatchRead(nil, a.s.idKey(a.name, a.events[i].ID), []string{qbPart, qbSeq, qbWriter})
+		recs[k] = as.NewBatchReadOps(nil, a.s.idKey(a.name, a.events[i].ID),
+			as.GetBinOp(qbPart), as.GetBinOp(qbSeq), as.GetBinOp(qbWriter),
+			as.ExpReadOp(rAge, as.ExpSinceUpdate(), as.ExpReadFlagDefault))
 	}
 	if err := a.s.runBatch(ctx, a.op, false, recs, nil, types.KEY_NOT_FOUND_ERROR); err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	var place []placement
-	var foundI []int
-	var locs []idLoc
-	for k, i := range check {
+	out := make([]idState, len(check))
+	var pointed []int // indexes into check
+	for k := range check {
 		br := recs[k].BatchRec()
 		if br.ResultCode != types.OK || br.Record == nil {
-			place = append(place, placement{i: i})
+			out[k].what = idGone
 			continue
 		}
-		loc := idLoc{p: int(uintOf(br.Record.Bins[qbPart])), seq: uintOf(br.Record.Bins[qbSeq])}
-		loc.w, _ = intOf(br.Record.Bins[qbWriter])
-		foundI, locs = append(foundI, i), append(locs, loc)
+		bins := br.Record.Bins
+		loc := idLoc{p: int(uintOf(bins[qbPart])), seq: uintOf(bins[qbSeq])}
+		loc.w, _ = intOf(bins[qbWriter])
+		out[k].loc = loc
+		age, _ := intOf(bins[rAge])
+		switch {
+		case bins[qbSeq] != nil:
+			pointed = append(pointed, k)
+		case loc.w == a.w:
+			out[k].what = idOurs
+		case age >= queueClaimTimeout.Milliseconds():
+			out[k].what = idStale
+		default:
+			out[k].what = idPending
+		}
 	}
-	if len(foundI) == 0 {
-		return place, nil, nil, nil
+	if len(pointed) == 0 {
+		return out, nil
 	}
-	// The entries the id records point to, and their partitions' floors.
-	recs = make([]as.BatchRecordIfc, 0, 2*len(foundI))
-	for _, loc := range locs {
+	recs = make([]as.BatchRecordIfc, 0, 2*len(pointed))
+	for _, k := range pointed {
+		loc := out[k].loc
 		recs = append(recs, as.NewBatchRead(nil, a.s.entryKey(a.name, loc.p, loc.seq), []string{qbWriter, qbID, qbAborted}),
 			as.NewBatchRead(nil, a.s.headKey(a.name, loc.p), []string{qbFloor}))
 	}
 	if err := a.s.runBatch(ctx, a.op, false, recs, nil, types.KEY_NOT_FOUND_ERROR); err != nil {
-		return nil, nil, nil, err
+		return nil, err
 	}
-	var writes []entryWrite
-	resolved := map[int]dcsync.QueueAppend{}
-	for k, i := range foundI {
-		loc := locs[k]
-		entry, head := recs[2*k].BatchRec(), recs[2*k+1].BatchRec()
+	for n, k := range pointed {
+		entry, head := recs[2*n].BatchRec(), recs[2*n+1].BatchRec()
 		var floor uint64
 		if head.ResultCode == types.OK && head.Record != nil {
 			floor = uintOf(head.Record.Bins[qbFloor])
 		}
 		switch {
 		case entry.ResultCode == types.OK && entry.Record != nil && entry.Record.Bins[qbAborted] != nil:
-			place = append(place, placement{i: i, old: &loc})
+			out[k].what = idAborted
 		case entry.ResultCode == types.OK:
-			resolved[i] = dcsync.QueueAppend{Partition: loc.p, Seq: loc.seq, Duplicate: true}
-		case loc.seq < floor:
+			out[k].what = idDuplicate
+		case out[k].loc.seq < floor:
 			// Trimmed: its event was stored and consumed (a tombstone outlives trims).
-			resolved[i] = dcsync.QueueAppend{Partition: loc.p, Seq: loc.seq, Duplicate: true}
+			out[k].what = idDuplicate
 		default:
-			writes = append(writes, entryWrite{i: i, p: loc.p, seq: loc.seq, complete: true, loc: loc})
+			out[k].what = idUnwritten
 		}
 	}
-	return place, writes, resolved, nil
+	return out, nil
+}
+
+// takeOver makes id records this append's pending claims by compare-and-set: from the
+// aborted seq they point at, or from another append's stale claim. An in-doubt
+// earlier try passes the filter as this append's own claim. It returns the claims
+// held and the events to inspect again.
+func (a *appender) takeOver(ctx context.Context, cas []claimReq) ([]placement, []int, error) {
+	recs := make([]as.BatchRecordIfc, len(cas))
+	for k, c := range cas {
+		var from *as.Expression
+		if c.stale {
+			from = as.ExpAnd(as.ExpNot(as.ExpBinExists(qbSeq)), as.ExpBinExists(qbWriter),
+				as.ExpEq(as.ExpIntBin(qbWriter), as.ExpIntVal(c.loc.w)),
+				as.ExpGreaterEq(as.ExpSinceUpdate(), as.ExpIntVal(queueClaimTimeout.Milliseconds())))
+		} else {
+			from = as.ExpAnd(as.ExpBinExists(qbSeq), as.ExpBinExists(qbPart),
+				as.ExpEq(as.ExpIntBin(qbPart), as.ExpIntVal(int64(c.loc.p))),
+				as.ExpEq(as.ExpIntBin(qbSeq), as.ExpIntVal(int64(c.loc.seq))))
+		}
+		recs[k] = as.NewBatchWrite(a.idPolicy(as.UPDATE_ONLY, as.ExpOr(from, a.mine())), a.s.idKey(a.name, a.events[c.i].ID),
+			as.PutOp(as.NewBin(qbWriter, a.w)), as.PutOp(as.NewBin(qbPart, nil)), as.PutOp(as.NewBin(qbSeq, nil)))
+	}
+	if err := a.s.runBatch(ctx, a.op, true, recs, nil, types.FILTERED_OUT, types.KEY_NOT_FOUND_ERROR); err != nil {
+		return nil, nil, err
+	}
+	var held []placement
+	var refused []int
+	for k, c := range cas {
+		if recs[k].BatchRec().ResultCode == types.OK {
+			held = append(held, placement{i: c.i})
+			if c.stale {
+				a.s.log.Debug("aerospike: took over an id claim left pending", "queue", a.name, "id", a.events[c.i].ID)
+			}
+		} else {
+			refused = append(refused, c.i)
+		}
+	}
+	return held, refused, nil
 }
 
 // reserveOps reserve n seqs in a head record, or, when the record holds nonce already
@@ -302,37 +469,23 @@ func (a *appender) reserve(ctx context.Context, place []placement) error {
 	return nil
 }
 
-// writeIDs points the ids of the placed events that have one at their new seqs: a new
-// id record (create, or overwrite of this append's own earlier try), or, for an event
-// placed again, a compare-and-set from its old seq. It returns the entry writes of the
-// placements and the placements that lost their id to another append.
-func (a *appender) writeIDs(ctx context.Context, place []placement) ([]entryWrite, []placement, error) {
+// point points the id records this append holds at their events' new seqs (filter:
+// still this append's claim; an in-doubt earlier try passes it too, being the same
+// write). It returns the entry writes and the placements whose claim another append
+// took over meanwhile.
+func (a *appender) point(ctx context.Context, place []placement) ([]entryWrite, []placement, error) {
 	writes := make([]entryWrite, 0, len(place))
 	var recs []as.BatchRecordIfc
 	var which []int
 	for k, pl := range place {
 		e := a.events[pl.i]
-		wr := entryWrite{i: pl.i, p: pl.p, seq: pl.seq, loc: idLoc{p: pl.p, seq: pl.seq, w: a.w}}
-		writes = append(writes, wr)
+		writes = append(writes, entryWrite{i: pl.i, p: pl.p, seq: pl.seq, loc: idLoc{p: pl.p, seq: pl.seq, w: a.w}})
 		if e.ID == "" {
 			continue
 		}
-		mine := as.ExpAnd(as.ExpEq(as.ExpIntBin(qbWriter), as.ExpIntVal(a.w)),
-			as.ExpEq(as.ExpIntBin(qbPart), as.ExpIntVal(int64(pl.p))),
-			as.ExpEq(as.ExpIntBin(qbSeq), as.ExpIntVal(int64(pl.seq))))
-		bwp := as.NewBatchWritePolicy()
-		bwp.Expiration = a.ttl
-		if pl.old == nil {
-			bwp.RecordExistsAction = as.UPDATE
-			bwp.FilterExpression = mine
-		} else {
-			bwp.RecordExistsAction = as.UPDATE_ONLY
-			bwp.FilterExpression = as.ExpOr(as.ExpAnd(
-				as.ExpEq(as.ExpIntBin(qbPart), as.ExpIntVal(int64(pl.old.p))),
-				as.ExpEq(as.ExpIntBin(qbSeq), as.ExpIntVal(int64(pl.old.seq)))), mine)
-		}
-		recs = append(recs, as.NewBatchWrite(bwp, a.s.idKey(a.name, e.ID),
-			as.PutOp(as.NewBin(qbPart, pl.p)), as.PutOp(as.NewBin(qbSeq, int64(pl.seq))), as.PutOp(as.NewBin(qbWriter, a.w))))
+		ours := as.ExpAnd(as.ExpBinExists(qbWriter), as.ExpEq(as.ExpIntBin(qbWriter), as.ExpIntVal(a.w)))
+		recs = append(recs, as.NewBatchWrite(a.idPolicy(as.UPDATE_ONLY, ours), a.s.idKey(a.name, e.ID),
+			as.PutOp(as.NewBin(qbPart, pl.p)), as.PutOp(as.NewBin(qbSeq, int64(pl.seq)))))
 		which = append(which, k)
 	}
 	if err := a.s.runBatch(ctx, a.op, true, recs, nil, types.FILTERED_OUT, types.KEY_NOT_FOUND_ERROR); err != nil {
@@ -367,7 +520,8 @@ func (a *appender) abort(ctx context.Context, lost []placement) error {
 	for k, pl := range lost {
 		recs[k] = as.NewBatchWrite(tombstonePolicy(), a.s.entryKey(a.name, pl.p, pl.seq), tombstoneOps()...)
 	}
-	// An event there (impossible: no id record pointed at these seqs) is left alone.
+	// No id record ever pointed at these seqs, so no event can be there; one that
+	// were would be left alone.
 	return a.s.runBatch(ctx, a.op, true, recs, nil, types.KEY_EXISTS_ERROR)
 }
 
