@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,7 +38,9 @@ type Message struct {
 	// Deadline is when the message becomes visible again unless acked or extended.
 	Deadline time.Time
 	// DeadFrom, on a dead-letter consumer, is where the event was when it was
-	// dead-lettered ("partition/seq"); empty otherwise.
+	// dead-lettered ("partition/seq"); empty otherwise. ID is then the event's own id
+	// (empty if it had none, or if with the origin it exceeded
+	// dcsync.MaxQueueKeyLen).
 	DeadFrom string
 }
 
@@ -74,6 +77,7 @@ type Consumer struct {
 	slot    int
 
 	tick     chan struct{}
+	hub      *hub
 	bg       context.Context
 	bgCancel context.CancelFunc
 	wg       sync.WaitGroup
@@ -142,7 +146,7 @@ func (q *Queue) Consumer(ctx context.Context, group string, opts ...ConsumerOpti
 		}
 	}
 	c.bg, c.bgCancel = context.WithCancel(context.Background())
-	q.hub.subscribe(c)
+	c.hub = subscribe(q.store, spec.Name, q.opts.pollInterval, c)
 	c.wg.Add(1)
 	go c.run()
 	return c, nil
@@ -342,21 +346,28 @@ func (c *Consumer) take(ctx context.Context, p int) error {
 		return err
 	}
 	attempts := off.Attempts
+	// From here a failure must not leave the offset marked held: the next owner would
+	// count an attempt nobody made.
+	giveUp := func(err error) error {
+		gctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = st.CommitQueueOffset(gctx, c.name, c.group, p, dcsync.QueueOffset{Token: lk.Token(), Next: off.Next, Attempts: attempts})
+		c.releaseLock(lk)
+		return err
+	}
 	if off.Held {
 		// The previous owner died holding the partition: if an event waits at the
 		// offset, that owner's delivery of it counts as a failed attempt.
 		b, err := st.QueueBounds(ctx, c.name, []int{p})
 		if err != nil {
-			c.releaseLock(lk)
-			return err
+			return giveUp(err)
 		}
 		if b[0].Head > max(off.Next, b[0].Floor) {
 			attempts++
 			off.Attempts = attempts
 			off.Held = true
 			if err := st.CommitQueueOffset(ctx, c.name, c.group, p, off); err != nil {
-				c.releaseLock(lk)
-				return err
+				return giveUp(err)
 			}
 		}
 	}
@@ -365,14 +376,13 @@ func (c *Consumer) take(ctx context.Context, p int) error {
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
-		c.releaseLock(lk)
-		return ErrClosed
+		return giveUp(ErrClosed)
 	}
 	c.owned[p] = pt
 	c.wg.Add(1) // under c.mu, before Close can wait
 	c.mu.Unlock()
 	c.signal()
-	c.q.hub.poke()
+	c.hub.poke()
 	go func() {
 		defer c.wg.Done()
 		<-lost.Done()
@@ -470,7 +480,7 @@ func (c *Consumer) Receive(ctx context.Context, n int) ([]*Message, error) {
 		c.mu.Lock()
 		c.waiting++
 		c.mu.Unlock()
-		c.q.hub.poke()
+		c.hub.poke()
 		t := time.NewTimer(max(d, time.Millisecond))
 		select {
 		case <-ctx.Done():
@@ -569,31 +579,46 @@ func (c *Consumer) message(pt *part, en *entry) *Message {
 	m := &Message{Partition: pt.p, Seq: en.e.Seq, Key: en.e.Key, ID: en.e.ID,
 		Payload: en.e.Payload, At: en.e.At, Attempt: en.attempts, Token: pt.token, Deadline: en.deadline}
 	if c.dead {
-		if from, ok := parseDeadID(en.e.ID); ok {
-			m.DeadFrom, m.ID = from, ""
+		if from, orig, ok := parseDeadID(en.e.ID); ok {
+			m.DeadFrom, m.ID = from, orig
 		}
 	}
 	return m
 }
 
-// deadID is the idempotency id of a dead-lettered event: unique per (group, partition,
-// seq), so that dead-lettering it again (by a successor) appends it once.
-func deadID(group string, p int, seq uint64) string {
-	return "\x00dead\x00" + strconv.Itoa(p) + "/" + strconv.FormatUint(seq, 10) + "\x00" + group
+// deadID is the idempotency id of a dead-lettered event: unique per (group,
+// partition, seq), so that dead-lettering it again (by a successor) appends it once.
+// The event's own id follows when it fits in dcsync.MaxQueueKeyLen.
+func deadID(group string, p int, seq uint64, orig string) string {
+	id := "\x00dead\x00" + strconv.Itoa(p) + "/" + strconv.FormatUint(seq, 10) + "\x00" + strconv.Itoa(len(group)) + ":" + group
+	if len(id)+len(orig) < dcsync.MaxQueueKeyLen {
+		id += "\x00" + orig
+	}
+	return id
 }
 
-func parseDeadID(id string) (string, bool) {
+// parseDeadID returns the origin ("partition/seq") and the original id of a
+// dead-letter id.
+func parseDeadID(id string) (from, orig string, ok bool) {
 	const pre = "\x00dead\x00"
-	if len(id) <= len(pre) || id[:len(pre)] != pre {
-		return "", false
+	rest, found := strings.CutPrefix(id, pre)
+	if !found {
+		return "", "", false
 	}
-	rest := id[len(pre):]
-	for i := 0; i < len(rest); i++ {
-		if rest[i] == 0 {
-			return rest[:i], true
-		}
+	from, rest, found = strings.Cut(rest, "\x00")
+	if !found {
+		return "", "", false
 	}
-	return "", false
+	n, rest, found := strings.Cut(rest, ":")
+	gl, err := strconv.Atoi(n)
+	if !found || err != nil || gl > len(rest) {
+		return "", "", false
+	}
+	rest = rest[gl:]
+	if r, cut := strings.CutPrefix(rest, "\x00"); cut {
+		orig = r
+	}
+	return from, orig, true
 }
 
 // deadLetter appends the entries to the group's dead-letter partition and acks them.
@@ -602,7 +627,7 @@ func (c *Consumer) deadLetter(ctx context.Context, refs []deadRef) error {
 	events := make([]dcsync.QueueEvent, len(refs))
 	for i, r := range refs {
 		events[i] = dcsync.QueueEvent{Partition: spec.Partitions + c.gi, Key: r.en.e.Key,
-			ID: deadID(c.group, r.pt.p, r.en.e.Seq), Payload: r.en.e.Payload}
+			ID: deadID(c.group, r.pt.p, r.en.e.Seq, r.en.e.ID), Payload: r.en.e.Payload}
 	}
 	if _, err := c.q.append(ctx, events); err != nil {
 		c.mu.Lock()
@@ -977,25 +1002,27 @@ func (c *Consumer) Nack(ctx context.Context, m *Message) error {
 		return nil
 	}
 	o := c.q.opts
-	if !c.dead && en.attempts >= o.maxAttempts {
-		en.deadline = time.Now().Add(o.visibility)
-		c.mu.Unlock()
-		return c.deadLetter(ctx, []deadRef{{pt, en}})
-	}
 	back := o.minBackoff
 	for i := 1; i < en.attempts && back < o.maxBackoff; i++ {
 		back *= 2
 	}
-	en.state, en.notBefore = pending, time.Now().Add(min(back, o.maxBackoff))
+	notBefore := time.Now().Add(min(back, o.maxBackoff))
 	if en.e.Key != "" {
 		// Later in-flight events of the key go back too, undelivered, to keep order.
 		for _, later := range pt.buf[m.Seq-pt.next+1:] {
 			if later.e.Key == en.e.Key && later.state == inflight {
-				later.state, later.notBefore = pending, en.notBefore
+				later.state, later.notBefore = pending, notBefore
 				later.attempts--
 			}
 		}
 	}
+	if !c.dead && en.attempts >= o.maxAttempts {
+		en.deadline = time.Now().Add(o.visibility)
+		c.mu.Unlock()
+		c.signal()
+		return c.deadLetter(ctx, []deadRef{{pt, en}})
+	}
+	en.state, en.notBefore = pending, notBefore
 	c.mu.Unlock()
 	c.signal()
 	return nil
@@ -1066,7 +1093,7 @@ func (c *Consumer) Close(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	c.bgCancel()
-	c.q.hub.unsubscribe(c)
+	c.hub.unsubscribe(c)
 	c.signal()
 	for _, pt := range pts {
 		c.release(ctx, pt)

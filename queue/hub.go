@@ -36,29 +36,23 @@ var hubs = struct {
 	m map[hubKey]*hub
 }{m: map[hubKey]*hub{}}
 
-// hubFor returns the process's hub of (s, name); the first caller's interval wins.
-// Stores whose dynamic type is not comparable get a hub per Queue.
-func hubFor(s Store, name string, interval time.Duration) *hub {
-	if !reflect.TypeOf(s).Comparable() {
-		return newHub(s, name, interval)
-	}
+// subscribe adds c to the process's hub of (s, name), creating the hub if needed, and
+// returns it; the hub's goroutine runs while it has subscribers, and the hub leaves
+// the registry with its last subscriber. Stores whose dynamic type is not comparable
+// get a hub per consumer (they miss the local wake-ups of other handles' enqueues).
+func subscribe(s Store, name string, interval time.Duration, c *Consumer) *hub {
 	hubs.Lock()
 	defer hubs.Unlock()
-	k := hubKey{s, name}
-	h := hubs.m[k]
-	if h == nil {
+	var h *hub
+	if reflect.TypeOf(s).Comparable() {
+		k := hubKey{s, name}
+		if h = hubs.m[k]; h == nil {
+			h = newHub(s, name, interval)
+			hubs.m[k] = h
+		}
+	} else {
 		h = newHub(s, name, interval)
-		hubs.m[k] = h
 	}
-	return h
-}
-
-func newHub(s Store, name string, interval time.Duration) *hub {
-	return &hub{store: s, name: name, interval: interval, subs: map[*Consumer]struct{}{}, kick: make(chan struct{}, 1)}
-}
-
-// subscribe adds c; the hub's goroutine runs while it has subscribers.
-func (h *hub) subscribe(c *Consumer) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.subs[c] = struct{}{}
@@ -66,6 +60,22 @@ func (h *hub) subscribe(c *Consumer) {
 		h.running = true
 		go h.run()
 	}
+	return h
+}
+
+// lookupHub returns the process's hub of (s, name), or nil when no consumer of it
+// runs in this process.
+func lookupHub(s Store, name string) *hub {
+	if !reflect.TypeOf(s).Comparable() {
+		return nil
+	}
+	hubs.Lock()
+	defer hubs.Unlock()
+	return hubs.m[hubKey{s, name}]
+}
+
+func newHub(s Store, name string, interval time.Duration) *hub {
+	return &hub{store: s, name: name, interval: interval, subs: map[*Consumer]struct{}{}, kick: make(chan struct{}, 1)}
 }
 
 func (h *hub) unsubscribe(c *Consumer) {
@@ -73,6 +83,23 @@ func (h *hub) unsubscribe(c *Consumer) {
 	delete(h.subs, c)
 	h.mu.Unlock()
 	h.poke()
+}
+
+// idle ends the hub when it has no subscribers: it leaves the registry (under the
+// registry's lock, so that no subscribe can pick it up meanwhile).
+func (h *hub) idle() bool {
+	hubs.Lock()
+	defer hubs.Unlock()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.subs) > 0 {
+		return false
+	}
+	h.running = false
+	if k := (hubKey{h.store, h.name}); reflect.TypeOf(h.store).Comparable() && hubs.m[k] == h {
+		delete(hubs.m, k)
+	}
+	return true
 }
 
 // poke asks for a read now (still at most one per minimum interval).
@@ -119,13 +146,9 @@ func (h *hub) run() {
 				<-timer.C
 			}
 		}
-		h.mu.Lock()
-		if len(h.subs) == 0 {
-			h.running = false
-			h.mu.Unlock()
+		if h.idle() {
 			return
 		}
-		h.mu.Unlock()
 		subs := h.snapshot()
 		want := map[int]bool{}
 		for _, c := range subs {

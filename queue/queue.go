@@ -48,6 +48,7 @@ import (
 	"errors"
 	"hash/fnv"
 	"log/slog"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -178,7 +179,6 @@ type Queue struct {
 	locks *lock.Manager
 	spec  atomic.Pointer[dcsync.QueueSpec]
 	rr    atomic.Uint64
-	hub   *hub
 }
 
 // Create creates a queue with spec (see dcsync.QueueSpec; spec.Created is ignored) and
@@ -228,8 +228,10 @@ func open(ctx context.Context, s Store, name string, o options) (*Queue, error) 
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{store: s, opts: o, locks: locks, hub: hubFor(s, name, o.pollInterval)}
+	q := &Queue{store: s, opts: o, locks: locks}
 	q.spec.Store(&spec)
+	// Round robin from a random partition: short-lived producers (a CLI run) spread.
+	q.rr.Store(rand.Uint64())
 	return q, nil
 }
 
@@ -319,7 +321,9 @@ func (q *Queue) append(ctx context.Context, qe []dcsync.QueueEvent) ([]dcsync.Qu
 			ps = append(ps, r.Partition)
 		}
 	}
-	q.hub.appended(ps)
+	if h := lookupHub(q.store, q.Name()); h != nil {
+		h.appended(ps)
+	}
 	return res, nil
 }
 
