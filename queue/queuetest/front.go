@@ -45,6 +45,7 @@ func runFront(t *testing.T, h Harness) {
 	t.Run("DeadLetters", func(t *testing.T) { runDeadLetters(t, h) })
 	t.Run("Retention", func(t *testing.T) { runRetention(t, h) })
 	t.Run("Lag", func(t *testing.T) { runLag(t, h) })
+	t.Run("AddGroupKeepsLaterEvents", func(t *testing.T) { runAddGroup(t, h) })
 	t.Run("TakeoverAfterClose", func(t *testing.T) { runTakeoverAfterClose(t, h) })
 	t.Run("TakeoverAfterDeath", func(t *testing.T) { runTakeoverAfterDeath(t, h) })
 	t.Run("ZombieAck", func(t *testing.T) { runZombieAck(t, h) })
@@ -803,4 +804,63 @@ func describe(msgs []*queue.Message) string {
 		fmt.Fprintf(&b, " [%d/%d key %q id %q %q attempt %d token %d]", m.Partition, m.Seq, m.Key, m.ID, m.Payload, m.Attempt, m.Token)
 	}
 	return b.String()
+}
+
+// runAddGroup: a group added through another handle (another process) receives every
+// event enqueued after AddGroup returned, even while the first group's consumer, which
+// knew the queue without it, acks those events and trims.
+func runAddGroup(t *testing.T, h Harness) {
+	noQueueGoroutines(t)
+	s := h.open(t)
+	ctx := ctxT(t, time.Minute)
+	const parts, n = 2, 10
+	q := createQueue(t, ctx, s, parts, []string{"a"})
+	tl := newTally()
+	a, err := q.Consumer(ctx, "a")
+	must(t, err, "Consumer a")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var failed error
+	wg.Go(func() {
+		failed = consume(ctx, a, "a", tl, func() bool {
+			select {
+			case <-stop:
+				return true
+			default:
+				return false
+			}
+		})
+	})
+	defer func() {
+		close(stop)
+		wg.Wait()
+		a.Close(context.Background())
+		must(t, failed, "consume a")
+	}()
+	other, err := queue.Open(ctx, s, q.Name(), frontOpts()...)
+	must(t, err, "queue.Open")
+	must(t, other.AddGroup(ctx, "b"), "AddGroup b")
+	want := produce(t, ctx, q, "", 1, n, 5)
+	for tl.count("a") < n && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Give a's consumer time to trim what it acked (it trims at most once a second).
+	ps := []int{0, 1}
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
+		b, err := s.QueueBounds(ctx, q.Name(), ps)
+		must(t, err, "QueueBounds")
+		for i, bb := range b {
+			if bb.Floor > 0 {
+				t.Fatalf("partition %d trimmed below %d after group a acked: group b, added before the events were enqueued, never read them", i, bb.Floor)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c, err := other.Consumer(ctx, "b")
+	must(t, err, "Consumer b")
+	defer c.Close(context.Background())
+	msgs := receiveAll(t, ctx, c, n)
+	tlb := newTally()
+	must(t, ackEach(ctx, c, "b", tlb, msgs), "Ack b")
+	tlb.check(t, "b", want)
 }
