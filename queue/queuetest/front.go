@@ -46,6 +46,8 @@ func runFront(t *testing.T, h Harness) {
 	t.Run("Retention", func(t *testing.T) { runRetention(t, h) })
 	t.Run("Lag", func(t *testing.T) { runLag(t, h) })
 	t.Run("AddGroupKeepsLaterEvents", func(t *testing.T) { runAddGroup(t, h) })
+	t.Run("Visibility", func(t *testing.T) { runVisibility(t, h) })
+	t.Run("Close", func(t *testing.T) { runClose(t, h) })
 	t.Run("TakeoverAfterClose", func(t *testing.T) { runTakeoverAfterClose(t, h) })
 	t.Run("TakeoverAfterDeath", func(t *testing.T) { runTakeoverAfterDeath(t, h) })
 	t.Run("ZombieAck", func(t *testing.T) { runZombieAck(t, h) })
@@ -863,4 +865,88 @@ func runAddGroup(t *testing.T, h Harness) {
 	tlb := newTally()
 	must(t, ackEach(ctx, c, "b", tlb, msgs), "Ack b")
 	tlb.check(t, "b", want)
+}
+
+// runVisibility: a message not acked within its visibility is delivered again, with the
+// next attempt number; after MaxAttempts deliveries it is dead-lettered, Nack or not.
+func runVisibility(t *testing.T, h Harness) {
+	noQueueGoroutines(t)
+	s := h.open(t)
+	ctx := ctxT(t, time.Minute)
+	q := createQueue(t, ctx, s, 1, []string{"g"}, queue.WithVisibility(300*time.Millisecond), queue.WithMaxAttempts(2))
+	_, err := q.Enqueue(ctx, queue.Event{Payload: []byte("slow")})
+	must(t, err, "Enqueue")
+	c, err := q.Consumer(ctx, "g")
+	must(t, err, "Consumer")
+	defer c.Close(context.Background())
+	for attempt := 1; attempt <= 2; attempt++ {
+		msgs, err := c.Receive(ctx, 10)
+		must(t, err, "Receive")
+		if len(msgs) != 1 || string(msgs[0].Payload) != "slow" || msgs[0].Attempt != attempt {
+			t.Fatalf("delivery %d: %s, want slow, attempt %d", attempt, describe(msgs), attempt)
+		}
+		if msgs[0].Deadline.IsZero() {
+			t.Fatal("message without a visibility deadline")
+		}
+	}
+	// The third delivery would exceed MaxAttempts: the event goes to the dead letters.
+	d, err := q.Consumer(ctx, "g", queue.DeadLetters())
+	must(t, err, "dead-letter Consumer")
+	defer d.Close(context.Background())
+	recv := make(chan []*queue.Message, 1)
+	go func() {
+		// The main consumer must hand out nothing more: it dead-letters "slow" inside
+		// this Receive, which then waits for new events until ctx ends.
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		msgs, _ := c.Receive(rctx, 10)
+		recv <- msgs
+	}()
+	dm, err := d.Receive(ctx, 10)
+	must(t, err, "dead-letter Receive")
+	if len(dm) != 1 || string(dm[0].Payload) != "slow" || dm[0].Attempt != 1 {
+		t.Fatalf("dead letters %s, want slow, attempt 1 on the dead-letter consumer", describe(dm))
+	}
+	must(t, d.Ack(ctx, dm...), "dead-letter Ack")
+	if msgs := <-recv; len(msgs) != 0 {
+		t.Fatalf("main consumer received %s after the event was dead-lettered", describe(msgs))
+	}
+	lag, err := q.Lag(ctx, "g")
+	must(t, err, "Lag")
+	if lag[0].Lag != 0 || lag[1].Head != 1 || lag[1].Lag != 0 {
+		t.Fatalf("lag %+v, want the event acked by dead-lettering and the dead letter acked", lag)
+	}
+}
+
+// runClose: Close ends a waiting Receive with ErrClosed; later calls fail.
+func runClose(t *testing.T, h Harness) {
+	noQueueGoroutines(t)
+	s := h.open(t)
+	ctx := ctxT(t, time.Minute)
+	q := createQueue(t, ctx, s, 2, []string{"g"})
+	c, err := q.Consumer(ctx, "g")
+	must(t, err, "Consumer")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Receive(ctx, 1)
+		errc <- err
+	}()
+	// Let the Receive start waiting (the queue is empty).
+	for len(c.Partitions()) < 2 && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	must(t, c.Close(ctx), "Close")
+	if err := <-errc; !errors.Is(err, queue.ErrClosed) {
+		t.Fatalf("Receive waiting during Close returned %v, want ErrClosed", err)
+	}
+	if _, err := c.Receive(ctx, 1); !errors.Is(err, queue.ErrClosed) {
+		t.Fatalf("Receive after Close = %v, want ErrClosed", err)
+	}
+	must(t, c.Close(ctx), "second Close")
+	if _, err := q.Lag(ctx, "g"); err != nil {
+		t.Fatalf("Lag after a consumer closed: %v", err)
+	}
+	if _, err := q.Consumer(ctx, "missing"); dcsync.CodeOf(err) != dcsync.NotFound {
+		t.Fatalf("Consumer of a missing group = %v, want NotFound", err)
+	}
 }
