@@ -4,9 +4,11 @@
 // key-range scan, so a partition's entries are found by their keys: entry seq of
 // partition p of queue q has the string key <len(q)>:<q>|<p>|<seq> in set QueueEntrySet
 // (the queue name is length-prefixed, so any name is unambiguous). A read fetches the
-// known, dense range [from, from+max) below the partition's head with one batch get;
-// an append writes its events with one batch of create-only writes; a trim deletes with
-// batch deletes.
+// known, dense range [from, from+max) below the partition's head with one batch get
+// (the head record in the same batch when the store has already seen a head at least
+// max above from: one round trip for a consumer catching up; otherwise the head record
+// first); an append writes its events with one batch of create-only writes; a trim
+// deletes with batch deletes.
 //
 // Why not segment records (one record per block of seqs holding a map seq -> event)?
 // They would couple unrelated events through the record: an event of up to
@@ -32,8 +34,8 @@
 //   - entry: one per seq: key, id, payload, the server's time, the writer's id; or a
 //     tombstone (bin x) for an aborted seq.
 //   - offset: one per (queue, group, partition): token, next, attempts, held.
-//   - id: one per (queue, event id) with the dedup window as TTL: where the id's event
-//     went (partition, seq) and which append put it there.
+//   - id: one per (queue, event id) with the dedup window as TTL: which append claimed
+//     the id and, once it reserved, where the event goes (partition, seq).
 //
 // # Appending
 //
@@ -54,16 +56,21 @@
 // succeeded. Events of one partition get consecutive seqs in the order given, except
 // an event appended again after its seq was aborted, which goes after the others.
 //
-// Events with an id: the append first reads the ids' records. For a new id it writes
-// the id record (create, or overwrite of its own earlier in-doubt try) after the
-// reservation and before the event, so a producer that dies in between cannot lose
-// the event: an append of the same id that finds the id record looks at the event's
-// seq: an event there is a Duplicate; a tombstone means the event was never stored and
-// it is appended again (the id record moved to the new seq by a compare-and-set); an
-// unwritten seq is completed by writing this append's event there, create-only (the
-// first producer's late write then fails and finds an event with its id: it reports
-// Duplicate). Seqs an append reserved and then cannot use (another append of the same
-// id won the race) it aborts itself, so they cost consumers no hole timeout.
+// Events with an id: before reserving, the append claims each id: its id record is
+// created holding the append's writer id and no seq (pending). Then it reserves, points
+// the claimed id records at the new seqs (filter: still its claim), and writes the
+// events. A producer that dies between pointing and writing cannot lose the event: an
+// append of the same id whose claim is refused reads the id record and looks at the
+// seq it points at: an event there is a Duplicate; a tombstone means the event was
+// never stored, so the append claims the id from that seq (compare-and-set) and
+// appends it again; an unwritten seq is completed by writing this append's event there,
+// create-only (the first producer's late write then fails and finds an event with its
+// id: it reports Duplicate). An id claimed but not yet pointed is waited for (a few
+// ms), and taken over by compare-and-set once it has been pending for
+// queueClaimTimeout by the server's clock (its holder died before reserving). So
+// racing appends of one id reserve one seq between them and never leave a tombstone.
+// An append waits for others' claims only at the end of a round, when every claim it
+// holds has been pointed and written: two appends cannot wait for each other.
 //
 // # Queue limits
 //
@@ -73,10 +80,13 @@
 //     queueBatchBytes bytes; a ReadQueue returns at most queueReadBytes of payload
 //     (fewer entries than max when they are large: the next read goes on).
 //   - Tombstones live QueueTombstoneTTL and are not deleted by TrimQueue, so that a
-//     producer late with its write still finds one. A producer that held a reservation
-//     longer than queueMaxWriteDelay before writing gives it up (aborts it and
-//     reserves again); only a process stopped for longer than QueueTombstoneTTL
-//     between that check and the write could write below the floor, unseen.
+//     producer late with its write still finds one. An append that held its
+//     reservation longer than queueMaxWriteDelay before writing writes nothing and
+//     returns RetriesExhausted (its seqs are holes that consumers abort; appending
+//     again with the same ids is safe); only a process stopped for longer than
+//     QueueTombstoneTTL between that check and its write could write below the floor,
+//     unseen. A tombstone that expires before a lagging group reads it is a hole again,
+//     aborted again.
 //   - Id records and tombstones carry a TTL, so the namespace needs nsup-period > 0 (as
 //     for locks and latches); entries, heads, offsets and specs never expire.
 //   - ClaimQueuePartition retried after an in-doubt try that was applied returns Held
