@@ -97,6 +97,9 @@ type part struct {
 	head uint64
 	// dirty: the partition may have events beyond read (or a hole to wait out).
 	dirty bool
+	// held: the offset record says Held for this token (set by arm before the first
+	// delivery, kept by commits while an event at the offset was delivered).
+	held bool
 	// firstSeq, firstAttempts: the stored attempts of the entry at the claimed offset.
 	firstSeq      uint64
 	firstAttempts int
@@ -356,20 +359,16 @@ func (c *Consumer) take(ctx context.Context, p int) error {
 		return err
 	}
 	if off.Held {
-		// The previous owner died holding the partition: if an event waits at the
-		// offset, that owner's delivery of it counts as a failed attempt.
-		b, err := st.QueueBounds(ctx, c.name, []int{p})
-		if err != nil {
-			return giveUp(err)
-		}
-		if b[0].Head > max(off.Next, b[0].Floor) {
-			attempts++
-			off.Attempts = attempts
-			off.Held = true
-			if err := st.CommitQueueOffset(ctx, c.name, c.group, p, off); err != nil {
-				return giveUp(err)
-			}
-		}
+		// The previous owner died while it had delivered the event at the offset (it
+		// marks the offset held before it delivers, see arm): that delivery counts as
+		// a failed attempt.
+		attempts++
+	}
+	// Held stays clear until this consumer delivers (arm): an owner that dies before
+	// it delivers anything costs the event no attempt.
+	off.Attempts, off.Held = attempts, false
+	if err := st.CommitQueueOffset(ctx, c.name, c.group, p, off); err != nil {
+		return giveUp(err)
 	}
 	pt := &part{p: p, lk: lk, token: lk.Token(), next: off.Next, read: off.Next, dirty: true,
 		firstSeq: off.Next, firstAttempts: attempts}
@@ -454,8 +453,20 @@ func (c *Consumer) Receive(ctx context.Context, n int) ([]*Message, error) {
 			c.mu.Unlock()
 			return nil, ErrClosed
 		}
-		msgs, dead, wake := c.collect(n, now)
+		msgs, dead, arm, wake := c.collect(n, now)
 		c.mu.Unlock()
+		if len(arm) > 0 {
+			err := c.arm(ctx, arm)
+			if len(msgs) == 0 && len(dead) == 0 {
+				if err == nil {
+					continue
+				}
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				c.q.opts.log.Debug("queue: marking partitions held", "queue", c.name, "err", err)
+			}
+		}
 		if len(dead) > 0 {
 			// msgs are in flight already: hand them out even if dead-lettering fails
 			// (it is retried on a later Receive).
@@ -505,7 +516,7 @@ type deadRef struct {
 // collect hands out up to n messages (under c.mu). It returns the entries that
 // reached the attempt limit, and the earliest time a waiting entry becomes
 // deliverable.
-func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, dead []deadRef, wake time.Time) {
+func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, dead []deadRef, arm []*part, wake time.Time) {
 	ps := make([]*part, 0, len(c.owned))
 	for _, pt := range c.owned {
 		ps = append(ps, pt)
@@ -520,6 +531,12 @@ func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, dead []deadRe
 	for k := range ps {
 		pt := ps[(k+c.rot)%len(ps)]
 		if pt.draining {
+			continue
+		}
+		if !pt.held {
+			if pt.ackedPrefix() < len(pt.buf) {
+				arm = append(arm, pt) // deliver once the offset says held
+			}
 			continue
 		}
 		blocked := map[string]bool{}
@@ -568,11 +585,47 @@ func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, dead []deadRe
 			batch[en] = true
 			msgs = append(msgs, c.message(pt, en))
 			if len(msgs) == n {
-				return msgs, dead, wake
+				return msgs, dead, arm, wake
 			}
 		}
 	}
-	return msgs, dead, wake
+	return msgs, dead, arm, wake
+}
+
+// arm marks the offset of each partition held by this consumer's token before it
+// delivers from it, so that a successor counts a failed attempt if it dies with a
+// delivery in flight. One write per partition per claim (and again after commits
+// left nothing delivered at the offset).
+func (c *Consumer) arm(ctx context.Context, pts []*part) error {
+	var errs []error
+	for _, pt := range pts {
+		pt.commitMu.Lock()
+		c.mu.Lock()
+		off := dcsync.QueueOffset{Token: pt.token, Next: pt.next, Held: true}
+		if pt.next == pt.firstSeq {
+			off.Attempts = pt.firstAttempts
+		}
+		owned := c.owned[pt.p] == pt && !pt.held
+		c.mu.Unlock()
+		if owned {
+			err := c.q.store.CommitQueueOffset(ctx, c.name, c.group, pt.p, off)
+			switch {
+			case err == nil:
+				c.mu.Lock()
+				if pt.next == off.Next {
+					pt.held = true
+				}
+				c.mu.Unlock()
+			case errors.Is(err, dcsync.ErrLockLost):
+				c.drop(pt)
+				errs = append(errs, err)
+			default:
+				errs = append(errs, err)
+			}
+		}
+		pt.commitMu.Unlock()
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Consumer) message(pt *part, en *entry) *Message {
@@ -874,6 +927,17 @@ func (c *Consumer) mark(ctx context.Context, op string, msgs []*Message) ([]*par
 	return pts, errors.Join(errs...)
 }
 
+// deliveredFrom reports whether an entry from buf[n] on was delivered (in flight, or
+// waiting for a retry): then the offset stays marked held (under c.mu).
+func (pt *part) deliveredFrom(n int) bool {
+	for _, en := range pt.buf[n:] {
+		if en.state != acked && en.attempts > 0 && !(en.e.Seq == pt.firstSeq && en.attempts == pt.firstAttempts) {
+			return true
+		}
+	}
+	return false
+}
+
 // ackedPrefix returns how many entries at the head of pt.buf are acked (under c.mu).
 func (pt *part) ackedPrefix() int {
 	n := 0
@@ -895,7 +959,10 @@ func (c *Consumer) commitWith(ctx context.Context, pt *part, write func(dcsync.Q
 	defer pt.commitMu.Unlock()
 	c.mu.Lock()
 	n := pt.ackedPrefix()
-	off := dcsync.QueueOffset{Token: pt.token, Next: pt.next + uint64(n), Held: true}
+	off := dcsync.QueueOffset{Token: pt.token, Next: pt.next + uint64(n), Held: pt.deliveredFrom(n)}
+	if off.Next == pt.firstSeq {
+		off.Attempts = pt.firstAttempts
+	}
 	owned := c.owned[pt.p] == pt
 	c.mu.Unlock()
 	if n == 0 {
@@ -914,6 +981,7 @@ func (c *Consumer) commitWith(ctx context.Context, pt *part, write func(dcsync.Q
 	if pt.next+uint64(n) == off.Next && len(pt.buf) >= n {
 		pt.buf = append([]*entry(nil), pt.buf[n:]...)
 		pt.next = off.Next
+		pt.held = off.Held
 	}
 	c.mu.Unlock()
 	c.maybeTrim(pt)
@@ -940,11 +1008,19 @@ func (c *Consumer) maybeTrim(pt *part) {
 // trim deletes partition p's entries that every group has acked.
 func (c *Consumer) trim(p int, next uint64) {
 	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(c.bg, 30*time.Second)
+	// Not c.bg: a trim started by the last Ack before Close still runs (Close waits).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	spec := c.q.Spec()
 	below := next
 	if !c.dead {
+		// The groups are read fresh before the offsets, and again after: a group added
+		// meanwhile (by another process) stops this trim, so an event enqueued after
+		// AddGroup returned is never trimmed before the new group reads it (it is above
+		// every offset read here).
+		spec, err := c.q.store.ReadQueueSpec(ctx, c.name)
+		if err != nil {
+			return
+		}
 		for _, g := range spec.Groups {
 			if g == c.group {
 				continue
@@ -955,6 +1031,11 @@ func (c *Consumer) trim(p int, next uint64) {
 			}
 			below = min(below, offs[0].Next)
 		}
+		again, err := c.q.store.ReadQueueSpec(ctx, c.name)
+		if err != nil || len(again.Groups) != len(spec.Groups) {
+			return
+		}
+		c.q.spec.Store(&again)
 	}
 	b, err := c.q.store.QueueBounds(ctx, c.name, []int{p})
 	if err != nil || below <= b[0].Floor {
@@ -1060,7 +1141,7 @@ func (c *Consumer) Seek(ctx context.Context, p int, seq uint64) error {
 	}
 	pt.commitMu.Lock()
 	defer pt.commitMu.Unlock()
-	off := dcsync.QueueOffset{Token: pt.token, Next: seq, Held: true}
+	off := dcsync.QueueOffset{Token: pt.token, Next: seq}
 	if err := c.q.store.CommitQueueOffset(ctx, c.name, c.group, p, off); err != nil {
 		if errors.Is(err, dcsync.ErrLockLost) {
 			c.drop(pt)
@@ -1070,7 +1151,7 @@ func (c *Consumer) Seek(ctx context.Context, p int, seq uint64) error {
 	c.fillMu.Lock()
 	c.mu.Lock()
 	pt.buf, pt.next, pt.read, pt.dirty = nil, seq, seq, true
-	pt.firstSeq, pt.firstAttempts = seq, 0
+	pt.firstSeq, pt.firstAttempts, pt.held = seq, 0, false
 	c.mu.Unlock()
 	c.fillMu.Unlock()
 	c.signal()

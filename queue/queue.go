@@ -27,7 +27,9 @@
 // a backoff. After MaxAttempts deliveries (counting consumers that died holding it) a
 // message goes to the group's dead-letter partition, read by a DeadLetters consumer.
 // Within a group, a message is not handed out while an earlier message with the same
-// key is in flight or waiting for a retry, so per-key order holds through retries.
+// key, handed out by an earlier Receive, is in flight or waiting for a retry; a key's
+// later messages may come in the same batch, in order, and a Nack sends them back with
+// it. So per-key order holds through retries.
 //
 // For exactly-once processing end to end, make the application's effect idempotent
 // under the fencing token: write its output conditioned on Message.Token (a stale owner's

@@ -66,7 +66,10 @@ func (c *Consumer) AckTx(ctx context.Context, msgs []*Message, fn func(tx *sql.T
 		for n < len(pt.buf) && (pt.buf[n].state == acked || bySeq[pt][pt.buf[n].e.Seq]) {
 			n++
 		}
-		offs[i] = dcsync.QueueOffset{Token: pt.token, Next: pt.next + uint64(n), Held: true}
+		offs[i] = dcsync.QueueOffset{Token: pt.token, Next: pt.next + uint64(n), Held: pt.deliveredFrom(n)}
+		if offs[i].Next == pt.firstSeq {
+			offs[i].Attempts = pt.firstAttempts
+		}
 	}
 	c.mu.Unlock()
 	var lost *part
@@ -98,6 +101,7 @@ func (c *Consumer) AckTx(ctx context.Context, msgs []*Message, fn func(tx *sql.T
 		if n > 0 && n <= len(pt.buf) {
 			pt.buf = append([]*entry(nil), pt.buf[n:]...)
 			pt.next = offs[i].Next
+			pt.held = offs[i].Held
 		}
 	}
 	c.mu.Unlock()
