@@ -207,6 +207,9 @@ type Config struct {
 	// LatchTableSuffix names the latch table D_LTCH_<suffix> (default
 	// "distributed_latch", the Java default).
 	LatchTableSuffix string
+	// QueueTable is the queue table's name (default "dcsync_queue",
+	// DefaultQueueTable), created by the first queue call.
+	QueueTable string
 	// Logger receives in-doubt outcomes and their resolution (default: discarded).
 	Logger *slog.Logger
 }
@@ -231,6 +234,7 @@ type Store struct {
 	latchTable string
 	locks      lazyTable // the lock table, created on first use
 	latches    lazyTable // the latch table, created on first use
+	qstate     *queueState
 	log        *slog.Logger
 	closed     atomic.Bool
 	closeOnce  sync.Once
@@ -284,7 +288,7 @@ func newStore(client *hbaserpc.Client, owned bool, cfg Config) *Store {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	latchTable := layout.HBaseLatchTable(cfg.LatchTableSuffix)
-	return &Store{
+	s := &Store{
 		client:     client,
 		db:         client,
 		owned:      owned,
@@ -303,6 +307,8 @@ func newStore(client *hbaserpc.Client, owned bool, cfg Config) *Store {
 		log:  cfg.Logger,
 		done: make(chan struct{}),
 	}
+	setQueueTable(s, cfg.QueueTable)
+	return s
 }
 
 // ready makes sure t exists and is online, creating it on the first call.
@@ -329,7 +335,7 @@ func (s *Store) ready(ctx context.Context, op string, t *lazyTable) error {
 // OpenURL dials the cluster named by u and returns a store that owns its client (Close
 // closes it), as Open does with Options. The form is
 //
-//	hbase://ZKHOST:PORT[,ZKHOST2:PORT...]?lock_table=T&latch_table_suffix=S&zk_root=/hbase
+//	hbase://ZKHOST:PORT[,ZKHOST2:PORT...]?lock_table=T&latch_table_suffix=S&queue_table=Q&zk_root=/hbase
 //
 // where the host part is the ZooKeeper quorum and every query parameter is optional
 // (see Config; zk_root is HBase's root znode, default /hbase). Unknown parameters are an
@@ -360,10 +366,12 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 			cfg.LockTable = v
 		case "latch_table_suffix":
 			cfg.LatchTableSuffix = v
+		case "queue_table":
+			cfg.QueueTable = v
 		case "zk_root":
 			rpcCfg.ZKRoot = v
 		default:
-			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "unknown parameter %q (want lock_table, latch_table_suffix, zk_root)", k)
+			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "unknown parameter %q (want lock_table, latch_table_suffix, queue_table, zk_root)", k)
 		}
 	}
 	client, err := hbaserpc.Dial(ctx, rpcCfg)

@@ -26,6 +26,9 @@ type Options struct {
 	// LatchTableSuffix names the latch table D_LTCH_<suffix>. Default
 	// "distributed_latch" (DefaultLatchTableSuffix), the Java default.
 	LatchTableSuffix string
+	// QueueTable is the queue table's name, "table" or "namespace:table". Default
+	// "dcsync_queue" (DefaultQueueTable).
+	QueueTable string
 
 	// DialTimeout bounds connecting to ZooKeeper or to one HBase server. Default 5s.
 	DialTimeout time.Duration
@@ -89,6 +92,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	return newStore(client, true, Config{
 		LockTable:        opts.LockTable,
 		LatchTableSuffix: opts.LatchTableSuffix,
+		QueueTable:       opts.QueueTable,
 		Logger:           opts.Logger,
 	}), nil
 }

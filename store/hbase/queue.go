@@ -97,10 +97,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"runtime"
 	"sync"
 	"time"
-	"weak"
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
@@ -166,21 +164,8 @@ type queueState struct {
 	specs map[string]dcsync.QueueSpec // queues known to exist (for their dedup window)
 }
 
-// queueStates holds each Store's queueState (the Store type is shared with the lock and
-// latch code); an entry goes when its Store is garbage.
-var queueStates sync.Map // weak.Pointer[Store] -> *queueState
-
-func (s *Store) queue() *queueState {
-	k := weak.Make(s)
-	if v, ok := queueStates.Load(k); ok {
-		return v.(*queueState)
-	}
-	v, loaded := queueStates.LoadOrStore(k, newQueueState(DefaultQueueTable))
-	if !loaded {
-		runtime.AddCleanup(s, func(k weak.Pointer[Store]) { queueStates.Delete(k) }, k)
-	}
-	return v.(*queueState)
-}
+// queue returns the store's queue state.
+func (s *Store) queue() *queueState { return s.qstate }
 
 func newQueueState(table string) *queueState {
 	splits := make([][]byte, 0, queueRegions-1)
@@ -202,10 +187,7 @@ func setQueueTable(s *Store, table string) {
 	if table == "" {
 		table = DefaultQueueTable
 	}
-	k := weak.Make(s)
-	if _, loaded := queueStates.Swap(k, newQueueState(table)); !loaded {
-		runtime.AddCleanup(s, func(k weak.Pointer[Store]) { queueStates.Delete(k) }, k)
-	}
+	s.qstate = newQueueState(table)
 }
 
 // QueueTable returns the queue table's name.

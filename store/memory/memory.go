@@ -21,6 +21,7 @@ type Store struct {
 	locks   map[lockID]lockEntry
 	fences  map[lockID]uint64 // last token per lock key; never expires
 	latches map[latchID]map[string]cell
+	qs      map[string]*memQueue // queues by name (queue.go)
 }
 
 type lockID struct {

@@ -2,11 +2,8 @@ package memory
 
 import (
 	"context"
-	"runtime"
 	"slices"
-	"sync"
 	"time"
-	"weak"
 
 	"github.com/dcsync/dcsync"
 )
@@ -50,29 +47,12 @@ type idSeen struct {
 	at time.Time
 }
 
-// queueState maps a store to its queues. Store's fields are the lock and latch state;
-// the queue state lives beside it, keyed weakly so that it goes with its store.
-var queueState = struct {
-	sync.Mutex
-	m map[weak.Pointer[Store]]map[string]*memQueue
-}{m: map[weak.Pointer[Store]]map[string]*memQueue{}}
-
 // queues returns the store's queues; the caller holds s.mu.
 func (s *Store) queues() map[string]*memQueue {
-	wp := weak.Make(s)
-	queueState.Lock()
-	defer queueState.Unlock()
-	qs, ok := queueState.m[wp]
-	if !ok {
-		qs = map[string]*memQueue{}
-		queueState.m[wp] = qs
-		runtime.AddCleanup(s, func(wp weak.Pointer[Store]) {
-			queueState.Lock()
-			delete(queueState.m, wp)
-			queueState.Unlock()
-		}, wp)
+	if s.qs == nil {
+		s.qs = map[string]*memQueue{}
 	}
-	return qs
+	return s.qs
 }
 
 // queue returns queue name, or NotFound; the caller holds s.mu.
