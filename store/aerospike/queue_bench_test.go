@@ -16,9 +16,10 @@ import (
 // raw Aerospike operation it rests on, one after the other on the same client, so the
 // reported ratio compares them under the same (noisy) conditions:
 //
-//   - enqueue: AppendQueue of 500 events of 1 KiB (no ids: one reservation operate,
-//     then one batch of 500 create-only writes) vs one batch of 500 plain writes of
-//     records with the same bins to a set of their own;
+//   - enqueue: AppendQueue of 500 events of 1 KiB (plain, no ids: one reservation
+//     operate, then one batch of 500 create-only writes; ids: each event with a new id,
+//     one batch more before and after the reservation) vs one batch of 500 plain
+//     writes of records with the same bins to a set of their own;
 //   - receive: ReadQueue(500) and CommitQueueOffset (a head read, a batch get of 500
 //     keys, an offset write) vs a batch get of the same 500 entry records.
 //
@@ -82,6 +83,13 @@ func reportRatio(b *testing.B, queue, raw time.Duration, events int) {
 }
 
 func BenchmarkQueueEnqueue(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { benchEnqueue(b, false) })
+	b.Run("ids", func(b *testing.B) { benchEnqueue(b, true) })
+}
+
+// benchEnqueue: with ids, every event has a new id (the append claims and points its
+// id record: two more batches of 500 writes than without).
+func benchEnqueue(b *testing.B, ids bool) {
 	s, c := benchStore(b)
 	ctx := context.Background()
 	spec := dcsync.QueueSpec{Name: unique("bench-enqueue"), Partitions: 1, Groups: []string{"g"}}
@@ -106,6 +114,11 @@ func BenchmarkQueueEnqueue(b *testing.B) {
 	b.Cleanup(cleanup)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
+		if ids {
+			for j := range events {
+				events[j].ID = fmt.Sprint(i, "-", j)
+			}
+		}
 		t0 := time.Now()
 		if _, err := s.AppendQueue(ctx, spec.Name, events); err != nil {
 			b.Fatal(err)

@@ -2,8 +2,6 @@ package aerospike
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"time"
 
 	as "github.com/aerospike/aerospike-client-go/v8"
@@ -70,17 +68,10 @@ func entryOf(seq uint64, bins as.BinMap) dcsync.QueueEntry {
 
 // ReadQueue implements dcsync.QueueStore: the head record, then one batch get of the
 // entries' keys from max(from, Floor) up to max or Head (in commands of at most
-// queueBatchRecords keys; the read ends early after queueReadBytes of payload).
-func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (r dcsync.QueueRead, err error) {
-	if os.Getenv("DCSYNC_QDEBUG") != "" {
-		defer func() {
-			fmt.Fprintf(os.Stderr, "QDEBUG read %s p%d from %d max %d -> %d entries %+v %v\n", name, p, from, max, len(r.Entries), r.QueueBounds, err)
-		}()
-	}
-	return s.readQueue(ctx, name, p, from, max)
-}
-
-func (s *Store) readQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
+// queueBatchRecords keys; the read ends early after queueReadBytes of payload); or
+// both in one batch when the store has seen a head at least max above from
+// (readKnown).
+func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
 	const op = "aerospike.ReadQueue"
 	if err := dcsync.ValidateQueueRead(name, p, max); err != nil {
 		return dcsync.QueueRead{}, err
