@@ -227,6 +227,20 @@ func ValidateQueuePartition(p int) error {
 	return nil
 }
 
+// ValidateQueuePartitions checks a queue name and a list of storage partitions (of
+// QueueBounds and ReadQueueOffsets).
+func ValidateQueuePartitions(name string, ps []int) error {
+	if err := ValidateID("queue", name); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if err := ValidateQueuePartition(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // ValidateQueueEvents checks an AppendQueue batch: its size and every event's
 // partition, key, id and payload.
 func ValidateQueueEvents(events []QueueEvent) error {

@@ -575,23 +575,10 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (dcsync.Q
 	return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.RetriesExhausted, op, "queue %q: the spec kept changing", name)
 }
 
-// validName checks a queue name and partition of a read or write.
-func validPartitions(name string, ps []int) error {
-	if err := dcsync.ValidateID("queue", name); err != nil {
-		return err
-	}
-	for _, p := range ps {
-		if err := dcsync.ValidateQueuePartition(p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // QueueBounds reads the bounds of many partitions in one MultiGet of their head rows.
 func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
 	const op = "hbase.QueueBounds"
-	if err := validPartitions(name, ps); err != nil {
+	if err := dcsync.ValidateQueuePartitions(name, ps); err != nil {
 		return nil, err
 	}
 	table, db, err := s.qready(ctx, op)
@@ -791,7 +778,7 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 // events below it.
 func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
 	const op = "hbase.TrimQueue"
-	if err := validPartitions(name, []int{p}); err != nil {
+	if err := dcsync.ValidateQueuePartitions(name, []int{p}); err != nil {
 		return err
 	}
 	table, db, err := s.qready(ctx, op)
@@ -933,7 +920,7 @@ func decodeOffset(v []byte) (dcsync.QueueOffset, error) {
 }
 
 func validGroup(name, group string, p int) error {
-	if err := validPartitions(name, []int{p}); err != nil {
+	if err := dcsync.ValidateQueuePartitions(name, []int{p}); err != nil {
 		return err
 	}
 	return dcsync.ValidateID("group", group)
@@ -1087,7 +1074,7 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 // ReadQueueOffsets reads group's offsets of many partitions in one MultiGet.
 func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]dcsync.QueueOffset, error) {
 	const op = "hbase.ReadQueueOffsets"
-	if err := validPartitions(name, ps); err != nil {
+	if err := dcsync.ValidateQueuePartitions(name, ps); err != nil {
 		return nil, err
 	}
 	if err := dcsync.ValidateID("group", group); err != nil {

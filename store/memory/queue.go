@@ -272,14 +272,7 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 
 // QueueBounds implements dcsync.QueueStore.
 func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
-	check := dcsync.ValidateID("queue", name)
-	for _, p := range ps {
-		if check != nil {
-			break
-		}
-		check = dcsync.ValidateQueuePartition(p)
-	}
-	if err := s.begin(ctx, check); err != nil {
+	if err := s.begin(ctx, dcsync.ValidateQueuePartitions(name, ps)); err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()
@@ -348,11 +341,8 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 // ReadQueueOffsets implements dcsync.QueueStore.
 func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]dcsync.QueueOffset, error) {
 	check := checkQueueGroup(name, group, 0)
-	for _, p := range ps {
-		if check != nil {
-			break
-		}
-		check = dcsync.ValidateQueuePartition(p)
+	if check == nil {
+		check = dcsync.ValidateQueuePartitions(name, ps)
 	}
 	if err := s.begin(ctx, check); err != nil {
 		return nil, err

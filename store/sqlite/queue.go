@@ -180,15 +180,6 @@ func checkSeq(op, what string, v uint64) error {
 	return nil
 }
 
-func checkPartitions(ps []int) error {
-	for _, p := range ps {
-		if err := dcsync.ValidateQueuePartition(p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // CreateQueue implements dcsync.QueueStore. The first call on a file creates the queue
 // tables. spec.Created is set by the store's clock.
 func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
@@ -541,10 +532,7 @@ func inChunks(ps []int, fn func(marks string, args []any) error) error {
 // QueueBounds implements dcsync.QueueStore: one snapshot.
 func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
 	const op = "sqlite.QueueBounds"
-	if err := dcsync.ValidateID("queue", name); err != nil {
-		return nil, err
-	}
-	if err := checkPartitions(ps); err != nil {
+	if err := dcsync.ValidateQueuePartitions(name, ps); err != nil {
 		return nil, err
 	}
 	var out []dcsync.QueueBounds
@@ -754,7 +742,7 @@ func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []i
 	if err := dcsync.ValidateID("group", group); err != nil {
 		return nil, err
 	}
-	if err := checkPartitions(ps); err != nil {
+	if err := dcsync.ValidateQueuePartitions(name, ps); err != nil {
 		return nil, err
 	}
 	var out []dcsync.QueueOffset
