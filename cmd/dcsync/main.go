@@ -1,4 +1,5 @@
-// Command dcsync takes distributed locks and works distributed latches from the shell.
+// Command dcsync takes distributed locks, works distributed latches and runs queues from
+// the shell.
 //
 //	dcsync lock acquire NAME [--level dc|xdc] [--ttl D] [--wait D] [--fair]
 //	dcsync lock release NAME --owner ID
@@ -206,14 +207,15 @@ func newRoot(a *app) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "dcsync",
 		Short: "Distributed locks and latches on SQLite, HBase or Aerospike",
-		Long: `dcsync takes distributed locks (with leases and fencing tokens) and works
-distributed count-down latches, in a store shared by processes, hosts and data centers.
+		Long: `dcsync takes distributed locks (with leases and fencing tokens), works
+distributed count-down latches and runs partitioned queues with consumer groups, in a
+store shared by processes, hosts and data centers.
 
 The store is --store URL (env DCSYNC_STORE):
   sqlite://PATH                        a SQLite file: processes of one host
   memory:                              this process only (nothing is shared)
   hbase://ZK_HOST:PORT[,ZK_HOST:PORT]  HBase through its ZooKeeper quorum
-                                       (?lock_table=&latch_table_suffix=&zk_root=)
+                                       (?lock_table=&latch_table_suffix=&queue_table=&zk_root=)
   aerospike://HOST:PORT/NAMESPACE      Aerospike (?latch_set_suffix=&lock_set_suffix=
                                        &attempts=&retry_delay=&timeout=&op_ids_kept=)
 The default store is per user: a SQLite file in the state directory of the user who
