@@ -72,6 +72,7 @@ type Consumer struct {
 	mu      sync.Mutex
 	owned   map[int]*part
 	waiting int
+	pokeDue bool
 	closing bool
 	wakeCh  chan struct{}
 	slot    int
@@ -140,7 +141,7 @@ func (q *Queue) Consumer(ctx context.Context, group string, opts ...ConsumerOpti
 		return nil, dcsync.Errorf(dcsync.InvalidArgument, "queue.Consumer", "prefetch %d is outside [1, %d]", co.prefetch, dcsync.MaxQueueBatch)
 	}
 	c := &Consumer{q: q, group: group, gi: gi, name: spec.Name, dead: co.dead, co: co,
-		owned: map[int]*part{}, wakeCh: make(chan struct{}, 1), tick: make(chan struct{}, 1), slot: -1}
+		owned: map[int]*part{}, wakeCh: make(chan struct{}, 1), tick: make(chan struct{}, 1), slot: -1, pokeDue: true}
 	if co.dead {
 		c.parts = []int{spec.Partitions + gi}
 	} else {
@@ -475,6 +476,9 @@ func (c *Consumer) Receive(ctx context.Context, n int) ([]*Message, error) {
 			}
 		}
 		if len(msgs) > 0 {
+			c.mu.Lock()
+			c.pokeDue = true
+			c.mu.Unlock()
 			return msgs, nil
 		}
 		filled, err := c.fill(ctx)
@@ -490,8 +494,15 @@ func (c *Consumer) Receive(ctx context.Context, n int) ([]*Message, error) {
 		}
 		c.mu.Lock()
 		c.waiting++
+		// Ask the hub for a read now only when this consumer was busy since its last
+		// wait (or never waited): idle consumers leave the hub at one read per interval,
+		// however many there are.
+		poke := c.pokeDue
+		c.pokeDue = false
 		c.mu.Unlock()
-		c.hub.poke()
+		if poke {
+			c.hub.poke()
+		}
 		t := time.NewTimer(max(d, time.Millisecond))
 		select {
 		case <-ctx.Done():
@@ -835,8 +846,10 @@ func (c *Consumer) observe(by map[int]dcsync.QueueBounds) bool {
 	c.mu.Lock()
 	woke := false
 	for p, pt := range c.owned {
-		if b, ok := by[p]; ok {
-			pt.head = max(pt.head, b.Head)
+		if b, ok := by[p]; ok && b.Head > pt.head {
+			// New events (a hole or a write in flight is not news: the Receive that
+			// found it reads again after a poll interval).
+			pt.head = b.Head
 			if b.Head > pt.read {
 				pt.dirty, woke = true, true
 			}
