@@ -80,6 +80,7 @@ func TestIdleConsumersShareOneWatcher(t *testing.T) {
 	time.Sleep(time.Second)
 	idle := time.Since(start)
 	bounds, reads := s.bounds.Load()-b0, s.reads.Load()-r0
+	t.Logf("%d bounds reads and %d partition reads in %v", bounds, reads, idle)
 	// The bound counts intervals in the time that passed: a slow machine only lowers
 	// the count. One consumer polling on its own would make 8 times as many.
 	if limit := int64(idle/interval)*2 + int64(len(cs)); bounds > limit {
