@@ -25,6 +25,14 @@ import (
 //	MultiGet   Puts, then a MultiGet of every row's q:a
 //	Scan       Puts, then one Scan of q:a per partition over its contiguous range,
 //	           the 16 scans concurrent
+//	SplitRaw   Raw's Puts in one MultiMutate per partition, concurrent
+//	SplitScan  Mark's Puts in one MultiMutate per partition, concurrent, each followed
+//	           by its partition's Scan of q:a (what AppendQueue writes large batches with)
+//	IncSplitScan  the reservation, then SplitScan: AppendQueue of events without ids
+//	Chain      per partition, concurrent: its Increment, its Puts, its Scan
+//
+// Interleaved runs every variant once per op, in turn, so that the shared machine's
+// noise falls on all alike, and reports each one's events/s over its median op.
 func BenchmarkQueueAppendParts(b *testing.B) {
 	s := openQueueStore(b)
 	defer s.Close()
@@ -170,8 +178,6 @@ func BenchmarkQueueAppendParts(b *testing.B) {
 		}},
 		variant{"Chain", func(name string, base uint64) error { return split(name, base, true, true, true) }},
 	)
-	// Interleaved: every op runs each variant once, in turn, so the machine's noise
-	// falls on all of them alike; reports each variant's events/s.
 	b.Run("Interleaved", func(b *testing.B) {
 		name := "perf-" + randHex(5)
 		spent := make([][]time.Duration, len(variants))
