@@ -35,7 +35,7 @@ package hbase
 // head row sits next to its entries. Distinct partitions land on distinct regions at
 // random (16 regions; 256 salt values), which spreads a queue's load.
 //
-// # Appending: reserve, write, read back
+// # Appending: reserve, write, check for aborts
 //
 // AppendQueue reserves seqs with ONE Increment of q:h per partition of the batch (all
 // partitions in one MultiMutate; Increments carry a nonce reused by every retry, so a
@@ -51,6 +51,13 @@ package hbase
 // idempotent). A batch of plain Puts is one WAL append per region, where conditional
 // puts (one RegionAction with a condition per row) cost one each: on the test cluster
 // 500 conditional puts took 18 ms, 500 Puts with read-back 7.4 ms.
+//
+// Large batches (at least 64 events and 16 per partition) check differently, for
+// speed: each partition's Puts go in a MultiMutate of their own (all partitions at
+// once), and as soon as one returns, ONE Scan of q:a over that partition's seqs of the
+// batch replaces its per-row read-backs (500 read-back Gets cost about 2 ms). The
+// argument is the same: an abort that came before a Put is visible to the scan, one
+// after it was refused. A failed scan is run again; no timing is assumed.
 //
 // Dedup: an event with an id first claims its dedup row, before any seq is reserved
 // for it: "q:d absent" put of a pending value naming the call's random token (cell
