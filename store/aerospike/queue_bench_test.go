@@ -92,7 +92,7 @@ func BenchmarkQueueEnqueue(b *testing.B) {
 func benchEnqueue(b *testing.B, ids bool) {
 	s, c := benchStore(b)
 	ctx := context.Background()
-	spec := dcsync.QueueSpec{Name: unique("bench-enqueue"), Partitions: 1, Groups: []string{"g"}}
+	spec := dcsync.QueueSpec{Name: unique("bench-enqueue"), Partitions: 1, Groups: []string{"g"}, Dedup: time.Minute}
 	if err := s.CreateQueue(ctx, spec); err != nil {
 		b.Fatal(err)
 	}

@@ -477,3 +477,48 @@ func TestQueueInDoubtAppend(t *testing.T) {
 }
 
 var _ = as.TTLDontExpire
+
+// TestQueueInDoubtSingleWrites: the proxy drops the reply of AbortQueueSeq's
+// tombstone, of a claim, of a commit and of a trim (each applied by the server): the
+// retries report what the first try did.
+func TestQueueInDoubtSingleWrites(t *testing.T) {
+	addr := realServer(t)
+	proxy := startProxy(t)
+	s := queueStore(t, proxy.Addr())
+	ctx := ctxT(t)
+	spec := newQueue(t, queueStore(t, addr), 1)
+	if _, err := aerospike.ReserveQueueSeqs(ctx, s, spec.Name, 0, 1, 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{{Payload: []byte("a")}}); err != nil {
+		t.Fatal(err)
+	}
+	proxy.DropResponses(1, writesTo(aerospike.QueueEntrySet))
+	if ok, err := s.AbortQueueSeq(ctx, spec.Name, 0, 0); !ok || err != nil {
+		t.Fatalf("in-doubt abort = %t %v", ok, err)
+	}
+	proxy.DropResponses(1, writesTo(aerospike.QueueOffsetSet))
+	off, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 3)
+	if err != nil || off.Token != 3 || off.Next != 0 {
+		t.Fatalf("in-doubt claim = %+v %v", off, err)
+	}
+	proxy.DropResponses(1, writesTo(aerospike.QueueOffsetSet))
+	if err := s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 3, Next: 2}); err != nil {
+		t.Fatalf("in-doubt commit: %v", err)
+	}
+	proxy.DropResponses(1, writesTo(aerospike.QueueHeadSet))
+	if err := s.TrimQueue(ctx, spec.Name, 0, 2); err != nil {
+		t.Fatalf("in-doubt trim: %v", err)
+	}
+	if st := proxy.Stats(); st.Dropped != 4 {
+		t.Fatalf("dropped %d replies, want 4", st.Dropped)
+	}
+	offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
+	if err != nil || offs[0] != (dcsync.QueueOffset{Token: 3, Next: 2}) {
+		t.Fatalf("offsets = %+v %v", offs, err)
+	}
+	r := mustRead(t, s, spec.Name, 0, 0, 10)
+	if r.Floor != 2 || r.Head != 2 || len(r.Entries) != 0 {
+		t.Fatalf("read = %+v", r)
+	}
+}
