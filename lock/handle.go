@@ -97,10 +97,13 @@ func (l *Lock) Expires() time.Time {
 // context.WithDeadline measure it unaffected by later wall-clock steps. Work that must
 // finish while the lock is held should end before it; KeepAlive's context ends at it.
 func (l *Lock) Deadline() time.Time {
+	// The reading the result is based on comes first: what is left is measured at a
+	// later instant, so the result can only be early, never late.
+	t := time.Now()
 	l.mu.Lock()
 	left := l.leftAt(l.sent, l.m.clk.now())
 	l.mu.Unlock()
-	return time.Now().Add(left)
+	return t.Add(left)
 }
 
 // leftAt returns how much of the lease renewed at sent is left at now: the smaller of

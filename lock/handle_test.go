@@ -341,8 +341,10 @@ func TestDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := l.Deadline(); d.Before(before.Add(lease)) || d.After(after.Add(lease)) {
-		t.Fatalf("Deadline %v not within [%v, %v]", d, before.Add(lease), after.Add(lease))
+	// Never late (the safety property); early only by the time Deadline itself takes
+	// (a generous bound: the check is that it is not absurdly early).
+	if d := l.Deadline(); d.Before(before.Add(lease-time.Second)) || d.After(after.Add(lease)) {
+		t.Fatalf("Deadline %v not within [%v, %v]", d, before.Add(lease-time.Second), after.Add(lease))
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
