@@ -20,18 +20,24 @@ import (
 
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/lock"
+	"github.com/dcsync/dcsync/queue"
 )
 
 func newDemoCmd(a *app) *cobra.Command {
-	var workers, rounds int
+	var workers, rounds, events int
 	demo := &cobra.Command{
 		Use:   "demo",
-		Short: "Run worker processes that share a lock and a latch, and check the result",
+		Short: "Run worker processes that share a lock, a latch and a queue, and check the result",
 		Long: `demo starts worker processes (copies of this program). Each takes one lock
 several times, printing its fencing token and when it took and left the lock, then
 counts down one latch; this process awaits the latch and then checks, from those
 timestamps, that no two workers held the lock at once and that tokens strictly
 increased.
+
+Meanwhile this process enqueues --events keyed events on a queue of 8 partitions, and
+the workers, as one consumer group, receive and ack them (partitions move between them
+as they join). The demo checks from their reports that every event was acked exactly
+once, and each key's events in order.
 
 Without --store (and DCSYNC_STORE) the demo works in a temporary SQLite file, removed
 afterwards: it never writes into your default store. With --store it uses that store
@@ -53,11 +59,12 @@ afterwards: it never writes into your default store. With --store it uses that s
 				defer os.RemoveAll(dir)
 				a.storeURL = "sqlite://" + filepath.Join(dir, "demo.db")
 			}
-			return a.demo(c.Context(), workers, rounds)
+			return a.demo(c.Context(), workers, rounds, events)
 		},
 	}
 	demo.Flags().IntVar(&workers, "workers", 4, "worker processes")
 	demo.Flags().IntVar(&rounds, "rounds", 5, "lock acquisitions per worker")
+	demo.Flags().IntVar(&events, "events", 400, "events enqueued for the workers")
 
 	worker := &cobra.Command{
 		Use:    "demo-worker NAME ROUNDS",
@@ -75,9 +82,9 @@ afterwards: it never writes into your default store. With --store it uses that s
 	return demo
 }
 
-func (a *app) demo(ctx context.Context, workers, rounds int) error {
-	if workers < 1 || rounds < 1 {
-		return withCode(exitUsage, fmt.Errorf("--workers and --rounds must be at least 1"))
+func (a *app) demo(ctx context.Context, workers, rounds, events int) error {
+	if workers < 1 || rounds < 1 || events < 1 {
+		return withCode(exitUsage, fmt.Errorf("--workers, --rounds and --events must be at least 1"))
 	}
 	s, err := a.open(ctx)
 	if err != nil {
@@ -95,8 +102,17 @@ func (a *app) demo(ctx context.Context, workers, rounds int) error {
 	if err != nil {
 		return err
 	}
+	qs, ok := s.(queue.Store)
+	if !ok {
+		return fmt.Errorf("store %s has no queues", a.storeURL)
+	}
+	q, done, err := a.demoCreateQueue(ctx, qs, lm, name)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(a.stdout, "store %s, client %s, farm %s\n", a.storeURL, a.client, a.farm)
-	fmt.Fprintf(a.stdout, "latch %q created with count %d; starting %d worker processes\n", name, workers, workers)
+	fmt.Fprintf(a.stdout, "latch %q created with count %d; queue %q with %d partitions; starting %d worker processes\n",
+		name, workers, name, demoPartitions, workers)
 
 	self, err := os.Executable()
 	if err != nil {
@@ -138,7 +154,13 @@ func (a *app) demo(ctx context.Context, workers, rounds int) error {
 			}
 		}()
 	}
+	produced := make(chan error, 1)
+	go func() { produced <- a.demoProduce(wctx, q, done, events) }()
 	waitErr := l.Wait(wctx)
+	prodErr := <-produced
+	if prodErr != nil {
+		cancel()
+	}
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -150,13 +172,19 @@ func (a *app) demo(ctx context.Context, workers, rounds int) error {
 		}
 		return waitErr
 	}
+	if prodErr != nil {
+		return fmt.Errorf("queue %q: %w", name, prodErr)
+	}
 	fmt.Fprintf(a.stdout, "latch %q reached zero: every worker counted down\n", name)
 
 	var hs []holding
+	var acked []ackedEvent
 	for _, line := range lines {
 		var h holding
 		if _, err := fmt.Sscanf(line, "pid=%d token=%d held from=%d to=%d", &h.pid, &h.token, &h.start, &h.end); err == nil {
 			hs = append(hs, h)
+		} else if e, ok := parseAcked(line); ok {
+			acked = append(acked, e)
 		}
 	}
 	if len(hs) != workers*rounds {
@@ -167,6 +195,16 @@ func (a *app) demo(ctx context.Context, workers, rounds int) error {
 	}
 	fmt.Fprintf(a.stdout, "%d acquisitions by %d processes, one holder at a time (by their timestamps), tokens strictly increasing (%d..%d)\n",
 		len(hs), workers, hs[0].token, hs[len(hs)-1].token)
+	consumers, err := checkAcked(acked, events)
+	if err != nil {
+		return fmt.Errorf("demo failed: queue %q: %w", name, err)
+	}
+	moved := ""
+	if consumers > 1 {
+		moved = " (partitions moved between them)"
+	}
+	fmt.Fprintf(a.stdout, "%d events acked exactly once by %d of %d worker processes%s, each key's events in order\n",
+		events, consumers, workers, moved)
 	return nil
 }
 
@@ -231,6 +269,12 @@ func (a *app) demoWorker(ctx context.Context, name string, rounds int) error {
 	if err != nil {
 		return err
 	}
-	_, err = l.CountDown(ctx)
-	return err
+	if _, err = l.CountDown(ctx); err != nil {
+		return err
+	}
+	qs, ok := s.(queue.Store)
+	if !ok {
+		return fmt.Errorf("store %s has no queues", a.storeURL)
+	}
+	return a.demoConsume(ctx, s, qs, name)
 }

@@ -279,7 +279,8 @@ func TestDemo(t *testing.T) {
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "12 acquisitions by 3 processes, one holder at a time (by their timestamps), tokens strictly increasing") {
+	if !strings.Contains(string(out), "12 acquisitions by 3 processes, one holder at a time (by their timestamps), tokens strictly increasing") ||
+		!strings.Contains(string(out), "400 events acked exactly once by ") {
 		t.Fatalf("demo output:\n%s", out)
 	}
 }
