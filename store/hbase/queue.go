@@ -16,8 +16,7 @@ package hbase
 //	                           q:h  the reservation counter (8-byte counter): Head
 //	                           q:f  Floor (8 bytes), raised by check-and-set
 //	                           q:x  the seq below which trimmed events are deleted
-//	P | 'e' | seq (8 bytes)  entry: q:e the event (key, id, payload), q:m a one-byte
-//	                           marker (so a trim finds events by a keys-only scan),
+//	P | 'e' | seq (8 bytes)  entry: q:e the event (key, id, payload),
 //	                           q:a the tombstone of an aborted seq (wins over q:e)
 //	P | 'o' | len(group) | group
 //	                         a group's offset: q:t the owner's token (8 bytes),
@@ -83,7 +82,7 @@ package hbase
 // A seq is reserved before it is written: ReadQueue stops before the first reserved seq
 // with no entry. AbortQueueSeq writes the tombstone q:a there while q:e is absent.
 // TrimQueue raises the Floor (check-and-set, never lowered), then deletes the events'
-// cells below it (a scan of q:m, and batched deletes of q:e and q:m) and records how
+// cells below it (batched deletes of q:e over the dense seq range) and records how
 // far it deleted (q:x) so that a trim cut short is finished by the next one.
 // Tombstones are never deleted: a producer that reserved a seq, was aborted, and
 // writes only after the trim must still read q:a back (without it, its write would
@@ -124,7 +123,6 @@ var (
 	qualFloor   = []byte("f")
 	qualTrimmed = []byte("x")
 	qualEntry   = []byte("e")
-	qualMark    = []byte("m")
 	qualAbort   = []byte("a")
 	qualSpec    = []byte("s")
 	qualDedup   = []byte("d")
@@ -834,38 +832,21 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 	if trimmed >= below {
 		return nil
 	}
-	// Delete the events in [trimmed, below): keys from a scan of the event markers.
+	// Delete the events in [trimmed, below): the seqs are dense, so the rows are known
+	// without a scan. Only the event's cell goes: a tombstone there stays (see the
+	// layout); deleting the absent event cell of a tombstone row is harmless (a late
+	// producer's Put there finds the tombstone all the same, below the floor).
 	prefix := partPrefix(name, p)
 	const chunk = 1000
-	from := trimmed
-	for from < below {
-		var keys [][]byte
-		n := uint64(chunk)
-		if below-from < n {
-			n = below - from
+	for from := trimmed; from < below; {
+		n := min(below-from, uint64(chunk))
+		acts := make([]hbaserpc.Action, n)
+		for i := range acts {
+			acts[i] = hbaserpc.Action{Mutation: &hbaserpc.Delete{Row: entryRow(prefix, from+uint64(i)),
+				Columns: []hbaserpc.Column{{Family: famQueue, Qualifier: qualEntry}}}}
 		}
-		err := db.ScanFunc(ctx, table, hbaserpc.Scan{
-			StartRow: entryRow(prefix, from),
-			StopRow:  entryRow(prefix, from+n),
-			Columns:  []hbaserpc.Column{{Family: famQueue, Qualifier: qualMark}},
-			Caching:  chunk,
-		}, func(r hbaserpc.Row) error {
-			keys = append(keys, r.Key)
-			return nil
-		})
-		if err != nil {
+		if _, err := db.MultiMutate(ctx, table, acts); err != nil {
 			return wrap(err, op)
-		}
-		if len(keys) > 0 {
-			acts := make([]hbaserpc.Action, len(keys))
-			for i, k := range keys {
-				// The event's cells only: a tombstone there stays (see the layout).
-				acts[i] = hbaserpc.Action{Mutation: &hbaserpc.Delete{Row: k, Columns: []hbaserpc.Column{
-					{Family: famQueue, Qualifier: qualEntry}, {Family: famQueue, Qualifier: qualMark}}}}
-			}
-			if _, err := db.MultiMutate(ctx, table, acts); err != nil {
-				return wrap(err, op)
-			}
 		}
 		from += n
 	}

@@ -283,7 +283,6 @@ func aborted(cells []hbaserpc.Cell) bool {
 func (a *appender) entryPut(i int) *hbaserpc.Put {
 	return &hbaserpc.Put{Values: []hbaserpc.Value{
 		{Family: famQueue, Qualifier: qualEntry, Value: encodeEvent(a.events[i])},
-		{Family: famQueue, Qualifier: qualMark, Value: []byte{1}},
 	}}
 }
 

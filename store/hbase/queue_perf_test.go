@@ -57,7 +57,7 @@ func BenchmarkQueueAppendParts(b *testing.B) {
 			p := k % benchParts
 			vals := []hbaserpc.Value{{Family: famQueue, Qualifier: qualEntry, Value: payload}}
 			if mark {
-				vals = append(vals, hbaserpc.Value{Family: famQueue, Qualifier: qualMark, Value: []byte{1}})
+				vals = append(vals, hbaserpc.Value{Family: famQueue, Qualifier: []byte("m"), Value: []byte{1}})
 			}
 			acts[k] = hbaserpc.Action{Mutation: &hbaserpc.Put{Row: entryRow(partPrefix(name, p), base*(perPart+1)+uint64(k/benchParts)), Values: vals}}
 			if read {
