@@ -479,6 +479,7 @@ func (c *Consumer) Receive(ctx context.Context, n int) ([]*Message, error) {
 			c.mu.Lock()
 			c.pokeDue = true
 			c.mu.Unlock()
+			c.prefetch()
 			return msgs, nil
 		}
 		filled, err := c.fill(ctx)
@@ -725,6 +726,39 @@ const readers = 8
 func (c *Consumer) fill(ctx context.Context) (bool, error) {
 	c.fillMu.Lock()
 	defer c.fillMu.Unlock()
+	return c.fillLocked(ctx, c.co.prefetch)
+}
+
+// prefetch refills, in the background, the partitions whose buffers ran below half
+// while the application works on what Receive returned: the next Receive then finds
+// events buffered instead of waiting for a read. At most one fill runs at a time.
+func (c *Consumer) prefetch() {
+	c.mu.Lock()
+	low := false
+	for _, pt := range c.owned {
+		if pt.dirty && !pt.draining && len(pt.buf) < c.co.prefetch/2 {
+			low = true
+			break
+		}
+	}
+	if !low || c.closing || !c.fillMu.TryLock() {
+		c.mu.Unlock()
+		return
+	}
+	c.wg.Add(1) // under c.mu, before Close can wait
+	c.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		got, _ := c.fillLocked(c.bg, c.co.prefetch)
+		c.fillMu.Unlock()
+		if got {
+			c.signal()
+		}
+	}()
+}
+
+// fillLocked is fill with c.fillMu held.
+func (c *Consumer) fillLocked(ctx context.Context, prefetch int) (bool, error) {
 	type job struct {
 		pt   *part
 		from uint64
@@ -733,8 +767,8 @@ func (c *Consumer) fill(ctx context.Context) (bool, error) {
 	var jobs []job
 	c.mu.Lock()
 	for _, pt := range c.owned {
-		if pt.dirty && !pt.draining && len(pt.buf) < c.co.prefetch {
-			jobs = append(jobs, job{pt, pt.read, c.co.prefetch - len(pt.buf)})
+		if pt.dirty && !pt.draining && len(pt.buf) < prefetch {
+			jobs = append(jobs, job{pt, pt.read, prefetch - len(pt.buf)})
 		}
 	}
 	c.mu.Unlock()
