@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -529,6 +530,36 @@ func inChunks(ps []int, fn func(marks string, args []any) error) error {
 	return flush()
 }
 
+// byPartition runs query (whose "%s" takes the placeholders of a chunk of ps) after
+// args, for every chunk of ps, and returns what scan makes of each row, in the order
+// of ps (the zero value for a partition with no row).
+func byPartition[T any](ctx context.Context, tx *sql.Tx, ps []int, query string, args []any, scan func(*sql.Rows) (int, T, error)) ([]T, error) {
+	got := make(map[int]T, len(ps))
+	err := inChunks(ps, func(marks string, chunk []any) error {
+		rows, err := tx.QueryContext(ctx, fmt.Sprintf(query, marks), append(append([]any(nil), args...), chunk...)...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			p, v, err := scan(rows)
+			if err != nil {
+				return err
+			}
+			got[p] = v
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]T, len(ps))
+	for i, p := range ps {
+		out[i] = got[p]
+	}
+	return out, nil
+}
+
 // QueueBounds implements dcsync.QueueStore: one snapshot.
 func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
 	const op = "sqlite.QueueBounds"
@@ -541,32 +572,14 @@ func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsyn
 		if err != nil {
 			return err
 		}
-		got := make(map[int]dcsync.QueueBounds, len(ps))
-		err = inChunks(ps, func(marks string, args []any) error {
-			rows, err := tx.QueryContext(ctx, `SELECT p, head, floor FROM dcsync_queue_heads WHERE q = ? AND p IN (`+marks+`)`,
-				append([]any{m.id}, args...)...)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
+		out, err = byPartition(ctx, tx, ps, `SELECT p, head, floor FROM dcsync_queue_heads WHERE q = ? AND p IN (%s)`,
+			[]any{m.id}, func(rows *sql.Rows) (int, dcsync.QueueBounds, error) {
 				var p int
 				var head, floor int64
-				if err := rows.Scan(&p, &head, &floor); err != nil {
-					return err
-				}
-				got[p] = dcsync.QueueBounds{Head: uint64(head), Floor: uint64(floor)}
-			}
-			return rows.Err()
-		})
-		if err != nil {
-			return err
-		}
-		out = make([]dcsync.QueueBounds, len(ps))
-		for i, p := range ps {
-			out[i] = got[p]
-		}
-		return nil
+				err := rows.Scan(&p, &head, &floor)
+				return p, dcsync.QueueBounds{Head: uint64(head), Floor: uint64(floor)}, err
+			})
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -751,34 +764,16 @@ func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []i
 		if err != nil {
 			return err
 		}
-		got := make(map[int]dcsync.QueueOffset, len(ps))
-		err = inChunks(ps, func(marks string, args []any) error {
-			rows, err := tx.QueryContext(ctx, `SELECT p, token, next, attempts, held FROM dcsync_queue_offsets WHERE q = ? AND g = ? AND p IN (`+marks+`)`,
-				append([]any{m.id, group}, args...)...)
-			if err != nil {
-				return err
-			}
-			defer rows.Close()
-			for rows.Next() {
+		out, err = byPartition(ctx, tx, ps, `SELECT p, token, next, attempts, held FROM dcsync_queue_offsets WHERE q = ? AND g = ? AND p IN (%s)`,
+			[]any{m.id, group}, func(rows *sql.Rows) (int, dcsync.QueueOffset, error) {
 				var p int
 				var token, next int64
 				var off dcsync.QueueOffset
-				if err := rows.Scan(&p, &token, &next, &off.Attempts, &off.Held); err != nil {
-					return err
-				}
+				err := rows.Scan(&p, &token, &next, &off.Attempts, &off.Held)
 				off.Token, off.Next = uint64(token), uint64(next)
-				got[p] = off
-			}
-			return rows.Err()
-		})
-		if err != nil {
-			return err
-		}
-		out = make([]dcsync.QueueOffset, len(ps))
-		for i, p := range ps {
-			out[i] = got[p]
-		}
-		return nil
+				return p, off, err
+			})
+		return err
 	})
 	if err != nil {
 		return nil, err
