@@ -417,16 +417,16 @@ func (c *Consumer) drop(pt *part) {
 	}
 }
 
-// release commits pt's acked prefix, marks the offset as not held (keeping the
-// attempts of the event at the offset), and frees the lock.
+// release commits pt's acked prefix and marks the offset as not held (keeping the
+// attempts of the event at the offset), in one write, and frees the lock.
 func (c *Consumer) release(ctx context.Context, pt *part) {
-	_ = c.commit(ctx, pt)
 	pt.commitMu.Lock()
 	c.mu.Lock()
-	off := dcsync.QueueOffset{Token: pt.token, Next: pt.next}
-	if len(pt.buf) > 0 {
-		off.Attempts = pt.buf[0].attempts
-	} else if pt.next == pt.firstSeq {
+	n := pt.ackedPrefix()
+	off := dcsync.QueueOffset{Token: pt.token, Next: pt.next + uint64(n)}
+	if n < len(pt.buf) {
+		off.Attempts = pt.buf[n].attempts
+	} else if off.Next == pt.firstSeq {
 		off.Attempts = pt.firstAttempts
 	}
 	if c.owned[pt.p] == pt {
@@ -996,12 +996,6 @@ func (pt *part) ackedPrefix() int {
 
 // commit writes pt's acked prefix to its offset record.
 func (c *Consumer) commit(ctx context.Context, pt *part) error {
-	return c.commitWith(ctx, pt, func(off dcsync.QueueOffset) error {
-		return c.q.store.CommitQueueOffset(ctx, c.name, c.group, pt.p, off)
-	})
-}
-
-func (c *Consumer) commitWith(ctx context.Context, pt *part, write func(dcsync.QueueOffset) error) error {
 	pt.commitMu.Lock()
 	defer pt.commitMu.Unlock()
 	c.mu.Lock()
@@ -1018,7 +1012,7 @@ func (c *Consumer) commitWith(ctx context.Context, pt *part, write func(dcsync.Q
 	if !owned || time.Now().After(pt.lk.Deadline()) {
 		return dcsync.Errorf(dcsync.LockLost, "queue.Ack", "partition %d: the lease of token %d is over", pt.p, pt.token)
 	}
-	if err := write(off); err != nil {
+	if err := c.q.store.CommitQueueOffset(ctx, c.name, c.group, pt.p, off); err != nil {
 		if errors.Is(err, dcsync.ErrLockLost) {
 			c.drop(pt)
 		}
