@@ -19,9 +19,9 @@ import (
 	"encoding/hex"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/internal/suitekit"
 )
 
 // QueueTestStore is a store with locks, latches and a queue: what package queue needs.
@@ -91,25 +91,12 @@ func (h Harness) open(t *testing.T) QueueTestStore {
 	return s
 }
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func wantCode(t *testing.T, err error, code dcsync.Code, what string) {
-	t.Helper()
-	if dcsync.CodeOf(err) != code {
-		t.Fatalf("%s: got error %v (code %v), want code %v", what, err, dcsync.CodeOf(err), code)
-	}
-}
-
-func must(t *testing.T, err error, what string) {
-	t.Helper()
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
+// The suite's shorthands for the shared helpers.
+var (
+	ctxT     = suitekit.Context
+	wantCode = suitekit.WantCode
+	must     = suitekit.Must
+)
 
 // create makes a queue with a unique name, partitions and groups, and returns its spec
 // as read back.

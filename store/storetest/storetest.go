@@ -12,7 +12,6 @@
 package storetest
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
@@ -23,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/internal/suitekit"
 )
 
 // Harness tells the suite how to reach the store under test.
@@ -96,25 +96,12 @@ func (h Harness) open(t *testing.T) dcsync.Store {
 	return s
 }
 
-func ctxT(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func wantCode(t *testing.T, err error, code dcsync.Code, what string) {
-	t.Helper()
-	if dcsync.CodeOf(err) != code {
-		t.Fatalf("%s: got error %v (code %v), want code %v", what, err, dcsync.CodeOf(err), code)
-	}
-}
-
-func must(t *testing.T, err error, what string) {
-	t.Helper()
-	if err != nil {
-		t.Fatalf("%s: %v", what, err)
-	}
-}
+// The suite's shorthands for the shared helpers.
+var (
+	ctxT     = suitekit.Context
+	wantCode = suitekit.WantCode
+	must     = suitekit.Must
+)
 
 // noLeaks checks, when the test ends and after the stores it opened are closed, that
 // the test left no goroutine behind. Call it before opening anything.
