@@ -128,7 +128,9 @@ func (a *app) demo(ctx context.Context, workers, rounds, events int) error {
 		errs  = make(chan error, workers)
 	)
 	for i := 0; i < workers; i++ {
-		cmd := exec.CommandContext(ctx, self, "--store", a.storeURL, "--client", a.client, "--farm", a.farm,
+		// wctx: a failed demo stops its workers (they would otherwise wait for the done
+		// latch until it expires).
+		cmd := exec.CommandContext(wctx, self, "--store", a.storeURL, "--client", a.client, "--farm", a.farm,
 			"demo", "demo-worker", name, strconv.Itoa(rounds))
 		out, err := cmd.StdoutPipe()
 		if err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -120,15 +121,44 @@ func (a *app) demoConsume(ctx context.Context, s dcsync.Store, qs queue.Store, n
 			}
 			continue
 		}
-		if err := c.Ack(ctx, msgs...); err != nil {
-			return err
-		}
+		// The time is taken before the ack: an ack that succeeds happens before the
+		// partition's next owner can claim it, so these times order each key's acks
+		// across processes (a time taken after Ack returns could come after the next
+		// owner's).
 		at := time.Now().UnixNano()
-		for _, m := range msgs {
-			fmt.Fprintf(a.stdout, "event pid=%d id=%s key=%s partition=%d seq=%d token=%d acked=%d\n",
-				os.Getpid(), m.ID, m.Key, m.Partition, m.Seq, m.Token, at)
+		for _, batch := range byPartition(msgs) {
+			// Each partition is acked on its own, so that a partition whose lease ran
+			// out (a loaded machine can delay a renewal past it) refuses only its own
+			// events: those go to the partition's next owner, and this worker goes on.
+			if err := c.Ack(ctx, batch...); errors.Is(err, dcsync.ErrLockLost) {
+				fmt.Fprintf(a.stderr, "worker %d: partition %d moved on before its ack (%v); its next owner gets its events\n",
+					os.Getpid(), batch[0].Partition, err)
+				continue
+			} else if err != nil {
+				return err
+			}
+			for _, m := range batch {
+				fmt.Fprintf(a.stdout, "event pid=%d id=%s key=%s partition=%d seq=%d token=%d acked=%d\n",
+					os.Getpid(), m.ID, m.Key, m.Partition, m.Seq, m.Token, at)
+			}
 		}
 	}
+}
+
+// byPartition splits msgs by partition, keeping their order within each.
+func byPartition(msgs []*queue.Message) [][]*queue.Message {
+	at := map[int]int{}
+	var out [][]*queue.Message
+	for _, m := range msgs {
+		i, ok := at[m.Partition]
+		if !ok {
+			i = len(out)
+			at[m.Partition] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], m)
+	}
+	return out
 }
 
 // ackedEvent is one event a worker reports acked.
