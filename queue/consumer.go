@@ -99,7 +99,8 @@ type part struct {
 	// dirty: the partition may have events beyond read (or a hole to wait out).
 	dirty bool
 	// held: the offset record says Held for this token (set by arm before the first
-	// delivery, kept by commits while an event at the offset was delivered).
+	// delivery, kept by commits while an event at the offset was delivered or the
+	// partition is streaming, see streaming).
 	held bool
 	// firstSeq, firstAttempts: the stored attempts of the entry at the claimed offset.
 	firstSeq      uint64
@@ -985,6 +986,17 @@ func (pt *part) deliveredFrom(n int) bool {
 	return false
 }
 
+// streaming reports whether the owner is delivering pt's events in a stream after an
+// ack of n entries: events are buffered behind them, or known to be in the store
+// beyond what it read (under c.mu). The commit then keeps the offset marked held, so
+// that the next Receive needs no write of its own before it delivers (arm): one write
+// per batch instead of two. The price is that a death in that state counts an attempt
+// against the event at the offset even if it was not delivered yet; an owner that
+// dies before it delivered anything, or after it caught up, costs none.
+func (pt *part) streaming(n int) bool {
+	return pt.held && (len(pt.buf) > n || pt.dirty)
+}
+
 // ackedPrefix returns how many entries at the head of pt.buf are acked (under c.mu).
 func (pt *part) ackedPrefix() int {
 	n := 0
@@ -1000,7 +1012,7 @@ func (c *Consumer) commit(ctx context.Context, pt *part) error {
 	defer pt.commitMu.Unlock()
 	c.mu.Lock()
 	n := pt.ackedPrefix()
-	off := dcsync.QueueOffset{Token: pt.token, Next: pt.next + uint64(n), Held: pt.deliveredFrom(n)}
+	off := dcsync.QueueOffset{Token: pt.token, Next: pt.next + uint64(n), Held: pt.deliveredFrom(n) || pt.streaming(n)}
 	if off.Next == pt.firstSeq {
 		off.Attempts = pt.firstAttempts
 	}

@@ -146,3 +146,94 @@ func TestDeathsCountAsAttempts(t *testing.T) {
 		t.Fatalf("dead-letter partition: %+v", dl)
 	}
 }
+
+// countingCommits counts offset writes.
+type countingCommits struct {
+	*stalling
+	commits atomic.Int64
+}
+
+func (s *countingCommits) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+	s.commits.Add(1)
+	return s.stalling.CommitQueueOffset(ctx, name, group, p, off)
+}
+
+// While a consumer streams a partition, each batch costs one offset write (its ack):
+// the ack keeps the offset marked held for the events buffered behind it, so the next
+// Receive does not write before it delivers. A death in the middle of the stream
+// counts an attempt against the event at the offset; once the consumer has caught up,
+// its ack clears the mark and a death costs nothing.
+func TestStreamingKeepsOffsetHeld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	base := memory.New()
+	defer base.Close()
+	opts := []queue.Option{queue.WithLease(time.Second), queue.WithPollInterval(20 * time.Millisecond), queue.WithVisibility(time.Hour)}
+	q, err := queue.Create(ctx, base, dcsync.QueueSpec{Name: "s", Partitions: 1, Groups: []string{"g"}}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var evs []queue.Event
+	for range 12 {
+		evs = append(evs, queue.Event{Payload: []byte("e")})
+	}
+	if _, err := q.Enqueue(ctx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	offset := func() dcsync.QueueOffset {
+		t.Helper()
+		offs, err := base.ReadQueueOffsets(ctx, "s", "g", []int{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return offs[0]
+	}
+	s := &countingCommits{stalling: &stalling{Store: base}}
+	qa, err := queue.Open(ctx, s, "s", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := qa.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	for i := range 10 {
+		m, err := a.Receive(ctx, 1)
+		if err != nil || len(m) != 1 || m[0].Seq != uint64(i) || m[0].Attempt != 1 {
+			t.Fatalf("receive %d: %+v %v", i, m, err)
+		}
+		if i == 0 {
+			s.commits.Store(0) // the claim's writes and the first delivery's mark
+		}
+		if err := a.Ack(ctx, m...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.commits.Load(); n != 10 {
+		t.Fatalf("10 batches streamed with %d offset writes, want 10 (one per ack)", n)
+	}
+	if off := offset(); off.Next != 10 || !off.Held {
+		t.Fatalf("offset after 10 acks with 2 events left: %+v, want next 10, held", off)
+	}
+	s.stalled.Store(true) // a dies in the middle of the stream
+	for len(a.Partitions()) > 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	a.Close(ctx)
+	b, err := q.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(context.Background())
+	m, err := b.Receive(ctx, 10)
+	if err != nil || len(m) != 2 || m[0].Seq != 10 || m[0].Attempt != 2 || m[1].Attempt != 1 {
+		t.Fatalf("after a death mid-stream: %+v %v, want seqs 10 (attempt 2) and 11 (attempt 1)", m, err)
+	}
+	if err := b.Ack(ctx, m...); err != nil {
+		t.Fatal(err)
+	}
+	if off := offset(); off.Next != 12 || off.Held {
+		t.Fatalf("offset after catching up: %+v, want next 12, not held", off)
+	}
+}
