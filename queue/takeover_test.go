@@ -13,10 +13,16 @@ import (
 )
 
 // stalling is a store whose lock renewals fail while stalled: its consumer's leases
-// run out as if its process were paused or cut off.
+// run out as if its process were paused or cut off. It counts offset writes.
 type stalling struct {
 	*memory.Store
 	stalled atomic.Bool
+	commits atomic.Int64
+}
+
+func (s *stalling) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+	s.commits.Add(1)
+	return s.Store.CommitQueueOffset(ctx, name, group, p, off)
 }
 
 func (s *stalling) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
@@ -147,17 +153,6 @@ func TestDeathsCountAsAttempts(t *testing.T) {
 	}
 }
 
-// countingCommits counts offset writes.
-type countingCommits struct {
-	*stalling
-	commits atomic.Int64
-}
-
-func (s *countingCommits) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
-	s.commits.Add(1)
-	return s.stalling.CommitQueueOffset(ctx, name, group, p, off)
-}
-
 // While a consumer streams a partition, each batch costs one offset write (its ack):
 // the ack keeps the offset marked held for the events buffered behind it, so the next
 // Receive does not write before it delivers. A death in the middle of the stream
@@ -188,7 +183,7 @@ func TestStreamingKeepsOffsetHeld(t *testing.T) {
 		}
 		return offs[0]
 	}
-	s := &countingCommits{stalling: &stalling{Store: base}}
+	s := &stalling{Store: base}
 	qa, err := queue.Open(ctx, s, "s", opts...)
 	if err != nil {
 		t.Fatal(err)
