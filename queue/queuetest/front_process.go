@@ -358,7 +358,7 @@ func runFrontProcesses(t *testing.T, h Harness) {
 			}
 		}
 		tl := newTally()
-		must(t, ackEach(ctx, b, "g", tl, got), "Ack by the new owner")
+		ackThenConsume(t, ctx, b, "g", tl, got, want)
 		tl.check(t, "g", want)
 	})
 }
