@@ -934,6 +934,24 @@ func (pt *part) at(seq uint64) *entry {
 	return pt.buf[seq-pt.next]
 }
 
+// ByPartition splits msgs by partition, in the order each partition first appears,
+// keeping their order within each. Acking each part on its own tells which acks
+// applied: an Ack error matching dcsync.ErrLockLost then concerns that partition only.
+func ByPartition(msgs []*Message) [][]*Message {
+	at := map[int]int{}
+	var out [][]*Message
+	for _, m := range msgs {
+		i, ok := at[m.Partition]
+		if !ok {
+			i = len(out)
+			at[m.Partition] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], m)
+	}
+	return out
+}
+
 // Ack acknowledges messages: each partition's offset advances over its acked prefix in
 // one conditional write (an ack of a later message is kept until the earlier ones are
 // acked). It returns an error matching dcsync.ErrLockLost for messages of partitions

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -203,5 +204,26 @@ func TestNackKeepsKeyOrder(t *testing.T) {
 	}
 	if fmt.Sprint(order) != "[k1#2 k2#1]" {
 		t.Fatalf("redelivered %v, want [k1#2 k2#1]", order)
+	}
+}
+
+// ByPartition keeps each partition's messages in order, partitions in the order they
+// first appear.
+func TestByPartition(t *testing.T) {
+	m := func(p int, seq uint64) *queue.Message { return &queue.Message{Partition: p, Seq: seq} }
+	got := queue.ByPartition([]*queue.Message{m(3, 7), m(1, 2), m(3, 8), m(1, 3), m(0, 5)})
+	var s []string
+	for _, part := range got {
+		var seqs []string
+		for _, x := range part {
+			seqs = append(seqs, fmt.Sprintf("%d/%d", x.Partition, x.Seq))
+		}
+		s = append(s, strings.Join(seqs, " "))
+	}
+	if want := "3/7 3/8|1/2 1/3|0/5"; strings.Join(s, "|") != want {
+		t.Fatalf("ByPartition = %q, want %q", strings.Join(s, "|"), want)
+	}
+	if len(queue.ByPartition(nil)) != 0 {
+		t.Fatal("ByPartition(nil) is not empty")
 	}
 }

@@ -126,7 +126,7 @@ func (a *app) demoConsume(ctx context.Context, s dcsync.Store, qs queue.Store, n
 		// across processes (a time taken after Ack returns could come after the next
 		// owner's).
 		at := time.Now().UnixNano()
-		for _, batch := range byPartition(msgs) {
+		for _, batch := range queue.ByPartition(msgs) {
 			// Each partition is acked on its own, so that a partition whose lease ran
 			// out (a loaded machine can delay a renewal past it) refuses only its own
 			// events: those go to the partition's next owner, and this worker goes on.
@@ -143,22 +143,6 @@ func (a *app) demoConsume(ctx context.Context, s dcsync.Store, qs queue.Store, n
 			}
 		}
 	}
-}
-
-// byPartition splits msgs by partition, keeping their order within each.
-func byPartition(msgs []*queue.Message) [][]*queue.Message {
-	at := map[int]int{}
-	var out [][]*queue.Message
-	for _, m := range msgs {
-		i, ok := at[m.Partition]
-		if !ok {
-			i = len(out)
-			at[m.Partition] = i
-			out = append(out, nil)
-		}
-		out[i] = append(out[i], m)
-	}
-	return out
 }
 
 // ackedEvent is one event a worker reports acked.

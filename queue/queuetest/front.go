@@ -194,11 +194,7 @@ func consume(ctx context.Context, c *queue.Consumer, group string, tl *tally, do
 // ackEach acks msgs one partition at a time (so that a lost partition does not hide
 // which acks applied) and records the acked ones.
 func ackEach(ctx context.Context, c *queue.Consumer, group string, tl *tally, msgs []*queue.Message) error {
-	byPart := map[int][]*queue.Message{}
-	for _, m := range msgs {
-		byPart[m.Partition] = append(byPart[m.Partition], m)
-	}
-	for _, ms := range byPart {
+	for _, ms := range queue.ByPartition(msgs) {
 		err := c.Ack(ctx, ms...)
 		switch {
 		case err == nil:

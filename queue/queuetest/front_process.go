@@ -88,11 +88,7 @@ func childConsume(ctx context.Context, s QueueTestStore, env childEnv) error {
 			}
 			return err
 		}
-		byPart := map[int][]*queue.Message{}
-		for _, m := range msgs {
-			byPart[m.Partition] = append(byPart[m.Partition], m)
-		}
-		for _, ms := range byPart {
+		for _, ms := range queue.ByPartition(msgs) {
 			err := c.Ack(ctx, ms...)
 			switch {
 			case err == nil:
