@@ -133,6 +133,18 @@ type QueueOffset struct {
 	// value from before the claim: true means the previous owner ended without
 	// releasing (it died, or its lease lapsed).
 	Held bool
+	// Version orders one owner's writes of the record. CommitQueueOffset applies off
+	// only when the stored token is off.Token and the stored Version is below
+	// off.Version, so a write whose first attempt lands late, after a later write of
+	// the same owner, changes nothing (it cannot move Next back or lose a mark). Owners
+	// write the Version they read plus one (gaps are allowed); a claim keeps it.
+	Version uint64
+	// Marks is the state of entries above Next that the owner persisted: entries acked
+	// out of order (a successor skips them, so an Ack that returned nil is never
+	// delivered again) and failed attempts of entries not at Next (so MaxAttempts
+	// counts the same across owners). Stores keep it verbatim; it is encoded with
+	// EncodeQueueMarks relative to Next, at most MaxQueueMarksLen bytes.
+	Marks QueueMarks
 }
 
 // QueueStore is the storage a queue needs. Every method validates its input before any
@@ -165,12 +177,17 @@ type QueueStore interface {
 	// end allows it; result i belongs to ps[i].
 	QueueBounds(ctx context.Context, name string, ps []int) ([]QueueBounds, error)
 	// ClaimQueuePartition makes token the owner of group's offset in partition p when
-	// token is greater than the stored token (or equal: a retried claim) and returns
-	// the offset with Token set to token and Held as it was before. A lower token gets
-	// LockLost and the stored offset, and changes nothing.
+	// token is greater than the stored token, writing the token only (Next, Attempts,
+	// Held, Version and Marks stay as stored), and returns the stored offset with
+	// Token set to token. An equal token (a retried claim) writes nothing and returns
+	// the stored offset. A lower token gets LockLost and the stored offset, and changes
+	// nothing. So a claim that lands late, after later writes, changes nothing.
 	ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (QueueOffset, error)
-	// CommitQueueOffset writes off (Next, Attempts, Held) when the stored token equals
-	// off.Token, and returns LockLost, changing nothing, otherwise.
+	// CommitQueueOffset writes off (Next, Attempts, Held, Version, Marks) when the
+	// stored token equals off.Token and the stored Version is below off.Version. When
+	// the stored offset already equals off (an earlier attempt of this call landed) it
+	// returns nil. Otherwise it returns LockLost (another token owns the partition, or
+	// a later write of this owner is stored), changing nothing.
 	CommitQueueOffset(ctx context.Context, name, group string, p int, off QueueOffset) error
 	// ReadQueueOffsets reads group's offsets of many partitions (the zero offset where
 	// none is stored); result i belongs to ps[i].
