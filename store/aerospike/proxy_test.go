@@ -32,6 +32,8 @@ type faultProxy struct {
 	conns  map[net.Conn]struct{}
 	drops  []*dropRule
 	busy   []*dropRule
+	holds  []*dropRule
+	held   [][]byte // requests held back, in arrival order
 	closed bool
 	wg     sync.WaitGroup
 
@@ -169,6 +171,14 @@ func (p *faultProxy) requests(pc *proxyConn, s net.Conn) {
 			}
 			continue
 		}
+		if p.match(&p.holds, cmd) {
+			// Not forwarded now: the client times out (in doubt) and retries; Deliver
+			// sends it later, after the requests that followed it.
+			p.mu.Lock()
+			p.held = append(p.held, frame)
+			p.mu.Unlock()
+			continue
+		}
 		drop := p.match(&p.drops, cmd)
 		if drop {
 			p.stDropped.Add(1)
@@ -265,11 +275,65 @@ func (p *faultProxy) BusyResponses(n int, match func(command) bool) {
 	p.busy = append(p.busy, &dropRule{remaining: n, match: match})
 }
 
-// ClearDrops forgets every drop and busy rule still pending.
+// HoldRequests makes the proxy hold back the next n commands for which match is true:
+// they are not forwarded (the client times out, in doubt, and retries) until Deliver
+// sends them, after whatever the client sent meanwhile. Rules accumulate.
+func (p *faultProxy) HoldRequests(n int, match func(command) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.holds = append(p.holds, &dropRule{remaining: n, match: match})
+}
+
+// Held returns the number of requests held back and not yet delivered.
+func (p *faultProxy) Held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.held)
+}
+
+// Deliver sends every held request to the server, in the order they were held, on a
+// connection of its own (the client's has closed on its timeout), waits for each reply
+// and returns their result codes. The server times a command from its arrival, so a
+// late request is executed as if just sent.
+func (p *faultProxy) Deliver() ([]int, error) {
+	p.mu.Lock()
+	held := p.held
+	p.held = nil
+	p.mu.Unlock()
+	if len(held) == 0 {
+		return nil, nil
+	}
+	c, err := net.DialTimeout("tcp", p.target, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		return nil, err
+	}
+	r := bufio.NewReader(c)
+	var codes []int
+	for _, frame := range held {
+		if _, err := c.Write(frame); err != nil {
+			return codes, err
+		}
+		reply, err := readFrame(r)
+		if err != nil {
+			return codes, err
+		}
+		if len(reply) < 8+msgHeaderLen {
+			return codes, fmt.Errorf("reply of %d bytes", len(reply))
+		}
+		codes = append(codes, int(reply[8+5]))
+	}
+	return codes, nil
+}
+
+// ClearDrops forgets every drop, busy and hold rule still pending.
 func (p *faultProxy) ClearDrops() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.drops, p.busy = nil, nil
+	p.drops, p.busy, p.holds = nil, nil, nil
 }
 
 // CloseConnections breaks every open connection; the proxy keeps listening.

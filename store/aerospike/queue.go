@@ -168,6 +168,8 @@ const (
 	qbNext  = "next"
 	qbAtt   = "att"
 	qbHeld  = "held"
+	qbVer   = "ver"   // QueueOffset.Version; absent on records older than it: 0
+	qbMarks = "marks" // QueueOffset.Marks, a blob; absent when there are none
 	// id record: qbWriter, and
 	qbPart = "p"
 	qbSeq  = "seq"

@@ -190,6 +190,7 @@ func BenchmarkQueueReceive(b *testing.B) {
 		}
 		tr := time.Now()
 		off.Next = from + benchBatch
+		off.Version++
 		if err := s.CommitQueueOffset(ctx, spec.Name, "g", 0, off); err != nil {
 			b.Fatal(err)
 		}

@@ -19,13 +19,24 @@ func checkQueueGroup(name, group string, p int) error {
 	return dcsync.ValidateQueuePartition(p)
 }
 
+// offsetBins are the bins of an offset record.
+var offsetBins = []string{qbToken, qbNext, qbAtt, qbHeld, qbVer, qbMarks}
+
+// offsetOf reads an offset from its record's bins. A record written before Version and
+// Marks existed has neither bin: Version 0, no marks.
 func offsetOf(bins as.BinMap) dcsync.QueueOffset {
-	off := dcsync.QueueOffset{Token: uintOf(bins[qbToken]), Next: uintOf(bins[qbNext])}
+	off := dcsync.QueueOffset{Token: uintOf(bins[qbToken]), Next: uintOf(bins[qbNext]), Version: uintOf(bins[qbVer])}
 	if n, ok := intOf(bins[qbAtt]); ok {
 		off.Attempts = int(n)
 	}
 	if h, ok := intOf(bins[qbHeld]); ok {
 		off.Held = h != 0
+	}
+	switch m := bins[qbMarks].(type) {
+	case []byte:
+		off.Marks = dcsync.QueueMarks(m)
+	case string:
+		off.Marks = dcsync.QueueMarks(m)
 	}
 	return off
 }
@@ -37,9 +48,20 @@ func heldValue(h bool) int {
 	return 0
 }
 
+// marksValue is the bin value of marks: nil (no bin) when there are none.
+func marksValue(m dcsync.QueueMarks) any {
+	if m == "" {
+		return nil
+	}
+	return []byte(m)
+}
+
 // ClaimQueuePartition implements dcsync.QueueStore: one operate, filtered on the stored
-// token being at most token, reads the offset and then writes the token and Held. A
-// refused claim reads the offset for LockLost.
+// token being below token, reads the offset and then writes the token only (Next,
+// Attempts, Held, Version and Marks stay). A filtered claim reads the record: when the
+// stored token is token (an earlier try of this claim landed, or the claim was made
+// before) it returns the stored offset; a greater token is LockLost. So a try that
+// lands late, after the claim's retry and the owner's commits, is filtered out.
 func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
 	const op = "aerospike.ClaimQueuePartition"
 	if err := checkQueueGroup(name, group, p); err != nil {
@@ -52,14 +74,16 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 		return dcsync.QueueOffset{}, err
 	}
 	key := s.offsetKey(name, group, p)
+	ops := make([]*as.Operation, 0, len(offsetBins)+1)
+	for _, b := range offsetBins {
+		ops = append(ops, as.GetBinOp(b))
+	}
+	ops = append(ops, as.PutOp(as.NewBin(qbToken, int64(token))))
 	rec, code, err := s.write(ctx, op, func() *as.WritePolicy {
 		wp := s.writePolicy(ctx, as.TTLDontExpire)
-		wp.FilterExpression = as.ExpLessEq(binOr0(qbToken), as.ExpIntVal(int64(token)))
+		wp.FilterExpression = as.ExpLess(binOr0(qbToken), as.ExpIntVal(int64(token)))
 		return wp
-	}, key, []*as.Operation{
-		as.GetBinOp(qbToken), as.GetBinOp(qbNext), as.GetBinOp(qbAtt), as.GetBinOp(qbHeld),
-		as.PutOp(as.NewBin(qbToken, int64(token))), as.PutOp(as.NewBin(qbHeld, 1)),
-	}, types.FILTERED_OUT)
+	}, key, ops, types.FILTERED_OUT)
 	if err != nil {
 		return dcsync.QueueOffset{}, err
 	}
@@ -79,11 +103,17 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 	if cur != nil {
 		off = offsetOf(cur.Bins)
 	}
+	if off.Token == token {
+		return off, nil
+	}
 	return off, dcsync.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q is owned by token %d, above %d", p, name, group, off.Token, token)
 }
 
 // CommitQueueOffset implements dcsync.QueueStore: one write filtered on the stored
-// token (a retry writes the same values again).
+// token being off.Token and the stored version being below off.Version, so that a try
+// that lands late, after the owner's next commit, changes nothing. A filtered commit
+// reads the record: when it holds exactly off (an earlier try of this commit landed) it
+// returns nil, and LockLost otherwise.
 func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
 	const op = "aerospike.CommitQueueOffset"
 	if err := checkQueueGroup(name, group, p); err != nil {
@@ -92,34 +122,55 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 	if off.Attempts < 0 {
 		return dcsync.Errorf(dcsync.InvalidArgument, op, "attempts %d is negative", off.Attempts)
 	}
-	if off.Token > 1<<63-1 || off.Next > 1<<63-1 {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "token %d or next %d is beyond int64", off.Token, off.Next)
+	if off.Token > 1<<63-1 || off.Next > 1<<63-1 || off.Version > 1<<63-1 {
+		return dcsync.Errorf(dcsync.InvalidArgument, op, "token %d, next %d or version %d is beyond int64", off.Token, off.Next, off.Version)
+	}
+	if err := dcsync.ValidateQueueMarks(op, off); err != nil {
+		return err
 	}
 	if _, err := s.queueDedup(ctx, op, name); err != nil {
 		return err
 	}
-	lost := func() error {
-		return dcsync.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q is not owned by token %d", p, name, group, off.Token)
+	lost := func(cur dcsync.QueueOffset) error {
+		return dcsync.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q: the stored offset (token %d, version %d) does not take version %d of token %d",
+			p, name, group, cur.Token, cur.Version, off.Version, off.Token)
 	}
 	if off.Token == 0 {
-		return lost()
+		return lost(dcsync.QueueOffset{})
 	}
+	key := s.offsetKey(name, group, p)
 	_, code, err := s.write(ctx, op, func() *as.WritePolicy {
 		wp := s.writePolicy(ctx, as.TTLDontUpdate)
 		wp.RecordExistsAction = as.UPDATE_ONLY
-		wp.FilterExpression = as.ExpEq(as.ExpIntBin(qbToken), as.ExpIntVal(int64(off.Token)))
+		wp.FilterExpression = as.ExpAnd(
+			as.ExpEq(as.ExpIntBin(qbToken), as.ExpIntVal(int64(off.Token))),
+			as.ExpLess(binOr0(qbVer), as.ExpIntVal(int64(off.Version))))
 		return wp
-	}, s.offsetKey(name, group, p), []*as.Operation{
+	}, key, []*as.Operation{
 		as.PutOp(as.NewBin(qbNext, int64(off.Next))), as.PutOp(as.NewBin(qbAtt, off.Attempts)),
-		as.PutOp(as.NewBin(qbHeld, heldValue(off.Held))),
+		as.PutOp(as.NewBin(qbHeld, heldValue(off.Held))), as.PutOp(as.NewBin(qbVer, int64(off.Version))),
+		as.PutOp(as.NewBin(qbMarks, marksValue(off.Marks))),
 	}, types.FILTERED_OUT, types.KEY_NOT_FOUND_ERROR)
 	if err != nil {
 		return err
 	}
-	if code != types.OK {
-		return lost()
+	if code == types.OK {
+		return nil
 	}
-	return nil
+	var cur dcsync.QueueOffset
+	if code == types.FILTERED_OUT {
+		rec, err := s.getRecord(ctx, op, key)
+		if err != nil {
+			return err
+		}
+		if rec != nil {
+			cur = offsetOf(rec.Bins)
+		}
+		if cur == off {
+			return nil
+		}
+	}
+	return lost(cur)
 }
 
 // ReadQueueOffsets implements dcsync.QueueStore: one batch read.
@@ -138,7 +189,7 @@ func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []i
 	}
 	recs := make([]as.BatchRecordIfc, len(ps))
 	for i, p := range ps {
-		recs[i] = as.NewBatchRead(nil, s.offsetKey(name, group, p), []string{qbToken, qbNext, qbAtt, qbHeld})
+		recs[i] = as.NewBatchRead(nil, s.offsetKey(name, group, p), offsetBins)
 	}
 	if err := s.runBatch(ctx, op, false, recs, nil, types.KEY_NOT_FOUND_ERROR); err != nil {
 		return nil, err

@@ -137,26 +137,60 @@ func TestQueueBasics(t *testing.T) {
 	if err != nil || off != (dcsync.QueueOffset{Token: 5}) {
 		t.Fatalf("claim = %+v %v", off, err)
 	}
-	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, dcsync.QueueOffset{Token: 5, Next: 2, Attempts: 1, Held: true}); err != nil {
+	marks, err := dcsync.EncodeQueueMarks(2, []dcsync.QueueMark{{Seq: 4, Acked: true}, {Seq: 6, Attempts: 2}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, dcsync.QueueOffset{Token: 4, Next: 3}); !isCode(err, dcsync.LockLost) {
+	want5 := dcsync.QueueOffset{Token: 5, Next: 2, Attempts: 1, Held: true, Version: 1, Marks: marks}
+	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, want5); err != nil {
+		t.Fatal(err)
+	}
+	// The same value again (a retry whose first try landed) is nil; a lower or equal
+	// version with another value is LockLost, changing nothing.
+	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, want5); err != nil {
+		t.Fatalf("commit of the stored value: %v", err)
+	}
+	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, dcsync.QueueOffset{Token: 5, Next: 1, Version: 1}); !isCode(err, dcsync.LockLost) {
+		t.Fatalf("commit of another value at the stored version: %v", err)
+	}
+	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, dcsync.QueueOffset{Token: 5, Next: 7, Version: 0}); !isCode(err, dcsync.LockLost) {
+		t.Fatalf("commit below the stored version: %v", err)
+	}
+	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, dcsync.QueueOffset{Token: 5, Next: 2, Version: 2, Marks: "\x00"}); !isCode(err, dcsync.InvalidArgument) {
+		t.Fatalf("commit of bad marks: %v", err)
+	}
+	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, dcsync.QueueOffset{Token: 4, Next: 3, Version: 9}); !isCode(err, dcsync.LockLost) {
 		t.Fatalf("commit with an old token: %v", err)
 	}
-	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 1, dcsync.QueueOffset{Token: 4, Next: 3}); !isCode(err, dcsync.LockLost) {
+	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 1, dcsync.QueueOffset{Token: 4, Next: 3, Version: 1}); !isCode(err, dcsync.LockLost) {
 		t.Fatalf("commit to an unclaimed partition: %v", err)
 	}
 	off, err = s.ClaimQueuePartition(ctx, spec.Name, "a", 0, 4)
-	if !isCode(err, dcsync.LockLost) || off != (dcsync.QueueOffset{Token: 5, Next: 2, Attempts: 1, Held: true}) {
+	if !isCode(err, dcsync.LockLost) || off != want5 {
 		t.Fatalf("claim with a lower token = %+v %v", off, err)
 	}
+	// An equal token (a retried claim) writes nothing and returns the stored offset.
+	off, err = s.ClaimQueuePartition(ctx, spec.Name, "a", 0, 5)
+	if err != nil || off != want5 {
+		t.Fatalf("claim with the stored token = %+v %v", off, err)
+	}
+	want7 := want5
+	want7.Token = 7
 	off, err = s.ClaimQueuePartition(ctx, spec.Name, "a", 0, 7)
-	if err != nil || off != (dcsync.QueueOffset{Token: 7, Next: 2, Attempts: 1, Held: true}) {
+	if err != nil || off != want7 {
 		t.Fatalf("claim with a higher token = %+v %v", off, err)
 	}
 	offs, err := s.ReadQueueOffsets(ctx, spec.Name, "a", []int{0, 1})
-	if err != nil || fmt.Sprint(offs) != fmt.Sprint([]dcsync.QueueOffset{{Token: 7, Next: 2, Attempts: 1, Held: true}, {}}) {
+	if err != nil || fmt.Sprint(offs) != fmt.Sprint([]dcsync.QueueOffset{want7, {}}) {
 		t.Fatalf("offsets = %+v %v", offs, err)
+	}
+	// A claim writes the token only: Held stays as the last commit wrote it.
+	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, dcsync.QueueOffset{Token: 7, Next: 3, Version: 2}); err != nil {
+		t.Fatal(err)
+	}
+	off, err = s.ClaimQueuePartition(ctx, spec.Name, "a", 0, 8)
+	if err != nil || off != (dcsync.QueueOffset{Token: 8, Next: 3, Version: 2}) {
+		t.Fatalf("claim after a release = %+v %v", off, err)
 	}
 	if offs, err := s.ReadQueueOffsets(ctx, spec.Name, "b#c", []int{0}); err != nil || offs[0] != (dcsync.QueueOffset{}) {
 		t.Fatalf("other group's offsets = %+v %v", offs, err)
@@ -503,7 +537,7 @@ func TestQueueInDoubtSingleWrites(t *testing.T) {
 		t.Fatalf("in-doubt claim = %+v %v", off, err)
 	}
 	proxy.DropResponses(1, writesTo(aerospike.QueueOffsetSet))
-	if err := s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 3, Next: 2}); err != nil {
+	if err := s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 3, Next: 2, Version: 1}); err != nil {
 		t.Fatalf("in-doubt commit: %v", err)
 	}
 	proxy.DropResponses(1, writesTo(aerospike.QueueHeadSet))
@@ -514,7 +548,7 @@ func TestQueueInDoubtSingleWrites(t *testing.T) {
 		t.Fatalf("dropped %d replies, want 4", st.Dropped)
 	}
 	offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
-	if err != nil || offs[0] != (dcsync.QueueOffset{Token: 3, Next: 2}) {
+	if err != nil || offs[0] != (dcsync.QueueOffset{Token: 3, Next: 2, Version: 1}) {
 		t.Fatalf("offsets = %+v %v", offs, err)
 	}
 	r := mustRead(t, s, spec.Name, 0, 0, 10)
