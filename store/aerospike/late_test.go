@@ -2,6 +2,7 @@ package aerospike_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/store/aerospike"
@@ -92,4 +93,84 @@ func TestQueueLateClaimChangesNothing(t *testing.T) {
 	if err != nil || offs[0] != (dcsync.QueueOffset{Token: 3, Next: 4, Version: 1}) {
 		t.Fatalf("offset after the late claim = %+v %v", offs, err)
 	}
+}
+
+// lateLockStore is a store through proxy with short tries, and a lock key of its own.
+func lateLockStore(t *testing.T, proxy *faultProxy) (*aerospike.Store, dcsync.Key) {
+	t.Helper()
+	s := newStore(t, dial(t, proxy.Addr()), aerospike.Config{Timeout: 300 * time.Millisecond, RetryDelay: 5 * time.Millisecond})
+	return s, dcsync.Key{Level: dcsync.DC, Client: "late", Farm: "dc1", Name: unique("l")}
+}
+
+// leaseEnd is the end of k's lease as the server reports it.
+func leaseEnd(t *testing.T, s *aerospike.Store, k dcsync.Key) time.Time {
+	t.Helper()
+	st, err := s.InspectLock(ctxT(t), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Expires
+}
+
+// TestLockLateTokenWrite: the first try of an acquire's token write (step 3, which
+// writes the lease left of the acquire's TTL) is held back; its retry lands, and the
+// holder refreshes its lease to 2 minutes; the held try is delivered last. Filtered on
+// the owner alone it applied and set the lease back to the 20 s it carried, so the
+// lease would end some 100 s before the deadline the refresh reported to the holder:
+// two holders. With "no token yet" in its filter it changes nothing.
+func TestLockLateTokenWrite(t *testing.T) {
+	proxy := startProxy(t)
+	s, k := lateLockStore(t, proxy)
+	ctx := ctxT(t)
+	proxy.HoldRequests(1, writesBin(dc1Locks, aerospike.TokenBin))
+	st, err := s.AcquireLock(ctx, k, "me", 20*time.Second)
+	must(t, err, "acquire whose token write was held back")
+	if proxy.Held() != 1 || st.Token == 0 {
+		t.Fatalf("held %d requests; acquired %+v", proxy.Held(), st)
+	}
+	ref, err := s.RefreshLock(ctx, k, "me", 2*time.Minute)
+	must(t, err, "refresh")
+	codes, err := proxy.Deliver()
+	must(t, err, "deliver")
+	t.Logf("the late token write was answered with result code %v (27: filtered out)", codes)
+	if end := leaseEnd(t, s, k); end.Before(ref.Expires.Add(-time.Second)) {
+		t.Fatalf("after the late token write the lease ends at %v, %v before the deadline the refresh reported",
+			end.Format(time.StampMilli), ref.Expires.Sub(end))
+	}
+	must(t, s.ReleaseLock(ctx, k, "me"), "release")
+}
+
+// TestLockLateRefresh: the first try of a 20 s refresh is held back; its retry lands,
+// then a 2 minute refresh; the held try is delivered last. Filtered on the owner alone
+// it applied and shortened the lease to 20 s from its landing, ending it before the
+// deadline the second refresh reported; since a refresh is filtered out when more than
+// its TTL is left, it changes nothing.
+func TestLockLateRefresh(t *testing.T) {
+	proxy := startProxy(t)
+	s, k := lateLockStore(t, proxy)
+	ctx := ctxT(t)
+	_, err := s.AcquireLock(ctx, k, "me", 10*time.Second)
+	must(t, err, "acquire")
+	proxy.HoldRequests(1, writesBin(dc1Locks, aerospike.LeaseBin))
+	_, err = s.RefreshLock(ctx, k, "me", 20*time.Second)
+	must(t, err, "refresh whose first try was held back")
+	if proxy.Held() != 1 {
+		t.Fatalf("held %d requests, want 1", proxy.Held())
+	}
+	ref, err := s.RefreshLock(ctx, k, "me", 2*time.Minute)
+	must(t, err, "second refresh")
+	// A shorter refresh now writes nothing and reports its own (earlier) deadline.
+	short, err := s.RefreshLock(ctx, k, "me", 20*time.Second)
+	must(t, err, "shorter refresh")
+	if short.Expires.After(ref.Expires) || short.Token != ref.Token {
+		t.Fatalf("shorter refresh = %+v after %+v", short, ref)
+	}
+	codes, err := proxy.Deliver()
+	must(t, err, "deliver")
+	t.Logf("the late refresh was answered with result code %v (27: filtered out)", codes)
+	if end := leaseEnd(t, s, k); end.Before(ref.Expires.Add(-time.Second)) {
+		t.Fatalf("after the late refresh the lease ends at %v, %v before the deadline the second refresh reported",
+			end.Format(time.StampMilli), ref.Expires.Sub(end))
+	}
+	must(t, s.ReleaseLock(ctx, k, "me"), "release")
 }

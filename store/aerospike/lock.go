@@ -189,10 +189,15 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return dcsync.LockState{}, err
 	}
 
-	// 3. Write the token into the lock record if we still hold it. Idempotent. A write
-	// restarts the lease, so this one shortens it by the time spent since the first try
-	// of step 1: the lease then ends no earlier than start+ttl (our caller's view) and
-	// no later than that plus this write's one-way latency.
+	// 3. Write the token into the lock record if we still hold it and it has no token
+	// yet. A write restarts the lease, so this one shortens it by the time spent since
+	// the first try of step 1: the lease then ends no earlier than start+ttl (our
+	// caller's view) and no later than that plus this write's one-way latency. The
+	// condition "no token yet" is the exact state this write replaces: a try that lands
+	// late, after a retry wrote the token and the holder refreshed its lease, would
+	// otherwise set the lease back to the shorter one it carries, ending it before the
+	// holder's deadline (TestLockLateTokenWrite). A filtered retry reads the record: our
+	// owner with our token means an earlier try landed.
 	var st dcsync.LockState
 	lost := false
 	err = s.retry(ctx, op, true, func(*attempt) error {
@@ -203,13 +208,28 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		}
 		wp := s.writePolicy(ctx, lockTTL(left))
 		wp.RecordExistsAction = as.UPDATE_ONLY
-		wp.FilterExpression = heldBy(owner)
+		wp.FilterExpression = as.ExpAnd(heldBy(owner), as.ExpNot(as.ExpBinExists(TokenBin)))
 		_, err := s.client.Operate(wp, key, as.PutOp(as.NewBin(TokenBin, token)),
 			as.PutOp(as.NewBin(LeaseBin, ceilMS(left))))
 		switch {
-		case hasCode(err, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT):
+		case hasCode(err, types.KEY_NOT_FOUND_ERROR):
 			lost = true
 			return nil
+		case hasCode(err, types.FILTERED_OUT):
+			rp := s.writePolicy(ctx, 0)
+			rp.FilterExpression = heldBy(owner)
+			rec, err := s.client.Operate(rp, key, lockReadOps()...)
+			switch {
+			case hasCode(err, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT):
+				lost = true
+				return nil
+			case err != nil:
+				return err
+			}
+			if t, _ := intOf(rec.Bins[TokenBin]); t != token {
+				lost = true
+				return nil
+			}
 		case err != nil:
 			return err
 		}
@@ -246,9 +266,13 @@ func (s *Store) abandon(key *as.Key, owner string) {
 }
 
 // RefreshLock extends owner's lease to ttl from now with a write of the lease bin that
-// only applies when the record exists, its owner bin is owner and its lease has not
-// lapsed (otherwise LockLost, nothing changed). A retry of an in-doubt refresh is
-// harmless.
+// only applies when the record exists, its owner bin is owner, its lease has not lapsed
+// (otherwise LockLost, nothing changed) and less than ttl of it is left: a refresh
+// never moves the lease's end earlier. So a try that lands late, after later refreshes,
+// either moves the end later (still the holder's, never reused: the holder's deadline
+// holds) or is filtered out; it can never end the lease before the deadline a later
+// refresh reported (TestLockLateRefresh). A refresh filtered because more than ttl is
+// left reports success without writing (the lease already ends after now+ttl).
 func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
 	const op = "aerospike.RefreshLock"
 	if err := s.checkLease(k, owner, ttl); err != nil {
@@ -264,12 +288,28 @@ func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		sent := time.Now()
 		wp := s.writePolicy(ctx, lockTTL(ttl))
 		wp.RecordExistsAction = as.UPDATE_ONLY
-		wp.FilterExpression = heldBy(owner)
+		wp.FilterExpression = as.ExpAnd(heldBy(owner),
+			as.ExpLess(as.ExpNumSub(as.ExpIntBin(LeaseBin), as.ExpSinceUpdate()), as.ExpIntVal(ceilMS(ttl))))
 		rec, err := s.client.Operate(wp, key, as.PutOp(as.NewBin(LeaseBin, ceilMS(ttl))), as.GetBinOp(TokenBin))
 		switch {
-		case hasCode(err, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT):
+		case hasCode(err, types.KEY_NOT_FOUND_ERROR):
 			lost = true
 			return nil
+		case hasCode(err, types.FILTERED_OUT):
+			// Not ours, lapsed, or more than ttl left: read which.
+			rp := s.writePolicy(ctx, 0)
+			rp.FilterExpression = heldBy(owner)
+			rec, err = s.client.Operate(rp, key, lockReadOps()...)
+			switch {
+			case hasCode(err, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT):
+				lost = true
+				return nil
+			case err != nil:
+				return err
+			}
+			if left, ok := intOf(rec.Bins[rLeft]); !ok || left < ceilMS(ttl) {
+				return errTryAgain // less than ttl left by now: write it
+			}
 		case err != nil:
 			return err
 		}
