@@ -148,9 +148,12 @@ func lost(op string, k dcsync.Key, owner string) error {
 //     token. It is bumped only once the lock is held, so it is larger than the token
 //     of every earlier holder (each bumped while it held the lock), also when a step 1
 //     reached the server late.
-//  3. check-and-mutate "D:O == owner": put T at the version of the cells of step 1,
-//     with the same TTL (it ends with them). Not applied: the lease lapsed during
-//     steps 1-2 and someone else may hold the lock: LockUnavailable, never success.
+//  3. check-and-mutate "D:O == owner and D:E as step 1 wrote it": put T at the version
+//     of the cells of step 1, with the same TTL (it ends with them). Not applied: the
+//     lease lapsed during steps 1-2 and someone else may hold the lock:
+//     LockUnavailable, never success. The expiry in the condition makes a try that
+//     lands late, after the holder's first refresh, change nothing (it would put T
+//     again with the acquire's shorter TTL).
 //
 // When the outcome of step 1 or 3 is unknown, the row is read back: our owner id in D:O
 // means step 1 took effect (and, with the token in D:T, step 3); an absent lock means
@@ -206,7 +209,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 			return dcsync.LockState{}, wrap(err, op)
 		}
 		// Step 3.
-		ok, err := s.casRecord(ctx, row, owner, token, ttl, r.ts)
+		ok, err := s.casRecord(ctx, row, owner, token, ttl, r)
 		if err != nil {
 			s.releaseQuiet(row, owner, r)
 			return dcsync.LockState{}, wrap(err, op)
@@ -276,13 +279,13 @@ func (s *Store) casTake(ctx context.Context, row []byte, owner string, expires t
 	}
 }
 
-// casRecord is step 3 of AcquireLock: it puts the token at version ts (the version of
-// the cells of step 1) with the lease's TTL, if owner still holds the lock, and
-// resolves an unknown outcome by reading back.
-func (s *Store) casRecord(ctx context.Context, row []byte, owner string, token uint64, ttl time.Duration, ts int64) (bool, error) {
-	put := &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famLock, Qualifier: qualToken, Value: be64(token)}}, TTL: ttl, Timestamp: ts}
+// casRecord is step 3 of AcquireLock: it puts the token at version r.ts (the version of
+// the cells of step 1, r) with the lease's TTL, if owner still holds the lock with the
+// expiry step 1 recorded (ownedBy), and resolves an unknown outcome by reading back.
+func (s *Store) casRecord(ctx context.Context, row []byte, owner string, token uint64, ttl time.Duration, r lockRow) (bool, error) {
+	put := &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famLock, Qualifier: qualToken, Value: be64(token)}}, TTL: ttl, Timestamp: r.ts}
 	for try := 0; ; try++ {
-		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, hbaserpc.IfEquals(famLock, qualOwner, []byte(owner)), put)
+		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, ownedBy(owner, r), put)
 		if err == nil {
 			return ok, nil
 		}
@@ -341,12 +344,17 @@ func (s *Store) releaseQuiet(row []byte, owner string, r lockRow) {
 
 // RefreshLock extends owner's lease to ttl from now. It reads the row and the server's
 // clock in one call (LockLost unless owner holds it and its recorded expiry D:E has not
-// passed), then check-and-mutates "D:O == owner" to put L, O, E and T again, at the
-// timestamp the holder's cells already have (so a later release, stamped there, still
-// hides only them; see the package doc), with a TTL that ends ttl after the server time
-// just read (LockLost when not applied). An unknown outcome is resolved by reading back
-// D:O and D:E: our owner with the new expiry means refreshed, our owner with the old
-// one means not applied (sent again), another or no owner means LockLost.
+// passed), then check-and-mutates "D:O == owner and D:E as read" (ownedBy) to put L, O,
+// E and T again, at the timestamp the holder's cells already have (so a later release,
+// stamped there, still hides only them; see the package doc), with a TTL that ends ttl
+// after the server time just read. The expiry in the condition is the exact lease the
+// write replaces: a try that lands late, after a later refresh of the same owner, is
+// not applied, so it cannot set the lease back to its own, earlier, end
+// (TestLockLateRefresh). When the write is not applied or its outcome is unknown, D:O
+// and D:E are read back: another or no owner means LockLost; our owner with an expiry
+// at or after this try's means refreshed (this try landed, or a later refresh did);
+// our owner with an earlier expiry means not applied, and the write is sent again,
+// conditioned on the expiry now stored.
 func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
 	const op = "hbase.RefreshLock"
 	if err := dcsync.CheckLease(k, owner, ttl); err != nil {
@@ -374,28 +382,33 @@ func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		// the server's time when the Put lands) plus what has passed here since it was
 		// read, plus ttl, is when they expire.
 		cellTTL := time.Duration(now-r.ts)*time.Millisecond + time.Since(sent) + ttl
-		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, hbaserpc.IfEquals(famLock, qualOwner, []byte(owner)),
+		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, ownedBy(owner, r),
 			lockPut(owner, expires, r.token, cellTTL, r.ts))
-		if err == nil {
-			if !ok {
-				return dcsync.LockState{}, lost(op, k, owner)
-			}
+		if err == nil && ok {
 			return dcsync.LockState{Owner: owner, Token: r.token, Expires: expires}, nil
 		}
-		if !inDoubt(err) || try >= maxTries-1 {
+		if err != nil && (!inDoubt(err) || try >= maxTries-1) {
 			return dcsync.LockState{}, wrap(err, op)
 		}
 		back, rerr := s.readLock(ctx, row)
 		if rerr != nil {
+			if err == nil {
+				err = rerr
+			}
 			return dcsync.LockState{}, wrap(err, op)
 		}
-		s.log.Debug("hbase: refresh outcome unknown; read back", "key", k.String(), "held", back.held, "mine", back.owner == owner)
+		s.log.Debug("hbase: refresh not applied or in doubt; read back", "key", k.String(), "held", back.held, "mine", back.owner == owner, "err", err)
 		switch {
 		case !back.held || back.owner != owner:
 			return dcsync.LockState{}, lost(op, k, owner)
-		case back.expires.UnixMilli() == expires.UnixMilli():
-			return back.state(), nil
+		case back.expires.UnixMilli() >= expires.UnixMilli():
+			// This try landed, or a later refresh of ours: the lease ends at or after
+			// expires.
+			return dcsync.LockState{Owner: owner, Token: back.token, Expires: expires}, nil
+		case try >= maxTries-1 || !back.expires.IsZero() && !time.Now().Before(back.expires):
+			return dcsync.LockState{}, lost(op, k, owner)
 		}
+		r = back // changed under us by another write of ours: replace what is there now
 	}
 }
 
