@@ -212,6 +212,7 @@ type Store struct {
 	latchSet string
 	log      *slog.Logger
 	writers  *writers
+	incs     incarnations
 
 	// mu is held shared by every operation and exclusively by Close, so that Close
 	// waits for operations in flight before it closes an owned client.

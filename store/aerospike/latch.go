@@ -429,12 +429,48 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 			as.GetOp(),
 		}
 	}
-	rec, code, err := s.write(ctx, op, func() *as.WritePolicy {
-		wp := s.writePolicy(ctx, as.TTLDontUpdate)
-		wp.RecordExistsAction = as.UPDATE_ONLY
-		wp.FilterExpression = as.ExpAnd(identityOK(ident), alive, as.ExpNot(applied(id)))
-		return wp
-	}, key, ops, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
+	ops = append(ops, incarnationOp(k))
+	// The update is filtered on the latch's incarnation too (the end this Store last
+	// saw, read first when it has seen none), so that a try that lands late, after the
+	// latch was deleted and created again, changes nothing (TestLatchLateUpdate). When
+	// the latch has another incarnation by now, the update goes to that one: it is read
+	// and the update sent again, under the same id.
+	ik := incKey(k)
+	end, known := s.incs.get(ik)
+	var rec *as.Record
+	var code types.ResultCode
+	for round := 0; ; round++ {
+		if !known {
+			if end, err = s.readIncarnation(ctx, op, key, k); err != nil {
+				return 0, err
+			}
+			s.incs.put(ik, end)
+		}
+		incarnation := sameIncarnation(k, end)
+		rec, code, err = s.write(ctx, op, func() *as.WritePolicy {
+			wp := s.writePolicy(ctx, as.TTLDontUpdate)
+			wp.RecordExistsAction = as.UPDATE_ONLY
+			wp.FilterExpression = as.ExpAnd(identityOK(ident), alive, as.ExpNot(applied(id)), incarnation)
+			return wp
+		}, key, ops, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
+		if err != nil || code != types.FILTERED_OUT || round == maxRounds-1 {
+			break
+		}
+		now, err := s.readIncarnation(ctx, op, key, k)
+		if err != nil {
+			return 0, err
+		}
+		if now == end {
+			break // filtered for another reason: see below
+		}
+		end, known = now, true
+		s.incs.put(ik, end)
+	}
+	if code == types.OK && rec != nil {
+		if n, ok := intOf(rec.Bins[rEnd]); ok {
+			s.incs.put(ik, n)
+		}
+	}
 	switch {
 	case err != nil:
 		return 0, err

@@ -174,3 +174,35 @@ func TestLockLateRefresh(t *testing.T) {
 	}
 	must(t, s.ReleaseLock(ctx, k, "me"), "release")
 }
+
+// TestLatchLateDelete: the first try of a DeleteLatch is held back; its retry deletes
+// the latch, and a new latch of the same name is created; the held try is delivered
+// last. Filtered on the latch being alive it deleted the new latch; filtered on the
+// end of the latch it read (which names the incarnation), it changes nothing.
+func TestLatchLateDelete(t *testing.T) {
+	for _, level := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
+		t.Run(level.String(), func(t *testing.T) {
+			proxy := startProxy(t)
+			s := newStore(t, dial(t, proxy.Addr()), aerospike.Config{Timeout: 300 * time.Millisecond, RetryDelay: 5 * time.Millisecond})
+			ctx := ctxT(t)
+			k := dcsync.Key{Level: level, Client: "late", Farm: "dc1", Name: unique("d")}
+			must(t, s.CreateLatch(ctx, k, 3, time.Minute), "create")
+			proxy.HoldRequests(1, func(c command) bool {
+				return c.Set == latchSet && (c.Kind == "delete" || c.Kind == "write")
+			})
+			must(t, s.DeleteLatch(ctx, k), "delete whose first try was held back")
+			if proxy.Held() != 1 {
+				t.Fatalf("held %d requests, want 1", proxy.Held())
+			}
+			must(t, s.CreateLatch(ctx, k, 7, time.Minute), "create again")
+			codes, err := proxy.Deliver()
+			must(t, err, "deliver")
+			t.Logf("the late delete was answered with result code %v (27: filtered out)", codes)
+			got, err := s.ReadLatches(ctx, []dcsync.Key{k})
+			must(t, err, "read")
+			if !got[0].Found || got[0].Count != 7 {
+				t.Fatalf("after the late delete the new latch reads %+v, want count 7", got[0])
+			}
+		})
+	}
+}
