@@ -429,7 +429,9 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 			as.GetOp(),
 		}
 	}
-	ops = append(ops, incarnationOp(k))
+	if k.Level == dcsync.DC {
+		ops = append(ops, incarnationOp(k)) // XDC: GetOp returns EndsBin
+	}
 	// The update is filtered on the latch's incarnation too (the end this Store last
 	// saw, read first when it has seen none), so that a try that lands late, after the
 	// latch was deleted and created again, changes nothing (TestLatchLateUpdate). When
@@ -467,8 +469,12 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 		s.incs.put(ik, end)
 	}
 	if code == types.OK && rec != nil {
-		if n, ok := intOf(rec.Bins[rEnd]); ok {
-			s.incs.put(ik, n)
+		if k.Level == dcsync.DC {
+			if n, ok := intOf(rec.Bins[rEnd]); ok {
+				s.incs.put(ik, n)
+			}
+		} else {
+			s.incs.put(ik, xdcIncarnation(rec.Bins))
 		}
 	}
 	switch {
@@ -528,6 +534,20 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 	}
 	n := dcsync.SumCounts(counts...)
 	return n, nil
+}
+
+// xdcIncarnation is latchIncarnation of an XDC latch from its record's bins: the
+// latest end in EndsBin, or -1 without one.
+func xdcIncarnation(bins as.BinMap) int64 {
+	m, ok := ends(bins)
+	if !ok || len(m) == 0 {
+		return -1
+	}
+	end := int64(math.MinInt64)
+	for _, e := range m {
+		end = max(end, e)
+	}
+	return end
 }
 
 // ---- read ----

@@ -206,3 +206,43 @@ func TestLatchLateDelete(t *testing.T) {
 		})
 	}
 }
+
+// TestLatchLateUpdate: the first try of a count-down is held back; its retry lands
+// (3 -> 2), the latch is deleted and created again with 3; the held try is delivered
+// last. Filtered on its update id alone it applied to the new latch (the new record
+// has no entry of its writer): 2 instead of 3. Filtered on the incarnation too, it
+// changes nothing.
+func TestLatchLateUpdate(t *testing.T) {
+	for _, level := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
+		t.Run(level.String(), func(t *testing.T) {
+			proxy := startProxy(t)
+			s := newStore(t, dial(t, proxy.Addr()), aerospike.Config{Timeout: 300 * time.Millisecond, RetryDelay: 5 * time.Millisecond})
+			other := newStore(t, realClient(t), aerospike.Config{})
+			ctx := ctxT(t)
+			k := dcsync.Key{Level: level, Client: "late", Farm: "dc1", Name: unique("u")}
+			must(t, s.CreateLatch(ctx, k, 3, time.Minute), "create")
+			proxy.HoldRequests(1, writesTo(latchSet))
+			n, err := s.AddLatch(ctx, k, -1)
+			if err != nil || n != 2 {
+				t.Fatalf("count-down whose first try was held back = %d, %v", n, err)
+			}
+			if proxy.Held() != 1 {
+				t.Fatalf("held %d requests, want 1", proxy.Held())
+			}
+			must(t, other.DeleteLatch(ctx, k), "delete")
+			must(t, other.CreateLatch(ctx, k, 3, time.Minute), "create again")
+			codes, err := proxy.Deliver()
+			must(t, err, "deliver")
+			t.Logf("the late count-down was answered with result code %v (27: filtered out)", codes)
+			got, err := s.ReadLatches(ctx, []dcsync.Key{k})
+			must(t, err, "read")
+			if !got[0].Found || got[0].Count != 3 {
+				t.Fatalf("after the late count-down the new latch reads %+v, want count 3", got[0])
+			}
+			// This store's next update goes to the new latch.
+			if n, err := s.AddLatch(ctx, k, -1); err != nil || n != 2 {
+				t.Fatalf("count-down of the new latch = %d, %v; want 2", n, err)
+			}
+		})
+	}
+}
