@@ -98,6 +98,14 @@
 // writers made meanwhile (Kafka's idempotent producer keeps per-producer sequence
 // numbers for the same reason), and no client clock is involved. The record keeps the
 // Config.OpIDsKept writers that wrote last, by the server's time.
+//
+// A try whose outcome is unknown can also reach the server late, after the retry and
+// after later writes. Every retried write is conditioned on the state it replaces, so
+// that it changes nothing then: a lock's token write on the record having no token yet,
+// a refresh on less than its TTL being left, updates and deletes of a latch on its
+// incarnation (the end of its cell or of the latch), an offset commit on a version
+// above the stored one. docs/stores/aerospike.md ("Writes that land late") lists every
+// write and its condition.
 package aerospike
 
 import (

@@ -367,6 +367,14 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 // opposite one, also InvalidArgument; readers in between see the sum saturated at the
 // bound, never with the wrong sign.
 //
+// The filter also requires the latch's incarnation (latchIncarnation: the end of the
+// caller's cell, DC, or of the latch, XDC) to be the one this Store last saw; it reads
+// it first (one more round trip) for a latch it has not seen, and keeps it from each
+// reply. So a try that lands late, after the latch was deleted and created again,
+// changes nothing (the new record has no entry of this writer, so applied alone would
+// let it through). When the latch has another incarnation by now, the update reads it
+// and goes to the new latch, under the same id.
+//
 // At level XDC the operate also returns the sum: it ends with a read-all op, and every
 // other op is a plain or expression write, which return nothing (see the top of this
 // file). The caller's cell is added to if it is alive, and otherwise (absent, or its
