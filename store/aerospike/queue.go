@@ -137,9 +137,6 @@ const (
 	queueReadBytes = 16 << 20
 	// queueTrimChunk is the number of deletes per trim step.
 	queueTrimChunk = 1000
-	// queueRounds bounds the rounds of an append (each round places the events whose
-	// earlier placement was aborted or lost a race).
-	queueRounds = 16
 )
 
 // Bin names of the queue records.
