@@ -120,6 +120,16 @@ func incKey(k dcsync.Key) dcsync.Key {
 	return k
 }
 
+// sawIncarnation keeps the incarnation a write's reply read (incarnationOp) for k.
+func (s *Store) sawIncarnation(k dcsync.Key, rec *as.Record) {
+	if rec == nil {
+		return
+	}
+	if n, ok := intOf(rec.Bins[rEnd]); ok {
+		s.incs.put(incKey(k), n)
+	}
+}
+
 // incarnationOp reads latchIncarnation into rEnd (-1 without EndsBin).
 func incarnationOp(k dcsync.Key) *as.Operation {
 	return as.ExpReadOp(rEnd, as.ExpCond(hasEnds(), latchIncarnation(k), as.ExpIntVal(-1)), as.ExpReadFlagDefault)

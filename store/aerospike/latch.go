@@ -267,9 +267,10 @@ func (s *Store) createLatch(ctx context.Context, op string, k dcsync.Key, count 
 	defer s.writers.release(id)
 	ident := latchIdentity(k)
 	secs := recordTTL(ttl)
-	fresh := s.freshRecordOps(k, count, ttl, id)
+	// Every create also reads back the latch's incarnation, which AddLatch filters on.
+	fresh := append(s.freshRecordOps(k, count, ttl, id), incarnationOp(k))
 	for round := 0; round < maxRounds; round++ {
-		_, code, err := s.write(ctx, op, func() *as.WritePolicy {
+		rec, code, err := s.write(ctx, op, func() *as.WritePolicy {
 			wp := s.writePolicy(ctx, secs)
 			wp.RecordExistsAction = as.CREATE_ONLY
 			return wp
@@ -278,6 +279,7 @@ func (s *Store) createLatch(ctx context.Context, op string, k dcsync.Key, count 
 			return false, err
 		}
 		if code == types.OK {
+			s.sawIncarnation(k, rec)
 			return true, nil
 		}
 		st, err := s.readState(ctx, op, key, k.Farm, id)
@@ -316,13 +318,14 @@ func (s *Store) createLatch(ctx context.Context, op string, k dcsync.Key, count 
 					as.ExpNot(applied(id)), ttlOK)
 				return wp
 			}
-			ops = s.cellOps(k, count, ttl, id)
+			ops = append(s.cellOps(k, count, ttl, id), incarnationOp(k))
 		}
-		_, code, err = s.write(ctx, op, policy, key, ops, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
+		rec, code, err = s.write(ctx, op, policy, key, ops, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
 		if err != nil {
 			return false, err
 		}
 		if code == types.OK {
+			s.sawIncarnation(k, rec)
 			return true, nil
 		}
 		// The record changed under us (or an in-doubt try of ours was applied): look again.
