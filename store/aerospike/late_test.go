@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	as "github.com/aerospike/aerospike-client-go/v8"
+
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/store/aerospike"
 )
@@ -244,5 +246,32 @@ func TestLatchLateUpdate(t *testing.T) {
 				t.Fatalf("count-down of the new latch = %d, %v; want 2", n, err)
 			}
 		})
+	}
+}
+
+// TestQueueOffsetWithoutVersionBins: an offset record written before Version and Marks
+// existed (bins tok, next, att, held only) reads as Version 0 and no marks, and takes
+// the owner's next commit (Version 1); a claim keeps its Next, Attempts and Held.
+func TestQueueOffsetWithoutVersionBins(t *testing.T) {
+	c := realClient(t)
+	s := queueStore(t, realServer(t))
+	ctx := ctxT(t)
+	spec := newQueue(t, s, 1)
+	key := aerospike.QueueOffsetKey(s, spec.Name, "g", 0)
+	if err := c.Put(nil, key, as.BinMap{"tok": 4, "next": 6, "att": 1, "held": 1}); err != nil {
+		t.Fatal(err)
+	}
+	old := dcsync.QueueOffset{Token: 4, Next: 6, Attempts: 1, Held: true}
+	offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
+	if err != nil || offs[0] != old {
+		t.Fatalf("old record reads %+v %v, want %+v", offs, err, old)
+	}
+	next := dcsync.QueueOffset{Token: 4, Next: 8, Version: 1}
+	must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, next), "commit of version 1 over an old record")
+	off, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 5)
+	want := next
+	want.Token = 5
+	if err != nil || off != want {
+		t.Fatalf("claim = %+v %v, want %+v", off, err, want)
 	}
 }

@@ -38,3 +38,6 @@ func ReserveQueueSeqs(ctx context.Context, s *Store, name string, p, n int, nonc
 
 // QueueEntryKey is the key of an entry record.
 func QueueEntryKey(s *Store, name string, p int, seq uint64) *as.Key { return s.entryKey(name, p, seq) }
+
+// QueueOffsetKey is the key of an offset record.
+func QueueOffsetKey(s *Store, name, group string, p int) *as.Key { return s.offsetKey(name, group, p) }
