@@ -1512,9 +1512,9 @@ func (c *Consumer) Seek(ctx context.Context, p int, seq uint64) error {
 	return nil
 }
 
-// Close leaves the group: it releases the consumer's partitions (recording its acks;
-// unacked messages are delivered to the next owner) and its member slot. Receives
-// waiting on it return ErrClosed.
+// Close leaves the group: it releases the consumer's partitions (recording its acks
+// and attempts; unacked messages are delivered to the next owner, those in flight as
+// a failed attempt) and its member slot. Receives waiting on it return ErrClosed.
 func (c *Consumer) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closing {
