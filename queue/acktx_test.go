@@ -28,7 +28,7 @@ func TestAckTxIsAtomicWithTheApplicationsWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	q, err := queue.Create(ctx, s, dcsync.QueueSpec{Name: "tx", Partitions: 1, Groups: []string{"g"}},
-		queue.WithVisibility(100*time.Millisecond))
+		queue.WithVisibility(time.Hour), queue.WithRetryBackoff(time.Millisecond, time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +63,10 @@ func TestAckTxIsAtomicWithTheApplicationsWrite(t *testing.T) {
 	}
 	if lag, _ := q.Lag(ctx, "g"); lag[0].Next != 0 {
 		t.Fatalf("offset %d after a's rollback, want 0", lag[0].Next)
+	}
+	// a is still in flight (the rolled-back ack left it so): the application gives up.
+	if err := c.Nack(ctx, msgs[0]); err != nil {
+		t.Fatal(err)
 	}
 	again, err := c.Receive(ctx, 2)
 	if err != nil || len(again) != 1 || string(again[0].Payload) != "a" || again[0].Attempt != 2 {

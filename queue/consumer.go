@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -42,6 +43,11 @@ type Message struct {
 	// (empty if it had none, or if with the origin it exceeded
 	// dcsync.MaxQueueKeyLen).
 	DeadFrom string
+
+	// pt and en are the delivery's partition and entry: Ack, Nack and Extend judge the
+	// delivery itself (it may have timed out, been delivered again or dead-lettered).
+	pt *part
+	en *entry
 }
 
 // ConsumerOption configures one consumer.
@@ -98,33 +104,72 @@ type part struct {
 	head uint64
 	// dirty: the partition may have events beyond read (or a hole to wait out).
 	dirty bool
-	// held: the offset record says Held for this token (set by arm before the first
+	// held: the offset record says Held for this token (written before the first
 	// delivery, kept by commits while an event at the offset was delivered or the
 	// partition is streaming, see streaming).
 	held bool
-	// firstSeq, firstAttempts: the stored attempts of the entry at the claimed offset.
-	firstSeq      uint64
-	firstAttempts int
-	draining      bool
-	holeSeq       uint64
-	holeSince     time.Time
-	commitMu      sync.Mutex
-	lastTrim      time.Time
-	trimmedTo     uint64 // the offset the latest trim was started for
+	// clearing: a write that clears Held is under way; nothing is delivered until the
+	// record says Held again.
+	clearing bool
+	// init: the stored state of entries not read yet (seq >= read), sorted by Seq: the
+	// attempts of the entry at the claimed offset and the claimed Marks.
+	init []dcsync.QueueMark
+	// version: the Version of the latest write of the record (or of the claimed one);
+	// last: the record as stored, when known (Version left out).
+	version   uint64
+	last      dcsync.QueueOffset
+	known     bool
+	draining  bool
+	holeSeq   uint64
+	holeSince time.Time
+	// commitMu serializes the writes of the offset record, each with the next Version.
+	commitMu  sync.Mutex
+	lastTrim  time.Time
+	trimmedTo uint64 // the offset the latest trim was started for
 }
 
+// Entry states.
 const (
-	pending = iota
-	inflight
-	acked
+	pending  = iota // waiting for its (next) delivery
+	inflight        // delivered, not acked, nacked or timed out yet
+	acked           // acked by the application, aborted, or dead-lettered
+	dead            // reached MaxAttempts (recorded in the offset): being dead-lettered
+	gone            // dropped from the buffer by a Seek: its deliveries can no longer be acked
 )
 
 type entry struct {
-	e         dcsync.QueueEntry
-	state     int
-	attempts  int
-	deadline  time.Time
-	notBefore time.Time
+	e     dcsync.QueueEntry
+	state int
+	// attempts counts the entry's failed deliveries, plus the one in flight (state
+	// inflight): the Attempt of its latest delivery.
+	attempts int
+	// loaded: the failed attempts stored for it when this owner read it.
+	loaded int
+	// persisted: the failed attempts the offset record holds for it.
+	persisted int
+	// durable: the record holds its ack (Next is above it, or an Acked mark).
+	durable bool
+	// busy: an append of it to the dead-letter partition is under way.
+	busy bool
+	// deadLettered: acked by dead-lettering, not by the application.
+	deadLettered bool
+	deadline     time.Time
+	notBefore    time.Time
+}
+
+// failed returns the failed attempts of en to record; final counts a delivery in
+// flight as failed (the owner is letting the partition go).
+func (en *entry) failed(final bool) int {
+	switch en.state {
+	case inflight:
+		if final {
+			return en.attempts
+		}
+		return en.attempts - 1
+	case pending, dead:
+		return en.attempts
+	}
+	return 0
 }
 
 // Consumer joins group and returns a consumer that owns its share of the partitions as
@@ -337,7 +382,10 @@ func (pt *part) busy(now time.Time) bool {
 	return false
 }
 
-// take acquires partition p's lock and claims its offset with the lock's token.
+// take acquires partition p's lock and claims its offset with the lock's token. The
+// claim writes the token only. When the record says Held (the previous owner died
+// while it delivered), the entry at the offset is charged one failed attempt, and Held
+// cleared, in one write; otherwise taking costs the claim alone.
 func (c *Consumer) take(ctx context.Context, p int) error {
 	lk, err := c.q.locks.TryAcquire(ctx, c.lockName("p", p))
 	if err != nil {
@@ -350,34 +398,36 @@ func (c *Consumer) take(ctx context.Context, p int) error {
 		c.releaseLock(lk)
 		return err
 	}
-	attempts := off.Attempts
-	// From here a failure must not leave the offset marked held: the next owner would
-	// count an attempt nobody made.
-	giveUp := func(err error) error {
-		gctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = st.CommitQueueOffset(gctx, c.name, c.group, p, dcsync.QueueOffset{Token: lk.Token(), Next: off.Next, Attempts: attempts})
+	marks, err := off.Marks.Decode(off.Next)
+	if err != nil {
 		c.releaseLock(lk)
 		return err
 	}
 	if off.Held {
 		// The previous owner died while it had delivered the event at the offset (it
-		// marks the offset held before it delivers, see arm): that delivery counts as
-		// a failed attempt.
-		attempts++
-	}
-	// Held stays clear until this consumer delivers (arm): an owner that dies before
-	// it delivers anything costs the event no attempt.
-	off.Attempts, off.Held = attempts, false
-	if err := st.CommitQueueOffset(ctx, c.name, c.group, p, off); err != nil {
-		return giveUp(err)
+		// marks the offset held before it delivers): that delivery counts as a failed
+		// attempt. Held stays clear until this consumer delivers: an owner that dies
+		// before it delivers anything costs the event no attempt.
+		off.Attempts++
+		off.Held = false
+		off.Version++
+		if err := st.CommitQueueOffset(ctx, c.name, c.group, p, off); err != nil {
+			c.releaseLock(lk)
+			return err
+		}
 	}
 	pt := &part{p: p, lk: lk, token: lk.Token(), next: off.Next, read: off.Next, dirty: true,
-		firstSeq: off.Next, firstAttempts: attempts}
+		version: off.Version, last: off, known: true}
+	pt.last.Version = 0
+	if off.Attempts > 0 {
+		pt.init = append(pt.init, dcsync.QueueMark{Seq: off.Next, Attempts: off.Attempts})
+	}
+	pt.init = append(pt.init, marks...)
 	c.mu.Lock()
 	if c.closing {
 		c.mu.Unlock()
-		return giveUp(ErrClosed)
+		c.releaseLock(lk)
+		return ErrClosed
 	}
 	c.owned[p] = pt
 	c.wg.Add(1) // under c.mu, before Close can wait
@@ -418,23 +468,21 @@ func (c *Consumer) drop(pt *part) {
 	}
 }
 
-// release commits pt's acked prefix and marks the offset as not held (keeping the
-// attempts of the event at the offset), in one write, and frees the lock.
+// release writes pt's whole state (the acked prefix, acks above it and every failed
+// attempt, deliveries in flight included, as Marks; Held cleared) in one write, and
+// frees the lock: the next owner delivers exactly the entries not acked, each with
+// its attempts. A Nack's backoff is not kept: the next owner delivers at once.
 func (c *Consumer) release(ctx context.Context, pt *part) {
 	pt.commitMu.Lock()
 	c.mu.Lock()
-	n := pt.ackedPrefix()
-	off := dcsync.QueueOffset{Token: pt.token, Next: pt.next + uint64(n)}
-	if n < len(pt.buf) {
-		off.Attempts = pt.buf[n].attempts
-	} else if off.Next == pt.firstSeq {
-		off.Attempts = pt.firstAttempts
-	}
+	s, err := c.snapshot(pt, writeRelease)
 	if c.owned[pt.p] == pt {
 		delete(c.owned, pt.p)
 	}
 	c.mu.Unlock()
-	err := c.q.store.CommitQueueOffset(ctx, c.name, c.group, pt.p, off)
+	if err == nil {
+		err = c.put(ctx, pt, s, false)
+	}
 	pt.commitMu.Unlock()
 	if err != nil {
 		c.q.opts.log.Debug("queue: releasing partition", "queue", c.name, "partition", pt.p, "err", err)
@@ -455,10 +503,10 @@ func (c *Consumer) Receive(ctx context.Context, n int) ([]*Message, error) {
 			c.mu.Unlock()
 			return nil, ErrClosed
 		}
-		msgs, dead, arm, wake := c.collect(n, now)
+		msgs, dead, pre, wake := c.collect(n, now)
 		c.mu.Unlock()
-		if len(arm) > 0 {
-			err := c.arm(ctx, arm)
+		if len(pre) > 0 {
+			err := c.prepare(ctx, pre)
 			if len(msgs) == 0 && len(dead) == 0 {
 				if err == nil {
 					continue
@@ -466,7 +514,7 @@ func (c *Consumer) Receive(ctx context.Context, n int) ([]*Message, error) {
 				if ctx.Err() != nil {
 					return nil, ctx.Err()
 				}
-				c.q.opts.log.Debug("queue: marking partitions held", "queue", c.name, "err", err)
+				c.q.opts.log.Debug("queue: writing offsets before delivery", "queue", c.name, "err", err)
 			}
 		}
 		if len(dead) > 0 {
@@ -526,10 +574,12 @@ type deadRef struct {
 	en *entry
 }
 
-// collect hands out up to n messages (under c.mu). It returns the entries that
-// reached the attempt limit, and the earliest time a waiting entry becomes
-// deliverable.
-func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, dead []deadRef, arm []*part, wake time.Time) {
+// collect hands out up to n messages (under c.mu). It returns the entries to
+// dead-letter (their attempts, recorded, reached the limit), the partitions whose
+// offset must be written before they deliver (to mark them Held, or to record failed
+// attempts of entries about to be delivered again), and the earliest time a waiting
+// entry becomes deliverable.
+func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, doomed []deadRef, pre []*part, wake time.Time) {
 	ps := make([]*part, 0, len(c.owned))
 	for _, pt := range c.owned {
 		ps = append(ps, pt)
@@ -546,11 +596,12 @@ func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, dead []deadRe
 		if pt.draining {
 			continue
 		}
-		if !pt.held {
-			if pt.ackedPrefix() < len(pt.buf) {
-				arm = append(arm, pt) // deliver once the offset says held
+		needWrite := false
+		write := func() {
+			if !needWrite {
+				needWrite = true
+				pre = append(pre, pt)
 			}
-			continue
 		}
 		blocked := map[string]bool{}
 		batch := map[*entry]bool{}
@@ -563,6 +614,18 @@ func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, dead []deadRe
 			switch en.state {
 			case acked:
 				continue
+			case dead:
+				block(en.e.Key)
+				if en.busy {
+					continue
+				}
+				if en.notBefore.After(now) {
+					note(en.notBefore)
+					continue
+				}
+				en.busy = true
+				doomed = append(doomed, deadRef{pt, en})
+				continue
 			case inflight:
 				if now.Before(en.deadline) {
 					if !batch[en] {
@@ -571,13 +634,21 @@ func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, dead []deadRe
 					note(en.deadline)
 					continue
 				}
-				en.state = pending // visibility timeout: deliver again
+				en.state = pending // visibility timeout: a failed attempt; deliver again
 				en.notBefore = now
 			}
+			if en.attempts > en.persisted {
+				// A failed attempt not recorded yet: record it before the entry is
+				// delivered again (or dead-lettered), so that MaxAttempts counts it
+				// whoever owns the partition next.
+				block(en.e.Key)
+				write()
+				continue
+			}
 			if !c.dead && en.attempts >= c.q.opts.maxAttempts {
-				en.state = inflight
-				en.deadline = now.Add(c.q.opts.visibility)
-				dead = append(dead, deadRef{pt, en})
+				// The record says it reached the limit: dead-letter it, never deliver.
+				en.state, en.busy = dead, true
+				doomed = append(doomed, deadRef{pt, en})
 				block(en.e.Key)
 				continue
 			}
@@ -589,6 +660,10 @@ func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, dead []deadRe
 			if en.e.Key != "" && blocked[en.e.Key] {
 				continue
 			}
+			if !pt.held || pt.clearing {
+				write() // deliver once the offset says held
+				continue
+			}
 			// Not blocked: later events of the key may follow in this same batch, in
 			// order (Nack sends them back with it).
 			en.state = inflight
@@ -598,52 +673,30 @@ func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, dead []deadRe
 			batch[en] = true
 			msgs = append(msgs, c.message(pt, en))
 			if len(msgs) == n {
-				return msgs, dead, arm, wake
+				return msgs, doomed, pre, wake
 			}
 		}
 	}
-	return msgs, dead, arm, wake
+	return msgs, doomed, pre, wake
 }
 
-// arm marks the offset of each partition held by this consumer's token before it
-// delivers from it, so that a successor counts a failed attempt if it dies with a
-// delivery in flight. One write per partition per claim (and again after commits
-// left nothing delivered at the offset).
-func (c *Consumer) arm(ctx context.Context, pts []*part) error {
+// prepare writes the offset of each partition before it delivers from it: marked
+// held by this consumer's token, so that a successor counts a failed attempt if it
+// dies with a delivery in flight, and with every failed attempt recorded. One write
+// per partition per claim (and again after commits left nothing delivered at the
+// offset, or after a visibility timeout).
+func (c *Consumer) prepare(ctx context.Context, pts []*part) error {
 	var errs []error
 	for _, pt := range pts {
-		pt.commitMu.Lock()
-		c.mu.Lock()
-		off := dcsync.QueueOffset{Token: pt.token, Next: pt.next, Held: true}
-		if pt.next == pt.firstSeq {
-			off.Attempts = pt.firstAttempts
-		}
-		owned := c.owned[pt.p] == pt && !pt.held
-		c.mu.Unlock()
-		if owned {
-			err := c.q.store.CommitQueueOffset(ctx, c.name, c.group, pt.p, off)
-			switch {
-			case err == nil:
-				c.mu.Lock()
-				if pt.next == off.Next {
-					pt.held = true
-				}
-				c.mu.Unlock()
-			case errors.Is(err, dcsync.ErrLockLost):
-				c.drop(pt)
-				errs = append(errs, err)
-			default:
-				errs = append(errs, err)
-			}
-		}
-		pt.commitMu.Unlock()
+		errs = append(errs, c.write(ctx, pt, writeHeld))
 	}
 	return errors.Join(errs...)
 }
 
 func (c *Consumer) message(pt *part, en *entry) *Message {
 	m := &Message{Partition: pt.p, Seq: en.e.Seq, Key: en.e.Key, ID: en.e.ID,
-		Payload: en.e.Payload, At: en.e.At, Attempt: en.attempts, Token: pt.token, Deadline: en.deadline}
+		Payload: en.e.Payload, At: en.e.At, Attempt: en.attempts, Token: pt.token, Deadline: en.deadline,
+		pt: pt, en: en}
 	if c.dead {
 		if from, orig, ok := parseDeadID(en.e.ID); ok {
 			m.DeadFrom, m.ID = from, orig
@@ -687,34 +740,54 @@ func parseDeadID(id string) (from, orig string, ok bool) {
 	return from, orig, true
 }
 
-// deadLetter appends the entries to the group's dead-letter partition and acks them.
+// deadLetter completes the dead-lettering of entries whose attempts, as recorded in
+// the offset by a fenced write, reached MaxAttempts (state dead, busy): it appends
+// them to the group's dead-letter partition, each with its reserved id (so an append
+// by this owner or any later one lands once), then acks them with one write per
+// partition. An owner that finds such an entry recorded does the same: a crash
+// between the append and the ack is completed by the next owner. A consumer that no
+// longer owns the partition appends nothing.
 func (c *Consumer) deadLetter(ctx context.Context, refs []deadRef) error {
 	spec := c.q.Spec()
-	events := make([]dcsync.QueueEvent, len(refs))
-	for i, r := range refs {
-		events[i] = dcsync.QueueEvent{Partition: spec.Partitions + c.gi, Key: r.en.e.Key,
-			ID: deadID(c.group, r.pt.p, r.en.e.Seq, r.en.e.ID), Payload: r.en.e.Payload}
+	var events []dcsync.QueueEvent
+	var live []deadRef
+	c.mu.Lock()
+	for _, r := range refs {
+		if c.owned[r.pt.p] != r.pt || r.en.persisted < c.q.opts.maxAttempts {
+			r.en.busy = false
+			continue
+		}
+		live = append(live, r)
+		events = append(events, dcsync.QueueEvent{Partition: spec.Partitions + c.gi, Key: r.en.e.Key,
+			ID: deadID(c.group, r.pt.p, r.en.e.Seq, r.en.e.ID), Payload: r.en.e.Payload})
+	}
+	c.mu.Unlock()
+	if len(live) == 0 {
+		return dcsync.Errorf(dcsync.LockLost, "queue.deadLetter", "the partitions are no longer owned by this consumer")
 	}
 	if _, err := c.q.append(ctx, events); err != nil {
 		c.mu.Lock()
-		for _, r := range refs {
-			r.en.state, r.en.notBefore = pending, time.Now().Add(c.q.opts.minBackoff)
+		for _, r := range live {
+			r.en.busy, r.en.notBefore = false, time.Now().Add(c.q.opts.minBackoff)
 		}
 		c.mu.Unlock()
+		c.signal()
 		c.q.opts.log.Warn("queue: dead-lettering failed; will retry", "queue", c.name, "group", c.group, "err", err)
 		return err
 	}
-	c.q.opts.log.Info("queue: dead-lettered", "queue", c.name, "group", c.group, "events", len(refs))
-	byPart := map[*part]bool{}
+	c.q.opts.log.Info("queue: dead-lettered", "queue", c.name, "group", c.group, "events", len(live))
+	var pts []*part
 	c.mu.Lock()
-	for _, r := range refs {
-		r.en.state = acked
-		byPart[r.pt] = true
+	for _, r := range live {
+		r.en.state, r.en.deadLettered, r.en.busy = acked, true, false
+		if !slices.Contains(pts, r.pt) {
+			pts = append(pts, r.pt)
+		}
 	}
 	c.mu.Unlock()
 	var errs []error
-	for pt := range byPart {
-		errs = append(errs, c.commit(ctx, pt))
+	for _, pt := range pts {
+		errs = append(errs, c.write(ctx, pt, writeAck))
 	}
 	return errors.Join(errs...)
 }
@@ -727,8 +800,13 @@ const readers = 8
 func (c *Consumer) fill(ctx context.Context) (bool, error) {
 	c.fillMu.Lock()
 	defer c.fillMu.Unlock()
-	return c.fillLocked(ctx, c.co.prefetch)
+	return c.fillLocked(ctx)
 }
+
+// capacity is how many entries a partition buffers: the Prefetch option, clamped so
+// that no entry more than dcsync.MaxQueueMarks above the committed offset is ever
+// delivered, and the offset's Marks always fit.
+func (c *Consumer) capacity() int { return min(c.co.prefetch, dcsync.MaxQueueMarks+1) }
 
 // prefetch refills, in the background, the partitions whose buffers ran below half
 // while the application works on what Receive returned: the next Receive then finds
@@ -737,7 +815,7 @@ func (c *Consumer) prefetch() {
 	c.mu.Lock()
 	low := false
 	for _, pt := range c.owned {
-		if pt.dirty && !pt.draining && len(pt.buf) < c.co.prefetch/2 {
+		if pt.dirty && !pt.draining && len(pt.buf) < c.capacity()/2 {
 			low = true
 			break
 		}
@@ -750,7 +828,7 @@ func (c *Consumer) prefetch() {
 	c.mu.Unlock()
 	go func() {
 		defer c.wg.Done()
-		got, _ := c.fillLocked(c.bg, c.co.prefetch)
+		got, _ := c.fillLocked(c.bg)
 		c.fillMu.Unlock()
 		if got {
 			c.signal()
@@ -759,7 +837,8 @@ func (c *Consumer) prefetch() {
 }
 
 // fillLocked is fill with c.fillMu held.
-func (c *Consumer) fillLocked(ctx context.Context, prefetch int) (bool, error) {
+func (c *Consumer) fillLocked(ctx context.Context) (bool, error) {
+	prefetch := c.capacity()
 	type job struct {
 		pt   *part
 		from uint64
@@ -812,6 +891,9 @@ func (c *Consumer) fillLocked(ctx context.Context, prefetch int) (bool, error) {
 		pt.head = max(pt.head, r.Head)
 		if len(r.Entries) > 0 && r.Entries[0].Seq != pt.read {
 			// Trimmed below the floor (a new group, or a seek below it): start there.
+			for _, en := range pt.buf {
+				en.state = gone
+			}
 			pt.buf = nil
 			pt.next, pt.read = r.Entries[0].Seq, r.Entries[0].Seq
 		} else if len(r.Entries) == 0 && r.Floor > pt.read && len(pt.buf) == 0 {
@@ -819,16 +901,29 @@ func (c *Consumer) fillLocked(ctx context.Context, prefetch int) (bool, error) {
 		}
 		for _, e := range r.Entries {
 			en := &entry{e: e}
+			for len(pt.init) > 0 && pt.init[0].Seq < e.Seq {
+				pt.init = pt.init[1:] // trimmed away
+			}
+			if len(pt.init) > 0 && pt.init[0].Seq == e.Seq {
+				// The stored state of the entry: acked out of order (never delivered
+				// again), or its failed attempts so far.
+				m := pt.init[0]
+				pt.init = pt.init[1:]
+				if m.Acked {
+					en.state, en.durable = acked, true
+				}
+				en.attempts, en.loaded, en.persisted = m.Attempts, m.Attempts, m.Attempts
+			}
 			if e.Aborted {
 				en.state = acked
-			} else if e.Seq == pt.firstSeq {
-				en.attempts = pt.firstAttempts
 			}
 			pt.buf = append(pt.buf, en)
 		}
 		pt.read += uint64(len(r.Entries))
 		switch {
-		case pt.read >= r.Head:
+		case pt.read >= pt.head:
+			// Caught up with the newest head known: a read that began before the hub
+			// saw later events (pt.head above r.Head) leaves the partition dirty.
 			pt.dirty = false
 		case len(r.Entries) < j.room:
 			// A reserved seq not yet written: a write in flight, or a producer's hole.
@@ -952,52 +1047,103 @@ func ByPartition(msgs []*Message) [][]*Message {
 	return out
 }
 
-// Ack acknowledges messages: each partition's offset advances over its acked prefix in
-// one conditional write (an ack of a later message is kept until the earlier ones are
-// acked). It returns an error matching dcsync.ErrLockLost for messages of partitions
-// the consumer no longer owns (their events are, or will be, delivered to the new
-// owner); the other partitions' acks still apply.
+// Ack acknowledges messages. It returns nil only once every ack is in the offset
+// record: each partition's offset advances over its acked prefix, and acks above an
+// un-acked message are recorded as marks, in one conditional write per partition.
+// It returns an error matching dcsync.ErrLockLost for messages the consumer no longer
+// holds: of partitions it no longer owns (their events are, or will be, delivered to
+// the new owner), and deliveries whose visibility deadline passed, that were nacked,
+// delivered again or dead-lettered. The other messages' acks still apply.
 func (c *Consumer) Ack(ctx context.Context, msgs ...*Message) error {
-	pts, err := c.mark(ctx, "queue.Ack", msgs)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	byPart, pts, err := c.mark("queue.Ack", msgs)
 	errs := []error{err}
 	for _, pt := range pts {
-		errs = append(errs, c.commit(ctx, pt))
+		werr := c.write(ctx, pt, writeAck)
+		c.mu.Lock()
+		recorded := true
+		for _, en := range byPart[pt] {
+			recorded = recorded && en.durable
+		}
+		c.mu.Unlock()
+		if !recorded {
+			if werr == nil {
+				werr = dcsync.Errorf(dcsync.LockLost, "queue.Ack", "partition %d: the ack was not recorded", pt.p)
+			}
+			errs = append(errs, werr)
+		}
 	}
 	return errors.Join(errs...)
 }
 
-// mark records acks in memory and returns the partitions to commit.
-func (c *Consumer) mark(ctx context.Context, op string, msgs []*Message) ([]*part, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+// mark records acks in memory and returns the acked entries by partition.
+func (c *Consumer) mark(op string, msgs []*Message) (map[*part][]*entry, []*part, error) {
+	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error
-	seen := map[*part]bool{}
+	byPart := map[*part][]*entry{}
 	var pts []*part
 	for _, m := range msgs {
-		pt, err := c.owner(op, m)
+		pt, en, err := c.holding(op, m, now)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if en := pt.at(m.Seq); en != nil {
-			en.state = acked
-		}
-		if !seen[pt] {
-			seen[pt] = true
+		en.state = acked
+		if byPart[pt] == nil {
 			pts = append(pts, pt)
 		}
+		byPart[pt] = append(byPart[pt], en)
 	}
-	return pts, errors.Join(errs...)
+	return byPart, pts, errors.Join(errs...)
 }
 
-// deliveredFrom reports whether an entry from buf[n] on was delivered (in flight, or
-// waiting for a retry): then the offset stays marked held (under c.mu).
+// holding returns m's partition and entry when the consumer still holds m's delivery
+// (in flight, before its deadline; or acked already by the application), an error
+// matching dcsync.ErrLockLost otherwise (under c.mu).
+func (c *Consumer) holding(op string, m *Message, now time.Time) (*part, *entry, error) {
+	pt, err := c.owner(op, m)
+	if err != nil {
+		return nil, nil, err
+	}
+	en := m.en
+	if en == nil || m.pt != pt {
+		en = pt.at(m.Seq)
+	}
+	if en == nil || en.e.Seq != m.Seq {
+		return nil, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "message %d/%d was not delivered by this consumer", m.Partition, m.Seq)
+	}
+	why := ""
+	switch {
+	case en.state == acked && en.deadLettered:
+		why = "it was dead-lettered"
+	case en.attempts != m.Attempt:
+		why = fmt.Sprintf("it was delivered again (attempt %d)", en.attempts)
+	case en.state == acked:
+		return pt, en, nil // acked already
+	case en.state == dead:
+		why = "it reached the attempt limit and is being dead-lettered"
+	case en.state == gone:
+		why = "a Seek dropped it"
+	case en.state != inflight:
+		why = "it was nacked or its visibility deadline passed"
+	case !now.Before(en.deadline):
+		why = "its visibility deadline passed"
+	default:
+		return pt, en, nil
+	}
+	return nil, nil, dcsync.Errorf(dcsync.LockLost, op, "message %d/%d (attempt %d) is no longer held: %s", m.Partition, m.Seq, m.Attempt, why)
+}
+
+// deliveredFrom reports whether an entry from buf[n] on was delivered by this owner
+// and is not acked (in flight, or waiting for a retry): then the offset stays marked
+// held (under c.mu).
 func (pt *part) deliveredFrom(n int) bool {
 	for _, en := range pt.buf[n:] {
-		if en.state != acked && en.attempts > 0 && !(en.e.Seq == pt.firstSeq && en.attempts == pt.firstAttempts) {
+		if en.state != acked && en.attempts > en.loaded {
 			return true
 		}
 	}
@@ -1007,7 +1153,7 @@ func (pt *part) deliveredFrom(n int) bool {
 // streaming reports whether the owner is delivering pt's events in a stream after an
 // ack of n entries: events are buffered behind them, or known to be in the store
 // beyond what it read (under c.mu). The commit then keeps the offset marked held, so
-// that the next Receive needs no write of its own before it delivers (arm): one write
+// that the next Receive needs no write of its own before it delivers: one write
 // per batch instead of two. The price is that a death in that state counts an attempt
 // against the event at the offset even if it was not delivered yet; an owner that
 // dies before it delivered anything, or after it caught up, costs none.
@@ -1015,48 +1161,156 @@ func (pt *part) streaming(n int) bool {
 	return pt.held && (len(pt.buf) > n || pt.dirty)
 }
 
-// ackedPrefix returns how many entries at the head of pt.buf are acked (under c.mu).
-func (pt *part) ackedPrefix() int {
+// Kinds of offset writes.
+const (
+	writeAck     = iota // acks, attempts, dead-lettering: Held while delivering
+	writeHeld           // before a delivery: Held
+	writeRelease        // the owner lets the partition go: Held clear, deliveries in flight failed
+)
+
+// snapshot is one write of a partition's offset record, and what it records.
+type snapshot struct {
+	off  dcsync.QueueOffset
+	same bool   // the record is stored already: nothing to write
+	base uint64 // pt.next when it was taken
+	n    int    // buffered entries below off.Next
+	ents []*entry
+	fail []int    // the failed attempts recorded for ents[i]
+	acks []*entry // the entries recorded as acked
+}
+
+// snapshot computes the offset record that describes pt (under c.mu): Next over the
+// acked prefix (buffered entries, then acked marks of entries not read yet), the
+// failed attempts of the entry at Next, and Marks for acks and failed attempts above
+// it. Its Version is set when it is written (put).
+func (c *Consumer) snapshot(pt *part, kind int) (snapshot, error) {
+	s := snapshot{base: pt.next}
 	n := 0
 	for n < len(pt.buf) && pt.buf[n].state == acked {
 		n++
 	}
-	return n
+	next := pt.next + uint64(n)
+	init := pt.init
+	if n == len(pt.buf) {
+		for len(init) > 0 && init[0].Seq == next && init[0].Acked {
+			init = init[1:]
+			next++
+		}
+	}
+	s.n, s.off.Token, s.off.Next = n, pt.token, next
+	var marks []dcsync.QueueMark
+	for i, en := range pt.buf {
+		f := en.failed(kind == writeRelease)
+		s.ents, s.fail = append(s.ents, en), append(s.fail, f)
+		if en.state == acked {
+			s.acks = append(s.acks, en)
+		}
+		switch {
+		case i < n:
+		case i == n:
+			s.off.Attempts = f
+		case en.state == acked:
+			marks = append(marks, dcsync.QueueMark{Seq: en.e.Seq, Acked: true})
+		case f > 0:
+			marks = append(marks, dcsync.QueueMark{Seq: en.e.Seq, Attempts: f})
+		}
+	}
+	for _, m := range init {
+		if m.Seq == next {
+			s.off.Attempts = m.Attempts
+			continue
+		}
+		marks = append(marks, m)
+	}
+	var err error
+	if s.off.Marks, err = dcsync.EncodeQueueMarks(next, marks); err != nil {
+		return s, err
+	}
+	switch kind {
+	case writeAck:
+		s.off.Held = pt.deliveredFrom(n) || pt.streaming(n)
+	case writeHeld:
+		s.off.Held = true
+	}
+	s.same = pt.known && s.off == pt.last
+	if !s.off.Held && pt.held && !s.same {
+		pt.clearing = true
+	}
+	return s, nil
 }
 
-// commit writes pt's acked prefix to its offset record.
-func (c *Consumer) commit(ctx context.Context, pt *part) error {
+// write takes a snapshot of pt and writes it: one conditional write, skipped when the
+// record is stored already.
+func (c *Consumer) write(ctx context.Context, pt *part, kind int) error {
 	pt.commitMu.Lock()
 	defer pt.commitMu.Unlock()
 	c.mu.Lock()
-	n := pt.ackedPrefix()
-	off := dcsync.QueueOffset{Token: pt.token, Next: pt.next + uint64(n), Held: pt.deliveredFrom(n) || pt.streaming(n)}
-	if off.Next == pt.firstSeq {
-		off.Attempts = pt.firstAttempts
+	if c.owned[pt.p] != pt {
+		c.mu.Unlock()
+		return dcsync.Errorf(dcsync.LockLost, "queue.commit", "partition %d (token %d) is no longer owned by this consumer", pt.p, pt.token)
 	}
-	owned := c.owned[pt.p] == pt
+	s, err := c.snapshot(pt, kind)
 	c.mu.Unlock()
-	if n == 0 {
-		return nil
-	}
-	if !owned || time.Now().After(pt.lk.Deadline()) {
-		return dcsync.Errorf(dcsync.LockLost, "queue.Ack", "partition %d: the lease of token %d is over", pt.p, pt.token)
-	}
-	if err := c.q.store.CommitQueueOffset(ctx, c.name, c.group, pt.p, off); err != nil {
-		if errors.Is(err, dcsync.ErrLockLost) {
-			c.drop(pt)
-		}
+	if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	if pt.next+uint64(n) == off.Next && len(pt.buf) >= n {
-		pt.buf = append([]*entry(nil), pt.buf[n:]...)
-		pt.next = off.Next
-		pt.held = off.Held
+	if err := c.put(ctx, pt, s, true); err != nil {
+		return err
 	}
-	c.mu.Unlock()
 	c.maybeTrim(pt)
 	return nil
+}
+
+// put writes s with pt.commitMu held, with the next Version of the record. A
+// LockLost (another owner's token, or a later write of this owner is stored: it is
+// confused) drops the partition. live refuses the write once the lease is over.
+func (c *Consumer) put(ctx context.Context, pt *part, s snapshot, live bool) error {
+	var err error
+	switch {
+	case s.same:
+	case live && time.Now().After(pt.lk.Deadline()):
+		err = dcsync.Errorf(dcsync.LockLost, "queue.commit", "partition %d: the lease of token %d is over", pt.p, pt.token)
+	default:
+		pt.version++
+		s.off.Version = pt.version
+		err = c.q.store.CommitQueueOffset(ctx, c.name, c.group, pt.p, s.off)
+	}
+	c.mu.Lock()
+	c.apply(pt, s, err == nil)
+	c.mu.Unlock()
+	if errors.Is(err, dcsync.ErrLockLost) {
+		c.drop(pt)
+	}
+	return err
+}
+
+// apply takes the outcome of writing s (under c.mu): on success the entries below
+// Next leave the buffer, recorded acks are durable and recorded attempts persisted.
+func (c *Consumer) apply(pt *part, s snapshot, ok bool) {
+	pt.clearing = false
+	if !ok {
+		pt.known = false // in doubt
+		return
+	}
+	pt.last, pt.known = s.off, true
+	pt.last.Version = 0
+	for i, en := range s.ents {
+		en.persisted = max(en.persisted, s.fail[i])
+	}
+	for _, en := range s.acks {
+		en.durable = true
+	}
+	if pt.next == s.base && len(pt.buf) >= s.n {
+		pt.buf = append([]*entry(nil), pt.buf[s.n:]...)
+		pt.next = s.off.Next
+		if pt.next > pt.read {
+			pt.read, pt.dirty = pt.next, true
+		}
+		for len(pt.init) > 0 && pt.init[0].Seq < pt.read {
+			pt.init = pt.init[1:]
+		}
+	}
+	pt.held = s.off.Held
 }
 
 // maybeTrim starts a trim of pt when its offset moved since the last one and the
@@ -1138,9 +1392,13 @@ func (c *Consumer) trim(p int, next uint64) {
 	}
 }
 
-// Nack asks for m to be delivered again after a backoff that doubles with each attempt.
-// A message that had MaxAttempts deliveries goes to the dead-letter partition instead
-// (Nack returns once it is there).
+// Nack asks for m to be delivered again after a backoff that doubles with each
+// attempt. It returns once the failed attempt is recorded in the offset (one write),
+// so that it counts whoever owns the partition next. A message that had MaxAttempts
+// deliveries goes to the dead-letter partition instead (Nack returns once it is
+// there). A Nack of a delivery the consumer no longer holds (acked, timed out and
+// delivered again) does nothing; of a partition it no longer owns, it returns an error
+// matching dcsync.ErrLockLost.
 func (c *Consumer) Nack(ctx context.Context, m *Message) error {
 	c.mu.Lock()
 	pt, err := c.owner("queue.Nack", m)
@@ -1148,8 +1406,11 @@ func (c *Consumer) Nack(ctx context.Context, m *Message) error {
 		c.mu.Unlock()
 		return err
 	}
-	en := pt.at(m.Seq)
-	if en == nil || en.state != inflight {
+	en := m.en
+	if en == nil || m.pt != pt {
+		en = pt.at(m.Seq)
+	}
+	if en == nil || en.state != inflight || en.attempts != m.Attempt {
 		c.mu.Unlock()
 		return nil
 	}
@@ -1168,31 +1429,41 @@ func (c *Consumer) Nack(ctx context.Context, m *Message) error {
 			}
 		}
 	}
-	if !c.dead && en.attempts >= o.maxAttempts {
-		en.deadline = time.Now().Add(o.visibility)
-		c.mu.Unlock()
-		c.signal()
-		return c.deadLetter(ctx, []deadRef{{pt, en}})
-	}
 	en.state, en.notBefore = pending, notBefore
 	c.mu.Unlock()
 	c.signal()
-	return nil
+	if err := c.write(ctx, pt, writeAck); err != nil {
+		return err
+	}
+	if c.dead || en.attempts < o.maxAttempts {
+		return nil
+	}
+	// The record says the entry reached the limit (a fenced write): dead-letter it.
+	c.mu.Lock()
+	mine := en.state == pending && en.persisted >= o.maxAttempts
+	if mine {
+		en.state, en.busy = dead, true
+	}
+	c.mu.Unlock()
+	if !mine {
+		return nil // a Receive is dead-lettering it
+	}
+	return c.deadLetter(ctx, []deadRef{{pt, en}})
 }
 
-// Extend moves m's visibility deadline to d from now.
+// Extend moves m's visibility deadline to d from now. It returns an error matching
+// dcsync.ErrLockLost when the consumer no longer holds m (see Ack).
 func (c *Consumer) Extend(ctx context.Context, m *Message, d time.Duration) error {
 	if d <= 0 {
 		return dcsync.Errorf(dcsync.InvalidArgument, "queue.Extend", "extension %v must be positive", d)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	pt, err := c.owner("queue.Extend", m)
+	_, en, err := c.holding("queue.Extend", m, time.Now())
 	if err != nil {
 		return err
 	}
-	en := pt.at(m.Seq)
-	if en == nil || en.state != inflight {
+	if en.state != inflight {
 		return dcsync.Errorf(dcsync.InvalidArgument, "queue.Extend", "message %d/%d is not in flight", m.Partition, m.Seq)
 	}
 	en.deadline = time.Now().Add(d)
@@ -1201,8 +1472,9 @@ func (c *Consumer) Extend(ctx context.Context, m *Message, d time.Duration) erro
 }
 
 // Seek moves the group's offset in partition p, which the consumer must own, to seq:
-// the events from seq on are delivered (again). Events below the partition's floor
-// are gone; a seek below it starts at the floor.
+// the events from seq on are delivered (again), with no attempts and no acks recorded
+// above it. Events below the partition's floor are gone; a seek below it starts at
+// the floor. Deliveries from before the Seek can no longer be acked.
 func (c *Consumer) Seek(ctx context.Context, p int, seq uint64) error {
 	c.mu.Lock()
 	pt := c.owned[p]
@@ -1212,8 +1484,12 @@ func (c *Consumer) Seek(ctx context.Context, p int, seq uint64) error {
 	}
 	pt.commitMu.Lock()
 	defer pt.commitMu.Unlock()
-	off := dcsync.QueueOffset{Token: pt.token, Next: seq}
+	pt.version++
+	off := dcsync.QueueOffset{Token: pt.token, Next: seq, Version: pt.version}
 	if err := c.q.store.CommitQueueOffset(ctx, c.name, c.group, p, off); err != nil {
+		c.mu.Lock()
+		pt.known = false
+		c.mu.Unlock()
 		if errors.Is(err, dcsync.ErrLockLost) {
 			c.drop(pt)
 		}
@@ -1221,17 +1497,24 @@ func (c *Consumer) Seek(ctx context.Context, p int, seq uint64) error {
 	}
 	c.fillMu.Lock()
 	c.mu.Lock()
+	for _, en := range pt.buf {
+		if en.state != acked {
+			en.state = gone
+		}
+	}
 	pt.buf, pt.next, pt.read, pt.dirty = nil, seq, seq, true
-	pt.firstSeq, pt.firstAttempts, pt.held = seq, 0, false
+	pt.init, pt.held, pt.clearing = nil, false, false
+	off.Version = 0
+	pt.last, pt.known = off, true
 	c.mu.Unlock()
 	c.fillMu.Unlock()
 	c.signal()
 	return nil
 }
 
-// Close leaves the group: it releases the consumer's partitions (recording its acks;
-// unacked messages are delivered to the next owner) and its member slot. Receives
-// waiting on it return ErrClosed.
+// Close leaves the group: it releases the consumer's partitions (recording its acks
+// and attempts; unacked messages are delivered to the next owner, those in flight as
+// a failed attempt) and its member slot. Receives waiting on it return ErrClosed.
 func (c *Consumer) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closing {

@@ -21,11 +21,15 @@
 // # Delivery
 //
 // Receive hands messages to the application at least once; an ack is recorded at most
-// once per (group, partition, seq): Ack advances the partition's offset over the acked
-// prefix with one conditional write per partition batch. A message not acked within its
-// visibility timeout (Extend moves it) is delivered again; Nack asks for a retry after
-// a backoff. After MaxAttempts deliveries (counting consumers that died holding it) a
-// message goes to the group's dead-letter partition, read by a DeadLetters consumer.
+// once per (group, partition, seq). Ack returns nil once the ack is in the partition's
+// offset record (one conditional write per partition batch: the offset moves over the
+// acked prefix, acks above it are recorded as marks); a message whose Ack returned nil
+// is never delivered to the group again, whoever owns the partition next. A message
+// not acked within its visibility timeout (Extend moves it) is delivered again; Nack
+// asks for a retry after a backoff; either failed attempt is recorded before the
+// message is delivered again. After MaxAttempts failed deliveries (counting consumers
+// that died holding it) a message goes to the group's dead-letter partition, read by a
+// DeadLetters consumer, and is never delivered or acked in the group again.
 // Within a group, a message is not handed out while an earlier message with the same
 // key, handed out by an earlier Receive, is in flight or waiting for a retry; a key's
 // later messages may come in the same batch, in order, and a Nack sends them back with

@@ -3,6 +3,8 @@ package queue_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -230,5 +232,88 @@ func TestStreamingKeepsOffsetHeld(t *testing.T) {
 	}
 	if off := offset(); off.Next != 12 || off.Held {
 		t.Fatalf("offset after catching up: %+v, want next 12, not held", off)
+	}
+}
+
+// versions records the Version of every offset write, by token, in the order the
+// writes reach the store.
+type versions struct {
+	*memory.Store
+	mu   sync.Mutex
+	seen map[uint64][]uint64
+}
+
+func (s *versions) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+	s.mu.Lock()
+	s.seen[off.Token] = append(s.seen[off.Token], off.Version)
+	s.mu.Unlock()
+	return s.Store.CommitQueueOffset(ctx, name, group, p, off)
+}
+
+// Concurrent Acks and Nacks of one partition write the offset one at a time, each
+// with a Version above the one before: none is refused as stale.
+func TestOffsetVersionsIncreasePerOwner(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	base := memory.New()
+	defer base.Close()
+	s := &versions{Store: base, seen: map[uint64][]uint64{}}
+	opts := []queue.Option{queue.WithLease(10 * time.Second), queue.WithVisibility(time.Hour), queue.WithRetryBackoff(time.Millisecond, time.Millisecond)}
+	q, err := queue.Create(ctx, s, dcsync.QueueSpec{Name: "v", Partitions: 1, Groups: []string{"g"}}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	var evs []queue.Event
+	for i := range n {
+		evs = append(evs, queue.Event{Key: fmt.Sprint(i), Payload: []byte(fmt.Sprint(i))})
+	}
+	if _, err := q.Enqueue(ctx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	acked := 0
+	for acked < n {
+		msgs, err := c.Receive(ctx, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, len(msgs))
+		for i, m := range msgs {
+			wg.Go(func() {
+				if m.Attempt == 1 && m.Seq%7 == 0 {
+					errs[i] = c.Nack(ctx, m)
+					return
+				}
+				errs[i] = c.Ack(ctx, m)
+			})
+		}
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("message %d: %v", msgs[i].Seq, err)
+			}
+			if msgs[i].Attempt > 1 || msgs[i].Seq%7 != 0 {
+				acked++
+			}
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for tok, vs := range s.seen {
+		for i := 1; i < len(vs); i++ {
+			if vs[i] <= vs[i-1] {
+				t.Fatalf("token %d wrote version %d after %d", tok, vs[i], vs[i-1])
+			}
+		}
+		t.Logf("token %d: %d writes", tok, len(vs))
+	}
+	if lag, _ := q.Lag(ctx, "g"); lag[0].Lag != 0 {
+		t.Fatalf("lag %+v", lag[0])
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"sort"
+	"time"
 
 	"github.com/dcsync/dcsync"
 )
@@ -35,47 +37,76 @@ func (c *Consumer) AckTx(ctx context.Context, msgs []*Message, fn func(tx *sql.T
 	if fn == nil {
 		return dcsync.Errorf(dcsync.InvalidArgument, op, "fn is nil")
 	}
-	// The partitions and the seqs acked in each; commitMu held in partition order.
+	// The partitions, with commitMu held in partition order.
 	c.mu.Lock()
-	bySeq := map[*part]map[uint64]bool{}
+	var pts []*part
 	for _, m := range msgs {
 		pt, err := c.owner(op, m)
 		if err != nil {
 			c.mu.Unlock()
 			return err
 		}
-		if bySeq[pt] == nil {
-			bySeq[pt] = map[uint64]bool{}
+		if !slices.Contains(pts, pt) {
+			pts = append(pts, pt)
 		}
-		bySeq[pt][m.Seq] = true
 	}
 	c.mu.Unlock()
-	pts := make([]*part, 0, len(bySeq))
-	for pt := range bySeq {
-		pts = append(pts, pt)
-	}
 	sort.Slice(pts, func(i, j int) bool { return pts[i].p < pts[j].p })
 	for _, pt := range pts {
 		pt.commitMu.Lock()
 		defer pt.commitMu.Unlock()
 	}
-	offs := make([]dcsync.QueueOffset, len(pts))
+	// The acks, provisionally in memory (no other write of these partitions runs while
+	// commitMu is held), and the offset records they make.
+	now := time.Now()
 	c.mu.Lock()
+	var flipped []*entry
+	undo := func() {
+		for _, en := range flipped {
+			en.state = inflight
+		}
+	}
+	for _, m := range msgs {
+		_, en, err := c.holding(op, m, now)
+		if err != nil {
+			undo()
+			c.mu.Unlock()
+			return err
+		}
+		if en.state == inflight {
+			en.state = acked
+			flipped = append(flipped, en)
+		}
+	}
+	snaps := make([]snapshot, len(pts))
 	for i, pt := range pts {
-		n := 0
-		for n < len(pt.buf) && (pt.buf[n].state == acked || bySeq[pt][pt.buf[n].e.Seq]) {
-			n++
+		s, err := c.snapshot(pt, writeAck)
+		if err != nil {
+			undo()
+			for _, pt := range pts[:i] {
+				pt.clearing = false
+			}
+			c.mu.Unlock()
+			return err
 		}
-		offs[i] = dcsync.QueueOffset{Token: pt.token, Next: pt.next + uint64(n), Held: pt.deliveredFrom(n)}
-		if offs[i].Next == pt.firstSeq {
-			offs[i].Attempts = pt.firstAttempts
+		if !s.same {
+			pt.version++
+			s.off.Version = pt.version
 		}
+		snaps[i] = s
 	}
 	c.mu.Unlock()
 	var lost *part
 	err = txs.WriteTx(ctx, func(tx *sql.Tx) error {
 		for i, pt := range pts {
-			if err := txc.CommitQueueOffsetTx(ctx, tx, c.name, c.group, pt.p, offs[i]); err != nil {
+			if snaps[i].same {
+				continue
+			}
+			if time.Now().After(pt.lk.Deadline()) {
+				lost = pt
+				return dcsync.Errorf(dcsync.LockLost, op, "partition %d: the lease of token %d is over", pt.p, pt.token)
+			}
+			if err := txc.CommitQueueOffsetTx(ctx, tx, c.name, c.group, pt.p, snaps[i].off); err != nil {
 				if errors.Is(err, dcsync.ErrLockLost) {
 					lost = pt
 				}
@@ -84,26 +115,16 @@ func (c *Consumer) AckTx(ctx context.Context, msgs []*Message, fn func(tx *sql.T
 		}
 		return fn(tx)
 	})
-	if err != nil {
-		if lost != nil {
-			c.drop(lost)
-		}
-		return err
-	}
 	c.mu.Lock()
+	if err != nil {
+		undo() // nothing is acked: the deliveries are in flight again, until their deadlines
+	}
 	for i, pt := range pts {
-		for _, en := range pt.buf {
-			if bySeq[pt][en.e.Seq] {
-				en.state = acked
-			}
-		}
-		n := int(offs[i].Next - pt.next)
-		if n > 0 && n <= len(pt.buf) {
-			pt.buf = append([]*entry(nil), pt.buf[n:]...)
-			pt.next = offs[i].Next
-			pt.held = offs[i].Held
-		}
+		c.apply(pt, snaps[i], err == nil)
 	}
 	c.mu.Unlock()
-	return nil
+	if lost != nil {
+		c.drop(lost)
+	}
+	return err
 }

@@ -68,6 +68,7 @@ func RunStore(t *testing.T, h Harness) {
 func Run(t *testing.T, h Harness) {
 	RunStore(t, h)
 	t.Run("Queue", func(t *testing.T) { runFront(t, h) })
+	t.Run("AcrossOwners", func(t *testing.T) { runExactlyOnceAcrossOwners(t, h) })
 }
 
 // unique returns a queue name no earlier run of the suite has used, at most 64 bytes.

@@ -290,7 +290,8 @@ func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsyn
 }
 
 // ClaimQueuePartition implements dcsync.QueueStore. token must not be 0 (the token of
-// an offset no one ever owned).
+// an offset no one ever owned). A greater token writes the token only; an equal token
+// (a retried claim) writes nothing.
 func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
 	check := checkQueueGroup(name, group, p)
 	if check == nil && token == 0 {
@@ -309,30 +310,40 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 	if token < off.Token {
 		return off, dcsync.Errorf(dcsync.LockLost, "memory.ClaimQueuePartition", "partition %d of queue %q group %q is owned by token %d, above %d", p, name, group, off.Token, token)
 	}
-	stored := off
-	stored.Token, stored.Held = token, true
-	q.offsets[id] = stored
 	off.Token = token
+	q.offsets[id] = off
 	return off, nil
 }
 
-// CommitQueueOffset implements dcsync.QueueStore.
+// CommitQueueOffset implements dcsync.QueueStore: it writes off when the stored token is
+// off.Token and the stored Version is below off.Version, returns nil when the stored
+// offset already is off, and LockLost otherwise.
 func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+	const op = "memory.CommitQueueOffset"
 	check := checkQueueGroup(name, group, p)
 	if check == nil && off.Attempts < 0 {
-		check = dcsync.Errorf(dcsync.InvalidArgument, "memory.CommitQueueOffset", "attempts %d is negative", off.Attempts)
+		check = dcsync.Errorf(dcsync.InvalidArgument, op, "attempts %d is negative", off.Attempts)
+	}
+	if check == nil {
+		check = dcsync.ValidateQueueMarks(op, off)
 	}
 	if err := s.begin(ctx, check); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
-	q, err := s.queue("memory.CommitQueueOffset", name)
+	q, err := s.queue(op, name)
 	if err != nil {
 		return err
 	}
 	id := offsetID{group, p}
-	if cur := q.offsets[id]; cur.Token != off.Token || off.Token == 0 {
-		return dcsync.Errorf(dcsync.LockLost, "memory.CommitQueueOffset", "partition %d of queue %q group %q is owned by token %d, not %d", p, name, group, cur.Token, off.Token)
+	cur := q.offsets[id]
+	switch {
+	case off.Token == 0 || cur.Token != off.Token:
+		return dcsync.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q is owned by token %d, not %d", p, name, group, cur.Token, off.Token)
+	case cur == off:
+		return nil // an earlier attempt of this write landed
+	case cur.Version >= off.Version:
+		return dcsync.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q holds version %d of token %d, not below %d", p, name, group, cur.Version, off.Token, off.Version)
 	}
 	q.offsets[id] = off
 	return nil
