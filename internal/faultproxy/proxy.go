@@ -232,7 +232,17 @@ func (p *Proxy) DropReplies(n int) { p.ctl.dropArmed.Add(int64(n)) }
 // connection and a later request went up and was answered on another connection, then
 // delivers it to the server; or at MaxHold, or at ReleaseHeld, whichever comes first.
 // Calls accumulate.
-func (p *Proxy) Hold(n int) { p.ctl.holdArmed.Add(int64(n)) }
+func (p *Proxy) Hold(n int) { p.HoldMatching(n, nil) }
+
+// HoldMatching holds as Hold does the next n request chunks for which match (given the
+// chunk's bytes, which it must not keep) is true; nil matches any. A chunk is what one
+// read from the client returned: with a client that writes each request whole, one
+// request (or several pipelined ones). Rules accumulate, the first matching one applies.
+func (p *Proxy) HoldMatching(n int, match func(chunk []byte) bool) {
+	if n > 0 {
+		p.ctl.addHold(n, match)
+	}
+}
 
 // SetMaxHold sets how long a request is held at most (DefaultMaxHold unless set).
 func (p *Proxy) SetMaxHold(d time.Duration) { p.ctl.maxHold.Store(int64(d)) }
@@ -243,7 +253,7 @@ func (p *Proxy) ReleaseHeld() { p.ctl.releaseAll() }
 // Disarm cancels the drops and holds that were asked for but have not happened yet.
 func (p *Proxy) Disarm() {
 	p.ctl.dropArmed.Store(0)
-	p.ctl.holdArmed.Store(0)
+	p.ctl.clearHolds()
 }
 
 // Settled reports whether every held request was delivered or lost.

@@ -27,9 +27,12 @@ var controls sync.Map // key (string) -> *control
 
 // control is the state a Proxy shares with its toxics.
 type control struct {
-	holdArmed atomic.Int64 // requests still to hold
+	holdMu    sync.Mutex
+	holds     []*holdRule // requests still to hold
+	nholds    atomic.Int64
 	dropArmed atomic.Int64 // replies still to drop
 	release   chan struct{}
+	relGen    atomic.Int64 // counts ReleaseHeld calls
 	relMu     sync.Mutex
 	closing   chan struct{}
 	maxHold   atomic.Int64 // nanoseconds
@@ -70,6 +73,7 @@ func (c *control) releaseCh() chan struct{} {
 func (c *control) releaseAll() {
 	c.relMu.Lock()
 	defer c.relMu.Unlock()
+	c.relGen.Add(1)
 	close(c.release)
 	c.release = make(chan struct{})
 }
@@ -101,6 +105,45 @@ func (c *control) forwardedUp() {
 	for st := range c.waiting {
 		st.firstUp.CompareAndSwap(0, n)
 	}
+}
+
+// holdRule holds the next n requests that match (nil: any).
+type holdRule struct {
+	n     int
+	match func([]byte) bool
+}
+
+func (c *control) addHold(n int, match func([]byte) bool) {
+	c.holdMu.Lock()
+	defer c.holdMu.Unlock()
+	c.holds = append(c.holds, &holdRule{n: n, match: match})
+	c.nholds.Store(int64(len(c.holds)))
+}
+
+func (c *control) clearHolds() {
+	c.holdMu.Lock()
+	defer c.holdMu.Unlock()
+	c.holds = nil
+	c.nholds.Store(0)
+}
+
+// takeHold reports whether a rule holds the request chunk b, and counts that rule down.
+func (c *control) takeHold(b []byte) bool {
+	if c.nholds.Load() == 0 {
+		return false
+	}
+	c.holdMu.Lock()
+	defer c.holdMu.Unlock()
+	for i, r := range c.holds {
+		if r.match == nil || r.match(b) {
+			if r.n--; r.n <= 0 {
+				c.holds = append(c.holds[:i], c.holds[i+1:]...)
+				c.nholds.Store(int64(len(c.holds)))
+			}
+			return true
+		}
+	}
+	return false
 }
 
 func take(n *atomic.Int64) bool {
@@ -141,6 +184,7 @@ type holdState struct {
 	holding     bool
 	since       time.Time
 	epoch       int64
+	relGen      int64 // control.relGen when the hold began
 	inputClosed bool
 	firstUp     atomic.Int64 // seq of the first request forwarded after the hold began
 }
@@ -184,9 +228,10 @@ func (t *holdToxic) Pipe(stub *toxics.ToxicStub) {
 				stub.Close()
 				return
 			}
-			if take(&ctl.holdArmed) {
+			if ctl.takeHold(c.Data) {
 				ctl.held.Add(1)
 				st.holding, st.held, st.since, st.epoch = true, append([]byte(nil), c.Data...), time.Now(), ctl.epoch.Load()
+				st.relGen = ctl.relGen.Load()
 				ctl.wait(st, true)
 				continue
 			}
@@ -201,6 +246,10 @@ func (t *holdToxic) Pipe(stub *toxics.ToxicStub) {
 // closes the stub.
 func (t *holdToxic) waitHeld(ctl *control, st *holdState, stub *toxics.ToxicStub, tick *time.Ticker) bool {
 	for st.holding {
+		if ctl.relGen.Load() != st.relGen {
+			t.deliver(ctl, st, stub)
+			continue
+		}
 		var input <-chan *stream.StreamChunk
 		if !st.inputClosed {
 			input = stub.Input
