@@ -5,12 +5,16 @@
 // connection (the late-landing first attempt of a retried write).
 //
 // The proxy is toxiproxy (github.com/Shopify/toxiproxy/v2) used as a library, in
-// process: its own latency toxic delays, and stopping and starting its proxy resets
-// every connection. Two toxics of this package do the rest, because toxiproxy's own act
-// on every connection for as long as they are installed: dropping the replies of the
-// next n connections only, and holding a request. toxiproxy can hold a request past the
+// process: it accepts, dials the server and pumps each direction of each connection
+// through a chain of toxics; stopping and starting it resets every connection. The
+// toxics are this package's, installed once when the proxy starts and driven from
+// shared state, because toxiproxy's own act on every connection for as long as they are
+// installed (dropping the replies of the next n connections only needs state per
+// connection), and changing a built-in's settings on a running proxy is a data race
+// (UpdateToxicJson decodes into the value the connections read) while adding or
+// removing one interrupts its neighbours. toxiproxy can hold a request past the
 // client's close because a link closes its server connection only when the last toxic
-// of its chain closes, so a toxic that outlives its input keeps the server side open,
+// of its chain closes: a toxic that outlives its input keeps the server side open,
 // writes what it held, and closes once the server answered.
 //
 // The proxy knows nothing of the protocol: a fault hits whatever request or reply comes
@@ -111,9 +115,9 @@ func New(upstream string) (*Proxy, error) {
 	tp := toxiproxy.NewProxy(server, key, "127.0.0.1:0", upstream)
 	for _, spec := range []string{
 		`{"name":"hold","type":"` + holdToxicType + `","stream":"upstream","attributes":{"control":"` + key + `"}}`,
-		`{"name":"delay_up","type":"latency","stream":"upstream","attributes":{"latency":0}}`,
+		`{"name":"delay_up","type":"` + delayToxicType + `","stream":"upstream","attributes":{"control":"` + key + `"}}`,
 		`{"name":"drop","type":"` + dropToxicType + `","stream":"downstream","attributes":{"control":"` + key + `"}}`,
-		`{"name":"delay_down","type":"latency","stream":"downstream","attributes":{"latency":0}}`,
+		`{"name":"delay_down","type":"` + delayToxicType + `","stream":"downstream","attributes":{"control":"` + key + `"}}`,
 	} {
 		if _, err := tp.Toxics.AddToxicJson(strings.NewReader(spec)); err != nil {
 			controls.Delete(key)
@@ -191,12 +195,8 @@ func (p *Proxy) delayLocked(latency, jitter time.Duration) error {
 		p.undo.Stop()
 		p.undo = nil
 	}
-	attrs := fmt.Sprintf(`{"attributes":{"latency":%d,"jitter":%d},"toxicity":1}`, latency.Milliseconds(), jitter.Milliseconds())
-	for _, name := range []string{"delay_up", "delay_down"} {
-		if _, err := p.tp.Toxics.UpdateToxicJson(name, strings.NewReader(attrs)); err != nil {
-			return fmt.Errorf("faultproxy: delay: %w", err)
-		}
-	}
+	p.ctl.latency.Store(int64(max(latency, 0)))
+	p.ctl.jitter.Store(int64(max(jitter, 0)))
 	if latency > 0 {
 		p.delays.Add(1)
 	}

@@ -1,6 +1,7 @@
 package faultproxy
 
 import (
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,13 +15,15 @@ import (
 // so a toxic finds the Proxy that drives it through the control registry, by the key in
 // its attributes.
 const (
-	holdToxicType = "dcsync_hold"
-	dropToxicType = "dcsync_drop"
+	holdToxicType  = "dcsync_hold"
+	dropToxicType  = "dcsync_drop"
+	delayToxicType = "dcsync_delay"
 )
 
 func init() {
 	toxics.Register(holdToxicType, new(holdToxic))
 	toxics.Register(dropToxicType, new(dropToxic))
+	toxics.Register(delayToxicType, new(delayToxic))
 }
 
 var controls sync.Map // key (string) -> *control
@@ -39,6 +42,8 @@ type control struct {
 	// epoch counts the connection resets: a request held across one is lost (its server
 	// connection was closed under it).
 	epoch atomic.Int64
+	// latency and jitter (nanoseconds) are the delay toxic's settings.
+	latency, jitter atomic.Int64
 	// A held request waits until a later request went up and a reply came back after
 	// it, on other connections: seq numbers the chunks forwarded either way, lastDown is
 	// the number of the last reply chunk, and waiting are the held requests that wait
@@ -388,6 +393,51 @@ func (t *dropToxic) Pipe(stub *toxics.ToxicStub) {
 				continue
 			}
 			ctl.lastDown.Store(ctl.seq.Add(1))
+			stub.Output <- c
+		}
+	}
+}
+
+// delayToxic delays every chunk by the control's latency plus or minus its jitter, in
+// order. It is toxiproxy's latency toxic with settings read from the control: changing
+// the built-in's settings on a running proxy (UpdateToxicJson) decodes them into the
+// toxic value that every connection's goroutine reads without a lock, a data race that
+// -race reports; adding and removing it interrupts its neighbours in the chain.
+type delayToxic struct {
+	Control string `json:"control"`
+}
+
+// GetBufferSize implements toxics.BufferedToxic, as the built-in latency toxic does.
+func (t *delayToxic) GetBufferSize() int { return 1024 }
+
+// Pipe implements toxics.Toxic.
+func (t *delayToxic) Pipe(stub *toxics.ToxicStub) {
+	ctl := lookup(t.Control)
+	if ctl == nil {
+		new(toxics.NoopToxic).Pipe(stub)
+		return
+	}
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+			d := time.Duration(ctl.latency.Load())
+			if j := ctl.jitter.Load(); j > 0 {
+				d += time.Duration(rand.Int64N(2*j) - j)
+			}
+			if wait := d - time.Since(c.Timestamp); wait > 0 {
+				timer := time.NewTimer(wait)
+				select {
+				case <-timer.C:
+				case <-ctl.closing:
+					timer.Stop()
+				}
+			}
 			stub.Output <- c
 		}
 	}

@@ -2,12 +2,18 @@ package aerospike_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
+	as "github.com/aerospike/aerospike-client-go/v8"
+	"github.com/aerospike/aerospike-client-go/v8/types"
+
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/internal/chaos"
+	"github.com/dcsync/dcsync/internal/faultproxy"
 	"github.com/dcsync/dcsync/store/aerospike"
 )
 
@@ -39,5 +45,103 @@ func TestChaosDroppedReplies(t *testing.T) {
 				FaultEvery: 300 * time.Millisecond,
 			})
 		})
+	}
+}
+
+// proxyChaosDuration is how long each fault-proxy chaos run lasts: 10 s, or
+// $DCSYNC_CHAOS_DURATION (a Go duration, e.g. 10m for a soak run).
+func proxyChaosDuration(t *testing.T) time.Duration {
+	if v := os.Getenv("DCSYNC_CHAOS_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("DCSYNC_CHAOS_DURATION=%q: %v", v, err)
+		}
+		return d
+	}
+	return 10 * time.Second
+}
+
+// TestChaosFaultProxy runs internal/chaos's lock and latch workers against the real
+// server through internal/faultproxy, with every fault it has: delays, replies dropped
+// after the server applied the command, connection resets, and requests held back and
+// delivered after the client gave up on them and retried (a first attempt landing after
+// its retry). The report's faults are what was asked for; the proxy's counts what
+// happened (a held request ends delivered late, delivered while its client still
+// waited, or lost to a reset).
+func TestChaosFaultProxy(t *testing.T) {
+	for _, level := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
+		t.Run(level.String(), func(t *testing.T) {
+			p := faultproxy.Start(t, realServer(t))
+			p.SetMaxHold(2 * time.Second)
+			c := dial(t, p.Addr())
+			rep := chaos.RunT(t, chaos.Scenario{
+				Open: func(context.Context) (dcsync.Store, error) {
+					return aerospike.New(c, aerospike.Config{Namespace: namespace, Timeout: 150 * time.Millisecond, Attempts: 8})
+				},
+				Goroutine:  4,
+				Duration:   proxyChaosDuration(t),
+				Level:      level,
+				Name:       unique("chaosfp"),
+				Fault:      p.Inject,
+				FaultEvery: 250 * time.Millisecond,
+			})
+			p.ReleaseHeld()
+			if err := p.WaitSettled(ctxT(t)); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("faultproxy aerospike %s: operations lock=%d latch=%d; proxy %v", level, rep.Acquisitions, rep.LatchOps, p.Counts())
+			if c := p.Counts(); c.DroppedReplies == 0 || c.Held == 0 {
+				t.Fatalf("the run injected too little: %v", c)
+			}
+		})
+	}
+}
+
+// isMessage matches a chunk that starts an AS_MSG request (protocol version 2, type 3),
+// not an info request (type 1) of the client's tend.
+func isMessage(b []byte) bool { return len(b) >= 8 && b[0] == 2 && b[1] == 3 }
+
+// TestFaultProxyReordersOnTheRealServer shows the fault behind a late-landing retry on
+// the real server: a put is held by the proxy, its client times out and gives up, a
+// later put of the same record goes through on another connection, and then the held
+// put reaches the server, which applies the two in that order: the record ends with the
+// first put's value.
+func TestFaultProxyReordersOnTheRealServer(t *testing.T) {
+	direct := realClient(t)
+	p := faultproxy.Start(t, realServer(t))
+	p.SetMaxHold(time.Minute)
+	c := dial(t, p.Addr())
+	key, err := as.NewKey(namespace, "faultproxy", unique("reorder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wp := as.NewWritePolicy(0, 0)
+	wp.TotalTimeout, wp.SocketTimeout, wp.MaxRetries = 300*time.Millisecond, 300*time.Millisecond, 0
+	if err := c.Put(wp, key, as.BinMap{"v": "zero"}); err != nil {
+		t.Fatal(err)
+	}
+
+	p.HoldMatching(1, isMessage)
+	err = c.Put(wp, key, as.BinMap{"v": "first"})
+	var ae as.Error
+	if err == nil || !errors.As(err, &ae) || !ae.Matches(types.TIMEOUT) {
+		t.Fatalf("the held put returned %v, want a timeout", err)
+	}
+	wp2 := as.NewWritePolicy(0, 0)
+	if err := c.Put(wp2, key, as.BinMap{"v": "second"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitSettled(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Counts(); got.HeldLate != 1 {
+		t.Fatalf("the held put was not delivered after its client closed: %v", got)
+	}
+	rec, err := direct.Get(nil, key, "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := rec.Bins["v"]; v != "first" {
+		t.Fatalf("the record holds %v: the held put did not land after the later one", v)
 	}
 }
