@@ -55,6 +55,7 @@ type Proxy struct {
 	delays   atomic.Int64
 	resets   atomic.Int64
 	restarts atomic.Int64
+	injected atomic.Int64
 }
 
 // Counts is what a proxy injected, by kind.
@@ -320,25 +321,31 @@ const (
 	FaultHold         = "held-request"
 )
 
-// Inject injects one fault drawn from r: a delay window (20–200 ms for 0.5–1.5 s), one
-// or two dropped replies, a reset of every connection, or a held request; weights
-// 2:3:1:3. It returns the fault's kind, for a chaos run's Fault function.
+// injectOrder is the order in which Inject goes through the kinds: every kind within
+// six faults, dropped replies and held requests three times as often as resets.
+var injectOrder = []string{
+	FaultDroppedReply, FaultHold, FaultDelay, FaultDroppedReply, FaultHold, FaultReset,
+	FaultDroppedReply, FaultHold, FaultDelay,
+}
+
+// Inject injects the next fault of a fixed rotation (so that a short run has every
+// kind) with parameters drawn from r: a delay window (20–200 ms each way, for
+// 0.5–1.5 s), one or two dropped replies, a reset of every connection, or a held
+// request. It returns the fault's kind, for a chaos run's Fault function.
 func (p *Proxy) Inject(r *rand.Rand) string {
-	switch n := r.IntN(9); {
-	case n < 2:
+	kind := injectOrder[(p.injected.Add(1)-1)%int64(len(injectOrder))]
+	switch kind {
+	case FaultDelay:
 		lat := time.Duration(20+r.IntN(180)) * time.Millisecond
 		_ = p.DelayFor(lat, lat/4, time.Duration(500+r.IntN(1000))*time.Millisecond)
-		return FaultDelay
-	case n < 5:
+	case FaultDroppedReply:
 		p.DropReplies(1 + r.IntN(2))
-		return FaultDroppedReply
-	case n < 6:
+	case FaultReset:
 		_ = p.ResetConnections()
-		return FaultReset
-	default:
+	case FaultHold:
 		p.Hold(1)
-		return FaultHold
 	}
+	return kind
 }
 
 // Close stops the proxy: held requests are dropped, every connection is closed, and

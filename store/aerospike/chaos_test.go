@@ -90,8 +90,8 @@ func TestChaosFaultProxy(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("faultproxy aerospike %s: operations lock=%d latch=%d; proxy %v", level, rep.Acquisitions, rep.LatchOps, p.Counts())
-			if c := p.Counts(); c.DroppedReplies == 0 || c.Held == 0 {
-				t.Fatalf("the run injected too little: %v", c)
+			if c := p.Counts(); c.DroppedReplies == 0 || c.Held == 0 || c.Delays == 0 || c.Resets == 0 {
+				t.Fatalf("the run did not inject every kind of fault: %v", c)
 			}
 		})
 	}

@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/internal/chaos"
+	"github.com/dcsync/dcsync/internal/faultproxy"
+	"github.com/dcsync/dcsync/internal/hbaserpc"
+	"github.com/dcsync/dcsync/layout"
 )
 
 // keepOpen hands the chaos run a store whose Close does nothing: the test closes it.
@@ -41,5 +45,122 @@ func TestChaosInDoubtWrites(t *testing.T) {
 				FaultEvery: 200 * time.Millisecond,
 			})
 		})
+	}
+}
+
+// proxyChaosDuration is how long each fault-proxy chaos run lasts: 10 s, or
+// $DCSYNC_CHAOS_DURATION (a Go duration, e.g. 10m for a soak run).
+func proxyChaosDuration(t *testing.T) time.Duration {
+	if v := os.Getenv("DCSYNC_CHAOS_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("DCSYNC_CHAOS_DURATION=%q: %v", v, err)
+		}
+		return d
+	}
+	return 10 * time.Second
+}
+
+// regionServer returns the address of the region server holding the run's lock table,
+// as HBase advertises it (the standalone test server has one region server).
+func regionServer(t *testing.T) string {
+	t.Helper()
+	regions, err := shared(t).Regions(ctxT(t, time.Minute), fixture.lockTable)
+	if err != nil || len(regions) == 0 || regions[0].Server == "" {
+		t.Fatalf("regions of %s: %v, %v", fixture.lockTable, regions, err)
+	}
+	return regions[0].Server
+}
+
+// proxiedClient starts a fault proxy in front of the region server and dials a client
+// whose region-server connections go through it (ZooKeeper and the master are reached
+// directly): hbaserpc's Config.Dial, redirected by the proxy.
+func proxiedClient(t *testing.T, cfg hbaserpc.Config) (*hbaserpc.Client, *faultproxy.Proxy) {
+	t.Helper()
+	p := faultproxy.Start(t, regionServer(t))
+	cfg.ZKQuorum, cfg.Dial, cfg.Logger = zkQuorum(t), p.Redirect(nil), testLogger()
+	c, err := hbaserpc.Dial(ctxT(t, time.Minute), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, p
+}
+
+// TestChaosFaultProxy runs internal/chaos's lock and latch workers against the real
+// HBase with the store's region-server traffic through internal/faultproxy and every
+// fault it has: delays, replies dropped after the server applied the call, connection
+// resets, and requests held back and delivered after the client gave up on them and
+// retried on a new connection (a first attempt landing after its retry).
+func TestChaosFaultProxy(t *testing.T) {
+	for _, level := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
+		t.Run(level.String(), func(t *testing.T) {
+			c, p := proxiedClient(t, hbaserpc.Config{RPCTimeout: time.Second, MaxAttempts: 8, BackoffMax: 200 * time.Millisecond})
+			p.SetMaxHold(2 * time.Second)
+			s, err := New(ctxT(t, time.Minute), c, Config{LockTable: fixture.lockTable, LatchTableSuffix: fixture.latchSuffix, Logger: testLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			rep := chaos.RunT(t, chaos.Scenario{
+				Open:       func(context.Context) (dcsync.Store, error) { return keepOpen{s}, nil },
+				Goroutine:  4,
+				Duration:   proxyChaosDuration(t),
+				Level:      level,
+				Name:       fmt.Sprintf("chaosfp-%s-%d", level, time.Now().UnixNano()),
+				Fault:      p.Inject,
+				// A fault stalls the one connection every call shares until the
+				// client's RPC timeout: one a second leaves time for work between.
+				FaultEvery: time.Second,
+			})
+			p.ReleaseHeld()
+			if err := p.WaitSettled(ctxT(t, time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("faultproxy hbase %s: operations lock=%d latch=%d; proxy %v", level, rep.Acquisitions, rep.LatchOps, p.Counts())
+			if c := p.Counts(); c.DroppedReplies == 0 || c.Held == 0 || c.Delays == 0 || c.Resets == 0 {
+				t.Fatalf("the run did not inject every kind of fault: %v", c)
+			}
+		})
+	}
+}
+
+// TestFaultProxyReordersOnTheRealServer shows the fault behind a late-landing retry on
+// the real HBase: a put is held by the proxy, the client times out, closes the
+// connection (nothing was read on it since the call) and gives up, a later put of the
+// same cell goes through on a new connection, and then the held put reaches the region
+// server, which applies the two in that order: the cell ends with the first put's value.
+func TestFaultProxyReordersOnTheRealServer(t *testing.T) {
+	direct := shared(t)
+	c, p := proxiedClient(t, hbaserpc.Config{RPCTimeout: 300 * time.Millisecond, MaxAttempts: 1})
+	p.SetMaxHold(time.Minute)
+	ctx := ctxT(t, time.Minute)
+	row := []byte("faultproxy-reorder-" + randHex(6))
+	col := hbaserpc.Column{Family: []byte(layout.HBaseLockFamily), Qualifier: []byte("fp")}
+	put := func(v string) *hbaserpc.Put {
+		return &hbaserpc.Put{Row: row, Values: []hbaserpc.Value{{Family: col.Family, Qualifier: col.Qualifier, Value: []byte(v)}}}
+	}
+	if err := c.Put(ctx, fixture.lockTable, put("zero")); err != nil {
+		t.Fatal(err)
+	}
+	p.Hold(1)
+	if err := c.Put(ctx, fixture.lockTable, put("first")); err == nil {
+		t.Fatal("the held put succeeded")
+	}
+	if err := c.Put(ctx, fixture.lockTable, put("second")); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Counts(); got.HeldLate != 1 {
+		t.Fatalf("the held put was not delivered after its client closed: %v", got)
+	}
+	cells, err := direct.Get(ctx, fixture.lockTable, row, col)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cells) != 1 || string(cells[0].Value) != "first" {
+		t.Fatalf("the cell holds %+v: the held put did not land after the later one", cells)
 	}
 }
