@@ -103,12 +103,12 @@ func TestChaosFaultProxy(t *testing.T) {
 			}
 			t.Cleanup(func() { s.Close() })
 			rep := chaos.RunT(t, chaos.Scenario{
-				Open:       func(context.Context) (dcsync.Store, error) { return keepOpen{s}, nil },
-				Goroutine:  4,
-				Duration:   proxyChaosDuration(t),
-				Level:      level,
-				Name:       fmt.Sprintf("chaosfp-%s-%d", level, time.Now().UnixNano()),
-				Fault:      p.Inject,
+				Open:      func(context.Context) (dcsync.Store, error) { return keepOpen{s}, nil },
+				Goroutine: 4,
+				Duration:  proxyChaosDuration(t),
+				Level:     level,
+				Name:      fmt.Sprintf("chaosfp-%s-%d", level, time.Now().UnixNano()),
+				Fault:     p.Inject,
 				// A fault stalls the one connection every call shares until the
 				// client's RPC timeout: one a second leaves time for work between.
 				FaultEvery: time.Second,
