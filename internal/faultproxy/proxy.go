@@ -257,6 +257,25 @@ func (p *Proxy) Disarm() {
 	p.ctl.clearHolds()
 }
 
+// Abandoned returns how many held requests saw their client close the connection while
+// held. A test waits for it before its later request, so that the held request's
+// delivery cannot be explained by the close alone.
+func (p *Proxy) Abandoned() int64 { return p.ctl.abandoned.Load() }
+
+// WaitAbandoned waits until Abandoned is at least n, or ctx ends.
+func (p *Proxy) WaitAbandoned(ctx context.Context, n int64) error {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for p.Abandoned() < n {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("faultproxy: %d held request(s) abandoned, want %d: %w", p.Abandoned(), n, ctx.Err())
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
 // Settled reports whether every held request was delivered or lost.
 func (p *Proxy) Settled() bool {
 	c := p.Counts()

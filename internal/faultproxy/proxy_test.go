@@ -164,10 +164,15 @@ func TestHoldDeliversAfterLaterRequest(t *testing.T) {
 		t.Fatalf("held request answered: %q, %v", got, err)
 	}
 	first.c.Close() // the client gives up on that connection
-	retry := connect(t, p)
-	mustCall(t, retry, "attempt-2")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	// The proxy has seen the close: a proxy that delivered at the close would have
+	// delivered by now.
+	if err := p.WaitAbandoned(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	retry := connect(t, p)
+	mustCall(t, retry, "attempt-2")
 	if err := p.WaitSettled(ctx); err != nil {
 		t.Fatal(err)
 	}

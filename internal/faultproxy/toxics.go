@@ -61,6 +61,7 @@ type control struct {
 	pending []*conn
 
 	held, late, early, lost, dropped atomic.Int64
+	abandoned                        atomic.Int64 // held requests whose client closed
 }
 
 // conn is one proxied connection, seen by both of its toxics.
@@ -270,6 +271,7 @@ func (t *holdToxic) waitHeld(ctl *control, st *holdState, stub *toxics.ToxicStub
 		case c := <-input:
 			if c == nil {
 				st.inputClosed = true
+				ctl.abandoned.Add(1)
 				continue
 			}
 			st.held = append(st.held, c.Data...)

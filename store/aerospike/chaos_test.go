@@ -131,6 +131,11 @@ func TestFaultProxyReordersOnTheRealServer(t *testing.T) {
 	if err == nil || !errors.As(err, &ae) || !ae.Matches(types.TIMEOUT) {
 		t.Fatalf("the held put returned %v, want a timeout", err)
 	}
+	// The proxy has seen the client close that connection (a proxy that delivered at
+	// the close would have delivered by now).
+	if err := p.WaitAbandoned(ctxT(t), 1); err != nil {
+		t.Fatal(err)
+	}
 	wp2 := as.NewWritePolicy(0, 0)
 	if err := c.Put(wp2, key, as.BinMap{"v": "second"}); err != nil {
 		t.Fatal(err)

@@ -152,6 +152,11 @@ func TestFaultProxyReordersOnTheRealServer(t *testing.T) {
 	if err := c.Put(ctx, fixture.lockTable, put("first")); err == nil {
 		t.Fatal("the held put succeeded")
 	}
+	// The proxy has seen the client close that connection (a proxy that delivered at
+	// the close would have delivered by now).
+	if err := p.WaitAbandoned(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Put(ctx, fixture.lockTable, put("second")); err != nil {
 		t.Fatal(err)
 	}
