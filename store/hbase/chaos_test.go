@@ -66,30 +66,13 @@ func proxyChaosDuration(t *testing.T) time.Duration {
 	return 10 * time.Second
 }
 
-// regionServer returns the address of the region server holding the run's lock table,
-// as HBase advertises it (the standalone test server has one region server).
-func regionServer(t *testing.T) string {
-	t.Helper()
-	regions, err := shared(t).Regions(ctxT(t, time.Minute), fixture.lockTable)
-	if err != nil || len(regions) == 0 || regions[0].Server == "" {
-		t.Fatalf("regions of %s: %v, %v", fixture.lockTable, regions, err)
-	}
-	return regions[0].Server
-}
-
-// proxiedClient starts a fault proxy in front of the region server and dials a client
-// whose region-server connections go through it (ZooKeeper and the master are reached
-// directly): hbaserpc's Config.Dial, redirected by the proxy.
+// proxiedClient dials a client whose region-server connections go through a fault
+// proxy (faultproxy.HBase: hbaserpc's Config.Dial, redirected by the proxy).
 func proxiedClient(t *testing.T, cfg hbaserpc.Config) (*hbaserpc.Client, *faultproxy.Proxy) {
 	t.Helper()
-	p := faultproxy.Start(t, regionServer(t))
-	cfg.ZKQuorum, cfg.Dial, cfg.Logger = zkQuorum(t), p.Redirect(nil), testLogger()
-	c, err := hbaserpc.Dial(ctxT(t, time.Minute), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c, p
+	shared(t) // the run's tables
+	cfg.Logger = testLogger()
+	return faultproxy.HBase(t, zkQuorum(t), cfg)
 }
 
 // TestChaosFaultProxy runs internal/chaos's lock and latch workers against the real
