@@ -341,10 +341,10 @@ const (
 )
 
 // injectOrder is the order in which Inject goes through the kinds: every kind within
-// six faults, dropped replies and held requests three times as often as resets.
+// four faults, dropped replies and held requests three times as often as resets.
 var injectOrder = []string{
-	FaultDroppedReply, FaultHold, FaultDelay, FaultDroppedReply, FaultHold, FaultReset,
-	FaultDroppedReply, FaultHold, FaultDelay,
+	FaultDroppedReply, FaultHold, FaultDelay, FaultReset,
+	FaultDroppedReply, FaultHold, FaultDroppedReply, FaultHold, FaultDelay,
 }
 
 // Inject injects the next fault of a fixed rotation (so that a short run has every
