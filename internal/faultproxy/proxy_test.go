@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
@@ -340,4 +341,32 @@ func TestRedirect(t *testing.T) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// TestInjectHasEveryKind: four Injects inject the four kinds; with traffic, each shows in
+// the counts.
+func TestInjectHasEveryKind(t *testing.T) {
+	s := startLineServer(t)
+	p := Start(t, s.Addr())
+	p.SetMaxHold(100 * time.Millisecond)
+	r := rand.New(rand.NewPCG(1, 2))
+	kinds := map[string]bool{}
+	for i := 0; i < 4; i++ {
+		kinds[p.Inject(r)] = true
+		// Traffic on a new connection, for a drop or a hold to act on.
+		c := connect(t, p)
+		_, _ = c.call("x", 500*time.Millisecond)
+		c.c.Close()
+	}
+	if len(kinds) != 4 {
+		t.Fatalf("four Injects gave %v", kinds)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := p.Counts(); c.Delays != 1 || c.Resets != 1 || c.DroppedReplies != 1 || c.Held != 1 {
+		t.Fatalf("counts %v", c)
+	}
 }
