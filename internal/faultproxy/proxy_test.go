@@ -370,3 +370,27 @@ func TestInjectHasEveryKind(t *testing.T) {
 		t.Fatalf("counts %v", c)
 	}
 }
+
+// TestServerGoneWhileClientWrites: the server drops its connections while a client keeps
+// writing; closing the proxy leaves no goroutine behind (TestMain checks).
+func TestServerGoneWhileClientWrites(t *testing.T) {
+	s := startLineServer(t)
+	p, err := New(s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := connect(t, p)
+	mustCall(t, c, "a")
+	s.mu.Lock()
+	for sc := range s.conns {
+		sc.Close()
+	}
+	s.mu.Unlock()
+	for i := 0; i < 200; i++ {
+		_ = c.c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		if _, err := io.WriteString(c.c, "more\n"); err != nil {
+			break
+		}
+	}
+	p.Close()
+}

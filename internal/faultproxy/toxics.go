@@ -152,6 +152,22 @@ func (c *control) takeHold(b []byte) bool {
 	return false
 }
 
+// send passes c on. When the link's writer is gone (its connection broke) nothing reads
+// the output: once the proxy closes, send gives up, drains the input until the link's
+// reader closes it (Close closes every connection), closes the stub, and returns false,
+// so that no goroutine of the link is left blocked.
+func send(ctl *control, stub *toxics.ToxicStub, c *stream.StreamChunk) bool {
+	select {
+	case stub.Output <- c:
+		return true
+	case <-ctl.closing:
+		for range stub.Input {
+		}
+		stub.Close()
+		return false
+	}
+}
+
 func take(n *atomic.Int64) bool {
 	for {
 		v := n.Load()
@@ -242,7 +258,9 @@ func (t *holdToxic) Pipe(stub *toxics.ToxicStub) {
 				continue
 			}
 			ctl.forwardedUp()
-			stub.Output <- c
+			if !send(ctl, stub, c) {
+				return
+			}
 		}
 	}
 }
@@ -395,7 +413,9 @@ func (t *dropToxic) Pipe(stub *toxics.ToxicStub) {
 				continue
 			}
 			ctl.lastDown.Store(ctl.seq.Add(1))
-			stub.Output <- c
+			if !send(ctl, stub, c) {
+				return
+			}
 		}
 	}
 }
@@ -440,7 +460,9 @@ func (t *delayToxic) Pipe(stub *toxics.ToxicStub) {
 					timer.Stop()
 				}
 			}
-			stub.Output <- c
+			if !send(ctl, stub, c) {
+				return
+			}
 		}
 	}
 }
