@@ -3,7 +3,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +12,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
-	"github.com/dcsync/dcsync/internal/aerotest"
+	"github.com/dcsync/dcsync/internal/faultproxy"
 	"github.com/dcsync/dcsync/store/memory"
 	"github.com/dcsync/dcsync/storeurl"
 )
@@ -179,37 +178,34 @@ func TestChaosAerospike(t *testing.T) {
 	})
 }
 
-// TestChaosAerospikeDroppedReplies runs against the in-process server, which can drop a
-// reply after the write was applied (the client sees a timeout, in doubt), reset
-// connections, and restart under load keeping its data.
+// TestChaosAerospikeDroppedReplies runs against the real server through
+// internal/faultproxy, goroutines and child processes alike (the store URL names the
+// proxy), with every fault the proxy has (delays, replies dropped after the server
+// applied the command, connection resets, requests held and delivered after their
+// client retried) besides pausing and killing the child processes.
 func TestChaosAerospikeDroppedReplies(t *testing.T) {
-	srv, err := aerotest.Start(aerotest.Options{})
-	if err != nil {
-		t.Fatal(err)
+	addr := real(t, "DCSYNC_AEROSPIKE", "Aerospike server")
+	ns := os.Getenv("DCSYNC_AEROSPIKE_NAMESPACE")
+	if ns == "" {
+		ns = "test"
 	}
-	defer srv.Close()
-	url := "aerospike://" + srv.Addr() + "/test?timeout=150ms&attempts=8"
+	p := faultproxy.Start(t, addr)
+	p.SetMaxHold(2 * time.Second)
+	url := "aerospike://" + p.Addr() + "/" + ns + "?timeout=150ms&attempts=8"
 	runScenario(t, Scenario{
 		Open:      func(ctx context.Context) (dcsync.Store, error) { return storeurl.Open(ctx, url) },
-		Goroutine: 4,
-		Fault: func(r *rand.Rand) string {
-			switch r.IntN(8) {
-			case 0:
-				// A restart keeps the data (as a server with storage does) but drops
-				// every connection and refuses new ones for a moment.
-				if err := srv.Restart(); err != nil {
-					t.Errorf("restart: %v", err)
-				}
-				return "server-restart"
-			case 1, 2:
-				srv.CloseConnections()
-				return "connections-reset"
-			}
-			srv.DropResponses(1+r.IntN(2), nil)
-			return "dropped-reply"
-		},
-		FaultEvery: 300 * time.Millisecond,
+		StoreURL:  url,
+		Goroutine: 3, Processes: 1, Pause: true, Kill: true,
+		Fault:      p.Inject,
+		FaultEvery: 250 * time.Millisecond,
 	})
+	p.ReleaseHeld()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := p.WaitSettled(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("faultproxy: %v", p.Counts())
 }
 
 func TestChaosHBase(t *testing.T) {

@@ -1,7 +1,7 @@
 # Shared by up, down and java-layout (sourced, not executed).
 # shellcheck shell=bash
 HB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-HB_RUN="$HB_DIR/run"
+HB_RUN="${DCSYNC_HBASE_RUN_DIR:-$HB_DIR/run}"
 HB_TARGET="$HB_DIR/target"
 HB_CP_FILE="$HB_TARGET/classpath.txt"
 HB_STAMP="$HB_TARGET/.build-stamp"
