@@ -47,15 +47,16 @@ const (
 
 // Record is one line of a history.
 type Record struct {
-	Client  int    `json:"c"`           // worker id, unique across goroutines and processes
-	Seq     int    `json:"s"`           // operation number within the worker
-	Phase   string `json:"p"`           // PhaseCall or PhaseReturn
-	Kind    string `json:"k"`           // KindEnter, ...
-	Token   uint64 `json:"t,omitempty"` // lock token
-	Delta   int64  `json:"d,omitempty"` // latch update
-	Value   int64  `json:"v,omitempty"` // latch read
-	Outcome string `json:"o,omitempty"` // on PhaseReturn
-	At      int64  `json:"at"`          // wall clock, ns since the epoch (one host)
+	Client  int    `json:"c"`            // worker id, unique across goroutines and processes
+	Seq     int    `json:"s"`            // operation number within the worker
+	Phase   string `json:"p"`            // PhaseCall or PhaseReturn
+	Kind    string `json:"k"`            // KindEnter, ...
+	Lock    int    `json:"lk,omitempty"` // which lock of the run (an index): locks are judged apart
+	Token   uint64 `json:"t,omitempty"`  // lock token
+	Delta   int64  `json:"d,omitempty"`  // latch update
+	Value   int64  `json:"v,omitempty"`  // latch read
+	Outcome string `json:"o,omitempty"`  // on PhaseReturn
+	At      int64  `json:"at"`           // wall clock, ns since the epoch (one host)
 }
 
 // Log collects records from goroutines, and from processes through Collect.
