@@ -70,6 +70,34 @@ func TestCheckerFindsOverlappingHolders(t *testing.T) {
 	}
 }
 
+// An acquisition that returns after its lease is over (a slow store call) makes no
+// claim: the holder never believed it held the lock, and the next holder's acquisition
+// may overlap its call. With a claim after the next holder's acquisition returned, it
+// is two holders. Each lock is judged apart: the same tokens on another lock are fine.
+func TestCheckerLateAcquisitionWithoutClaims(t *testing.T) {
+	lateAcq := []Record{
+		rec(1, 1, PhaseCall, KindEnter, 0, 0, 0, "", 0), rec(1, 1, PhaseReturn, KindEnter, 4, 0, 0, OK, 100),
+		rec(2, 1, PhaseCall, KindEnter, 0, 0, 0, "", 50), rec(2, 1, PhaseReturn, KindEnter, 5, 0, 0, OK, 60),
+		rec(2, 1, PhaseCall, KindClaim, 5, 0, 0, "", 70),
+		rec(1, 2, PhaseCall, KindExit, 4, 0, 0, "", 100), rec(1, 2, PhaseReturn, KindExit, 4, 0, 0, OK, 101),
+	}
+	if r := CheckLock(lateAcq, time.Second); !r.OK {
+		t.Fatalf("an acquisition that returned after its lease, with no claim: %v", r)
+	}
+	claimed := append(append([]Record(nil), lateAcq...), rec(1, 1, PhaseCall, KindClaim, 4, 0, 0, "", 100))
+	if r := CheckLock(claimed, time.Second); r.OK {
+		t.Fatalf("a claim of token 4 after token 5 was acquired passed: %v", r)
+	}
+	other := append([]Record(nil), lateAcq...)
+	for _, r := range lateAcq {
+		r.Lock, r.Client = 1, r.Client+10
+		other = append(other, r)
+	}
+	if r := CheckLock(other, time.Second); !r.OK || r.Locks != 2 || r.Operations != 8 {
+		t.Fatalf("two locks with the same tokens: %v", r)
+	}
+}
+
 func TestCheckerFindsDoubleAppliedUpdates(t *testing.T) {
 	h := []Record{
 		rec(1, 1, PhaseCall, KindAdd, 0, -1, 0, "", 0), rec(1, 1, PhaseReturn, KindAdd, 0, -1, 0, OK, 10),
