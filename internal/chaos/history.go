@@ -63,13 +63,24 @@ type Record struct {
 type Log struct {
 	mu      sync.Mutex
 	records []Record
+	holds   int // successful lock acquisitions recorded
 }
 
 // Add appends r.
 func (l *Log) Add(r Record) {
 	l.mu.Lock()
 	l.records = append(l.records, r)
+	if r.Kind == KindEnter && r.Phase == PhaseReturn && r.Outcome == OK {
+		l.holds++
+	}
 	l.mu.Unlock()
+}
+
+// Holds returns the number of successful lock acquisitions recorded so far.
+func (l *Log) Holds() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.holds
 }
 
 // Records returns a copy of everything recorded.

@@ -37,7 +37,13 @@ type Scenario struct {
 	// ends early lets one of them in. Each lock is held about once per TTL, so a run
 	// checks about 2*Locks*Duration/TTL lock operations.
 	Locks int
-	Level dcsync.Level // the latch's level
+	// MinLockOps, when set, makes the run go on past Duration until the lock workers
+	// have made MinLockOps/2 acquisitions (so about MinLockOps lock operations are
+	// checked), for at most MaxDuration (3*Duration if 0): a loaded machine makes fewer
+	// acquisitions per second, and the volume a run checks should not depend on it.
+	MinLockOps  int
+	MaxDuration time.Duration
+	Level       dcsync.Level // the latch's level
 	// Pause and Kill enable the process faults: SIGSTOP a child past the lease then
 	// SIGCONT it; SIGKILL a child and start another.
 	Pause, Kill bool
@@ -62,6 +68,7 @@ type Report struct {
 	FinalCount     int64
 	InitialCount   int64
 	ProcessesStart int
+	Ran            time.Duration // how long the workers ran (Duration, or more for MinLockOps)
 	// FailedLock is the history of the lock the checker found not linearizable,
 	// in time order (nil if none).
 	FailedLock []Record
@@ -80,8 +87,8 @@ func (r Report) Violations() int {
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("acquisitions=%d latch_ops=%d records=%d faults=%v processes=%d\n  lock:  %s\n  latch: %s (count %d -> %d)",
-		r.Acquisitions, r.LatchOps, r.Records, r.Faults, r.ProcessesStart, r.Lock, r.Latch, r.InitialCount, r.FinalCount)
+	return fmt.Sprintf("ran=%v acquisitions=%d latch_ops=%d records=%d faults=%v processes=%d\n  lock:  %s\n  latch: %s (count %d -> %d)",
+		r.Ran.Round(100*time.Millisecond), r.Acquisitions, r.LatchOps, r.Records, r.Faults, r.ProcessesStart, r.Lock, r.Latch, r.InitialCount, r.FinalCount)
 }
 
 const initialCount = 1000
@@ -215,8 +222,24 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	}
 
 	var log Log
-	runCtx, stop := context.WithTimeout(ctx, sc.Duration)
+	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	started := time.Now()
+	go func() {
+		// The run ends after Duration, or later (up to MaxDuration) while too few
+		// acquisitions were made for MinLockOps.
+		maxDur := sc.MaxDuration
+		if maxDur == 0 {
+			maxDur = 3 * sc.Duration
+		}
+		start := time.Now()
+		if !sleep(runCtx, sc.Duration) {
+			return
+		}
+		for 2*log.Holds() < sc.MinLockOps && time.Since(start) < maxDur && sleep(runCtx, 250*time.Millisecond) {
+		}
+		stop()
+	}()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	client := 0
@@ -348,6 +371,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	}()
 
 	<-runCtx.Done()
+	rep.Ran = time.Since(started)
 	mu.Lock()
 	all := append([]*child(nil), children...)
 	mu.Unlock()
