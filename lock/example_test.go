@@ -62,7 +62,7 @@ func ExampleWithSafetyMargin() {
 	}
 	defer l.Release(ctx)
 	left := time.Until(l.Deadline())
-	fmt.Println("counted locally at most 9.75s:", left <= 9750*time.Millisecond && left > 9*time.Second)
+	fmt.Println("counted locally at most 9.75s:", left <= 9750*time.Millisecond && left > 5*time.Second)
 	// Output:
 	// counted locally at most 9.75s: true
 }

@@ -11,10 +11,13 @@ import (
 )
 
 // stamp is one reading of this process's two clocks: mono on the monotonic clock (from
-// an arbitrary origin), wall on the wall clock.
+// an arbitrary origin), wall on the wall clock, and at the reading itself as a time.Time
+// (with its monotonic reading, on the system clock), so that an instant derived from the
+// stamp (Deadline) compares with later readings exactly as the stamp does.
 type stamp struct {
 	mono time.Duration
 	wall time.Time
+	at   time.Time
 }
 
 // stopper stops a timer made by clock.afterFunc.
@@ -35,7 +38,7 @@ type sysClock struct{}
 
 func (sysClock) now() stamp {
 	t := time.Now()
-	return stamp{mono: t.Sub(origin), wall: t.Round(0)} // Round(0) strips the monotonic reading
+	return stamp{mono: t.Sub(origin), wall: t.Round(0), at: t} // Round(0) strips the monotonic reading
 }
 
 func (sysClock) afterFunc(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }
@@ -60,6 +63,8 @@ type Lock struct {
 	sent     stamp     // when the acquisition or the latest successful refresh was sent
 	lost     error     // why the lease was declared lost (LockLost), nil while held
 	released bool
+	ended    bool    // the lease was declared lost or released: it ended at end
+	end      stamp   // when it ended, if ended
 	ka       *keeper // the latest KeepAlive, nil if none was started
 }
 
@@ -93,17 +98,32 @@ func (l *Lock) Expires() time.Time {
 // Deadline returns when this process treats the lease as over unless it is renewed:
 // TTL minus the safety margin after the acquisition or the latest successful Refresh
 // was sent (see the package doc), earlier if this host's wall clock has stepped forward
-// since. The time carries a monotonic clock reading, so time.Until and
-// context.WithDeadline measure it unaffected by later wall-clock steps. Work that must
-// finish while the lock is held should end before it; KeepAlive's context ends at it.
+// since. Once the lease has been declared lost or released, Deadline returns the
+// instant that happened (in the past). The time carries a monotonic clock reading, so
+// time.Until and context.WithDeadline measure it unaffected by later wall-clock steps.
+//
+// The lease is held at an instant t exactly when t is before Deadline: at Deadline and
+// after it is over, and stays over (a Refresh or a renewal that completes later does
+// not bring it back). KeepAlive, Refresh and Held judge by the same rule, from one
+// clock reading each. Work that must finish while the lock is held should end before
+// Deadline; KeepAlive's context ends at it.
 func (l *Lock) Deadline() time.Time {
-	// The reading the result is based on comes first: what is left is measured at a
-	// later instant, so the result can only be early, never late.
-	t := time.Now()
 	l.mu.Lock()
-	left := l.leftAt(l.sent, l.m.clk.now())
-	l.mu.Unlock()
-	return t.Add(left)
+	defer l.mu.Unlock()
+	now := l.m.clk.now()
+	// One reading: the result is now.at plus what is left at now.at, so a later
+	// reading is at or past the result exactly when expiredLocked says so for it.
+	return now.at.Add(l.leftLocked(now))
+}
+
+// Held reports whether the lease still runs now by this process's reckoning: false
+// once Deadline has passed, the lease was declared lost, or the Lock was released. It
+// asks no store; it is the test KeepAlive, Refresh and Deadline apply, at the instant
+// of the call.
+func (l *Lock) Held() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.expiredLocked(l.m.clk.now())
 }
 
 // leftAt returns how much of the lease renewed at sent is left at now: the smaller of
@@ -112,21 +132,61 @@ func (l *Lock) leftAt(sent, now stamp) time.Duration {
 	return min(sent.mono+l.lease-now.mono, sent.wall.Add(l.lease).Sub(now.wall))
 }
 
+// leftLocked returns how much of the lease is left at now: leftAt the latest send, and
+// nothing once the lease has ended (lost or released). now must have been read with
+// l.mu held, so that it is not earlier than an end recorded before it. l.mu must be held.
+func (l *Lock) leftLocked(now stamp) time.Duration {
+	left := l.leftAt(l.sent, now)
+	if l.ended {
+		left = min(left, l.end.mono-now.mono)
+	}
+	return left
+}
+
+// expiredLocked is the one rule by which every path of this package decides which side
+// of the deadline an instant is on: the lease is over at now when nothing of it is
+// left (so at the deadline itself it is over). l.mu must be held.
+func (l *Lock) expiredLocked(now stamp) bool { return l.leftLocked(now) <= 0 }
+
+// endLocked records that the lease ended at now, unless it had ended before. l.mu must
+// be held.
+func (l *Lock) endLocked(now stamp) {
+	if !l.ended {
+		l.ended, l.end = true, now
+	}
+}
+
+// errRanOut is the cause given when the lease's deadline passed before a renewal.
+func (l *Lock) errRanOut() error {
+	return dcsync.Errorf(dcsync.LockLost, "lock.KeepAlive", "lease on %s ran out (TTL %v less the safety margin) before it could be renewed", l.key, l.ttl)
+}
+
 // Refresh renews the lease for another TTL. It returns LockLost when the lease has
-// lapsed or another owner holds the lock, and changes nothing then; it also returns
-// LockLost, without asking the store, once KeepAlive has declared the lease lost (the
-// protected work was told to stop: acquire the lock again instead). A LockLost from the
-// store ends a running KeepAlive's context too.
+// lapsed or another owner holds the lock, and changes nothing then. It returns
+// LockLost without asking the store once the lease is over by this process's clock
+// (Deadline has passed: the lease ends there, declared lost as KeepAlive would), after
+// Release, and once KeepAlive has declared the lease lost (the protected work was told
+// to stop: acquire the lock again instead). A renewal extends the lease only if its
+// reply comes before Deadline; one that comes later returns LockLost. A LockLost ends a
+// running KeepAlive's context too.
 func (l *Lock) Refresh(ctx context.Context) (err error) {
 	ctx, span := l.m.tel.Start(ctx, "lock.refresh", l.key)
 	defer func() { telemetry.End(span, err) }()
 	l.mu.Lock()
-	lost := l.lost
-	l.mu.Unlock()
-	if lost != nil {
-		return lost
-	}
+	lost, released := l.lost, l.released
 	sent := l.m.clk.now()
+	expired := l.expiredLocked(sent)
+	l.mu.Unlock()
+	switch {
+	case lost != nil:
+		return lost
+	case released:
+		return dcsync.Errorf(dcsync.LockLost, "lock.Refresh", "%s was released", l.key)
+	case expired:
+		err := l.errRanOut()
+		l.lose(err)
+		return l.lostCause(err)
+	}
 	start := time.Now()
 	st, err := l.m.store.RefreshLock(ctx, l.key, l.owner, l.ttl)
 	l.m.tel.StoreCall(ctx, "refresh_lock", start, err)
@@ -139,12 +199,25 @@ func (l *Lock) Refresh(ctx context.Context) (err error) {
 		return err
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.lost != nil {
 		// KeepAlive gave the lease up while this call was out: the work was told to
 		// stop, and a late success does not bring the lease back.
+		defer l.mu.Unlock()
 		return l.lost
 	}
+	if l.released {
+		defer l.mu.Unlock()
+		return dcsync.Errorf(dcsync.LockLost, "lock.Refresh", "%s was released while the refresh was out", l.key)
+	}
+	if l.expiredLocked(l.m.clk.now()) {
+		// The deadline passed while this call was out: the lease is over, and a late
+		// success does not bring it back.
+		l.mu.Unlock()
+		err := l.errRanOut()
+		l.lose(err)
+		return l.lostCause(err)
+	}
+	defer l.mu.Unlock()
 	l.expires = st.Expires
 	if sent.mono > l.sent.mono {
 		// Only a later send extends the deadline: of two overlapping refreshes the
@@ -152,6 +225,17 @@ func (l *Lock) Refresh(ctx context.Context) (err error) {
 		l.sent = sent
 	}
 	return nil
+}
+
+// lostCause returns the cause the lease was declared lost with (err, or an earlier
+// one), or err if none was (the Lock was released meanwhile).
+func (l *Lock) lostCause(err error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost != nil {
+		return l.lost
+	}
+	return err
 }
 
 // Release stops KeepAlive and frees the lock. It returns LockLost, leaving the lock
@@ -166,6 +250,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	defer func() { telemetry.End(span, err) }()
 	l.mu.Lock()
 	l.released = true
+	l.endLocked(l.m.clk.now())
 	k := l.ka
 	l.mu.Unlock()
 	if k != nil {
@@ -222,6 +307,10 @@ func (k *keeper) stop() {
 // of its own, whether or not a renewal is still waiting on the store, and at once when a
 // renewal returns LockLost.
 //
+// Called at or after Deadline (the lease is over), KeepAlive declares the lease lost
+// then and there and returns a context already cancelled with a LockLost cause: it
+// never returns a live context for a lease that is over.
+//
 // Calling KeepAlive again while a KeepAlive runs, or after it declared the lease lost,
 // returns that same context (ctx of the later call is not used). After Release it
 // returns a context already cancelled with a LockLost cause; Release itself ends a
@@ -229,19 +318,32 @@ func (k *keeper) stop() {
 // because its ctx ended, a new call starts a new KeepAlive.
 func (l *Lock) KeepAlive(ctx context.Context) context.Context {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.released {
+		l.mu.Unlock()
 		kctx, cancel := context.WithCancelCause(ctx)
 		cancel(dcsync.Errorf(dcsync.LockLost, "lock.KeepAlive", "%s was released", l.key))
 		return kctx
 	}
+	if l.lost == nil && l.expiredLocked(l.m.clk.now()) {
+		// Over already: the watchdog of a running KeepAlive may not have fired yet,
+		// and a new one would fire only after this call returned. Declare it here.
+		l.mu.Unlock()
+		l.lose(l.errRanOut())
+		l.mu.Lock()
+	}
+	defer l.mu.Unlock()
 	prev := l.ka
 	if prev != nil && (prev.ctx.Err() == nil || l.lost != nil) {
 		return prev.ctx
 	}
 	kctx, cancel := context.WithCancelCause(ctx)
 	if l.lost != nil {
+		// Declared lost before any KeepAlive ran (by this call, Refresh, or a store's
+		// LockLost): later calls return this same context.
 		cancel(l.lost)
+		done := make(chan struct{})
+		close(done)
+		l.ka = &keeper{ctx: kctx, cancel: cancel, stopLoop: func() {}, done: done, stopped: true}
 		return kctx
 	}
 	loopCtx, stopLoop := context.WithCancel(kctx)
@@ -258,7 +360,7 @@ func (l *Lock) armLocked(k *keeper) {
 	if k.stopped {
 		return
 	}
-	wait := max(min(l.leftAt(l.sent, l.m.clk.now()), l.lease/10), 0)
+	wait := max(min(l.leftLocked(l.m.clk.now()), l.lease/10), 0)
 	k.watchdog = l.m.clk.afterFunc(wait, func() { l.watch(k) })
 }
 
@@ -270,13 +372,13 @@ func (l *Lock) watch(k *keeper) {
 		l.mu.Unlock()
 		return
 	}
-	if left := l.leftAt(l.sent, l.m.clk.now()); left > 0 {
+	if !l.expiredLocked(l.m.clk.now()) {
 		l.armLocked(k)
 		l.mu.Unlock()
 		return
 	}
 	l.mu.Unlock()
-	l.lose(dcsync.Errorf(dcsync.LockLost, "lock.KeepAlive", "lease on %s ran out (TTL %v less the safety margin) before it could be renewed", l.key, l.ttl))
+	l.lose(l.errRanOut())
 }
 
 // lose declares the lease lost with cause err (code LockLost) and ends a running
@@ -288,6 +390,7 @@ func (l *Lock) lose(err error) {
 	first := l.lost == nil && !l.released
 	if first {
 		l.lost = err
+		l.endLocked(l.m.clk.now())
 	}
 	k := l.ka
 	l.mu.Unlock()
@@ -327,11 +430,11 @@ func (l *Lock) keepAlive(ctx context.Context, k *keeper, prev *keeper) {
 	for {
 		l.mu.Lock()
 		sent := l.sent
-		l.mu.Unlock()
 		now := clk.now()
-		left := l.leftAt(sent, now)
+		left := l.leftLocked(now)
+		l.mu.Unlock()
 		if left <= 0 {
-			l.lose(dcsync.Errorf(dcsync.LockLost, "lock.KeepAlive", "lease on %s ran out (TTL %v less the safety margin) before it could be renewed", l.key, l.ttl))
+			l.lose(l.errRanOut())
 			return
 		}
 		if failed && sent.mono != failedAt.mono {

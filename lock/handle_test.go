@@ -36,7 +36,7 @@ func newFakeClock() *fakeClock { return &fakeClock{wall: time.Unix(1_800_000_000
 func (c *fakeClock) now() stamp {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return stamp{mono: c.mono, wall: c.wall}
+	return stamp{mono: c.mono, wall: c.wall, at: c.wall}
 }
 
 // Wall is the store's clock.

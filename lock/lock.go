@@ -33,6 +33,14 @@
 // when that context ends: while clocks keep within the margin, the store still holds the
 // lease then, for about the margin. Deadline tells when that will be.
 //
+// One rule decides which side of the deadline an instant is on: the lease is held
+// exactly at the instants before Deadline. Deadline, Held, KeepAlive and Refresh each
+// apply it to one clock reading, so they agree to the nanosecond, and a lease once over
+// stays over: KeepAlive called at or after the deadline returns a context already
+// cancelled (LockLost), Refresh then returns LockLost without asking the store, and a
+// renewal whose reply comes after the deadline does not extend the lease (LockLost).
+// After a loss or Release, Deadline is the instant it happened.
+//
 // # Clocks
 //
 // Stores keep lease ends as wall-clock instants: SQLite by this host's clock, HBase and

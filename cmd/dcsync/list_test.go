@@ -209,12 +209,14 @@ func TestAcquireWaitShowsHolder(t *testing.T) {
 // waiter takes the lock when its holder, a lock run, ends.
 func TestFairFlag(t *testing.T) {
 	c := newCLI(t)
-	holder := c.process("lock", "run", "job", "--fair", "--", "sleep", "1")
+	// The holder holds for 3 s: long enough for the poll below to see it held on a loaded
+	// machine (what follows does not depend on how long).
+	holder := c.process("lock", "run", "job", "--fair", "--", "sleep", "3")
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer holder.Wait()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute) // a bound for a loaded machine, not a timing
 	for {
 		if out, _, _ := c.run("lock", "status", "job"); strings.HasPrefix(out, "held") {
 			break
@@ -224,7 +226,7 @@ func TestFairFlag(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	out, errs, code := c.run("lock", "acquire", "job", "--fair", "--wait", "20s")
+	out, errs, code := c.run("lock", "acquire", "job", "--fair", "--wait", "1m")
 	if code != 0 || ownerRE.FindString(out) == "" {
 		t.Fatalf("acquire --fair --wait: exit %d, %q %q", code, out, errs)
 	}

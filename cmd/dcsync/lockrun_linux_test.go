@@ -165,13 +165,20 @@ func commandPID(t *testing.T, dcsyncPID int) int {
 	return 0
 }
 
+// heartbeatTTL is the lease of the tests that check a command is stopped before its
+// lease ends. lock run stops the command TTL/20 + 100 ms before the end; the TTL is long
+// enough that this margin (1.1 s) covers the guardian's timer and the kill running late
+// on a loaded machine. Those tests run in parallel: each waits out most of a lease.
+const heartbeatTTL = "20s"
+
 // When the lease cannot be renewed (the store is locked by another writer), the command
 // is stopped before the lease ends by the store's clock, not after.
 func TestLockRunStopsCommandBeforeLeaseEnds(t *testing.T) {
+	t.Parallel()
 	c := newCLI(t)
 	beats := filepath.Join(t.TempDir(), "beats")
 	var stderr bytes.Buffer
-	p := c.startRun(&stderr, append([]string{"job", "--ttl", "6s", "--kill-after", "1s", "--"}, heartbeat(beats)...)...)
+	p := c.startRun(&stderr, append([]string{"job", "--ttl", heartbeatTTL, "--kill-after", "1s", "--"}, heartbeat(beats)...)...)
 	child := commandPID(t, p.cmd.Process.Pid)
 	// Lock the database against writers: no renewal can get through.
 	db, err := sql.Open("sqlite", strings.TrimPrefix(c.store, "sqlite://"))
@@ -210,10 +217,11 @@ func TestLockRunStopsCommandBeforeLeaseEnds(t *testing.T) {
 // A dcsync that is paused (SIGSTOP, a debugger, a stalled VM) cannot renew the lease: the
 // command is still stopped before the lease ends.
 func TestLockRunStopsCommandWhileDcsyncIsPaused(t *testing.T) {
+	t.Parallel()
 	c := newCLI(t)
 	beats := filepath.Join(t.TempDir(), "beats")
 	var stderr bytes.Buffer
-	p := c.startRun(&stderr, append([]string{"job", "--ttl", "6s", "--kill-after", "1s", "--"}, heartbeat(beats)...)...)
+	p := c.startRun(&stderr, append([]string{"job", "--ttl", heartbeatTTL, "--kill-after", "1s", "--"}, heartbeat(beats)...)...)
 	child := commandPID(t, p.cmd.Process.Pid)
 	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -245,9 +253,10 @@ func TestLockRunStopsCommandWhileDcsyncIsPaused(t *testing.T) {
 // Stopping dcsync's whole process group (kill -STOP -PGID, as a supervisor may) does not
 // stop what watches the lease: the command is still stopped before the lease ends.
 func TestLockRunStopsCommandWhileDcsyncJobIsStopped(t *testing.T) {
+	t.Parallel()
 	c := newCLI(t)
 	beats := filepath.Join(t.TempDir(), "beats")
-	cmd := c.process(append([]string{"lock", "run", "job", "--ttl", "6s", "--kill-after", "1s", "--"}, heartbeat(beats)...)...)
+	cmd := c.process(append([]string{"lock", "run", "job", "--ttl", heartbeatTTL, "--kill-after", "1s", "--"}, heartbeat(beats)...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a job of its own, as a shell starts it
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -43,8 +44,33 @@ func TestMain(m *testing.M) {
 //	signals: prints "ready", then the name of every INT, HUP or TERM it gets, one per
 //	         line, the moment it gets it; exits 0 after TERM.
 //	readline: prints "ready", reads one line from stdin and prints "got:<line>".
+//	renewed: watches lock "job" in the store DCSYNC_TEST_STORE until its lease end
+//	         moves (lock run renewed it), prints "renewed token=<DCSYNC_LOCK_TOKEN>" and
+//	         exits 7; exits 1 if the lease end has not moved within a minute.
 func testHelper(mode string) int {
 	switch mode {
+	case "renewed":
+		expires := func() string {
+			var out, errb bytes.Buffer
+			run([]string{"--store", os.Getenv("DCSYNC_TEST_STORE"), "--client", "app", "--farm", "dc1", "lock", "status", "job", "--json"}, &out, &errb)
+			var st struct {
+				Held    bool   `json:"held"`
+				Expires string `json:"expires_at"`
+			}
+			if json.Unmarshal(out.Bytes(), &st) != nil || !st.Held {
+				return ""
+			}
+			return st.Expires
+		}
+		first := expires()
+		for end := time.Now().Add(time.Minute); first != "" && time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			if e := expires(); e != "" && e != first {
+				fmt.Println("renewed token=" + os.Getenv("DCSYNC_LOCK_TOKEN"))
+				return 7
+			}
+		}
+		fmt.Println("not renewed; lease end", first)
+		return 1
 	case "signals":
 		sigs := make(chan os.Signal, 16)
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGHUP, syscall.SIGTERM)
@@ -188,11 +214,16 @@ func TestUsageAndInvalidInput(t *testing.T) {
 	}
 }
 
+// The command runs until lock run has renewed its lease (it watches the lease end move),
+// and its exit code is lock run's. The lease (10 s) is long enough for a loaded machine
+// to renew it in time (renewals start at a third of it and are retried until its end):
+// the test waits for the renewal, not for a time. It was a 1 s lease around a 1.5 s
+// command, which failed on a loaded machine when the renewal came late.
 func TestLockRunPassesExitCodeAndReleases(t *testing.T) {
 	c := newCLI(t)
-	out, _, code := c.run("lock", "run", "job", "--ttl", "1s", "--", "sh", "-c", `sleep 1.5; echo "token=$DCSYNC_LOCK_TOKEN"; exit 7`)
-	if code != 7 || out != "token=1\n" {
-		t.Fatalf("lock run: exit %d, stdout %q; want 7 and token=1", code, out)
+	out, errs, code := c.run("lock", "run", "job", "--ttl", "10s", "--", "env", "DCSYNC_TEST_AS_MAIN=renewed", "DCSYNC_TEST_STORE="+c.store, os.Args[0])
+	if code != 7 || out != "renewed token=1\n" {
+		t.Fatalf("lock run: exit %d, stdout %q, stderr %q; want 7 and renewed token=1", code, out, errs)
 	}
 	if st := c.want(0, "lock", "status", "job"); st != "free\n" {
 		t.Fatalf("lock not released after run: %q", st)
@@ -425,10 +456,12 @@ func TestLockRunKillAfterZero(t *testing.T) {
 }
 
 // A command that traps SIGTERM gets it, and the grace period, when the lease is lost.
+// The grace is min(--kill-after, TTL/3): a 15 s lease gives the trap 5 s to run, which a
+// loaded machine has (a 3 s lease gave it 1 s).
 func TestLockRunKillAfterGivesGrace(t *testing.T) {
 	c := newCLI(t)
 	var stderr bytes.Buffer
-	p := c.startRun(&stderr, "job", "--ttl", "3s", "--kill-after", "1m", "--", "sh", "-c",
+	p := c.startRun(&stderr, "job", "--ttl", "15s", "--kill-after", "1m", "--", "sh", "-c",
 		`trap 'echo got-term; exit 9' TERM; echo ready; while true; do sleep 0.05; done`)
 	c.stealLock()
 	rest := finish(t, p, time.Minute)

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,6 +23,12 @@ import (
 	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/storeurl"
 )
+
+// waitAll is the idle timeout of receives that expect a known number of events and say
+// so with --max: they end when the last one arrives, and the timeout only bounds a
+// broken run. A short idle timeout (1 s) ended a receive early on a loaded machine,
+// where a store read can take that long.
+const waitAll = "1m"
 
 // send runs 'dcsync queue send' as a process with stdin and returns stdout, stderr
 // and the exit code.
@@ -89,7 +96,7 @@ func TestQueueSendReceiveRoundtrip(t *testing.T) {
 		t.Fatalf("send summary %q", errs)
 	}
 	// Group a in one receive; the other group still has every event.
-	out := c.want(0, "queue", "receive", "q", "--group", "a", "--timeout", "1s")
+	out := c.want(0, "queue", "receive", "q", "--group", "a", "--max", strconv.Itoa(len(want)), "--timeout", waitAll)
 	if got := lines(out); !slices.Equal(got, want) { // keyless: one batch, one partition, in order
 		t.Fatalf("receive printed %q, want %q", got, want)
 	}
@@ -105,7 +112,7 @@ func TestQueueSendReceiveRoundtrip(t *testing.T) {
 			t.Fatalf("message %d: %+v, want payload %q seq %d attempt 1", i, m, want[i], i)
 		}
 	}
-	if got := lines(c.want(0, "queue", "receive", "q", "--group", "b w/ space", "--timeout", "1s")); !slices.Equal(got, want[3:]) {
+	if got := lines(c.want(0, "queue", "receive", "q", "--group", "b w/ space", "--max", strconv.Itoa(len(want[3:])), "--timeout", waitAll)); !slices.Equal(got, want[3:]) {
 		t.Fatalf("rest of group b: %q, want %q", got, want[3:])
 	}
 }
@@ -140,7 +147,7 @@ func TestQueueSendIdempotentWithIDPrefix(t *testing.T) {
 			t.Fatalf("line %d: first %+v, second %+v", i+1, f, s)
 		}
 	}
-	got := lines(c.want(0, "queue", "receive", "q", "--group", "g", "--timeout", "1s"))
+	got := lines(c.want(0, "queue", "receive", "q", "--group", "g", "--max", strconv.Itoa(len(want)), "--timeout", waitAll))
 	if !slices.Equal(sorted(got), sorted(want)) {
 		t.Fatalf("received %d lines, want each of the %d once", len(got), len(want))
 	}
@@ -152,8 +159,8 @@ func TestQueueReceiveNoAck(t *testing.T) {
 	c := newCLI(t)
 	c.want(0, "queue", "create", "q", "--partitions", "2", "--group", "g")
 	c.wantSend(0, "a\nb\nc\n", "q")
-	first := decode[messageJSON](t, c.want(0, "queue", "receive", "q", "--group", "g", "--no-ack", "--json", "--timeout", "1s"))
-	second := decode[messageJSON](t, c.want(0, "queue", "receive", "q", "--group", "g", "--json", "--timeout", "1s"))
+	first := decode[messageJSON](t, c.want(0, "queue", "receive", "q", "--group", "g", "--no-ack", "--json", "--max", "3", "--timeout", waitAll))
+	second := decode[messageJSON](t, c.want(0, "queue", "receive", "q", "--group", "g", "--json", "--max", "3", "--timeout", waitAll))
 	payloads := func(ms []messageJSON) []string {
 		var out []string
 		for _, m := range ms {
@@ -181,7 +188,7 @@ func TestQueueReceiveNoAck(t *testing.T) {
 	// Every --no-ack delivery counts: after --max-attempts the event is dead-lettered.
 	c.wantSend(0, "peek\n", "q")
 	for i := range 2 {
-		if out := c.want(0, "queue", "receive", "q", "--group", "g", "--no-ack", "--max-attempts", "2", "--timeout", "1s"); out != "peek\n" {
+		if out := c.want(0, "queue", "receive", "q", "--group", "g", "--no-ack", "--max-attempts", "2", "--max", "1", "--timeout", waitAll); out != "peek\n" {
 			t.Fatalf("--no-ack receive %d printed %q", i+1, out)
 		}
 	}
@@ -189,7 +196,7 @@ func TestQueueReceiveNoAck(t *testing.T) {
 	if code != 0 || out != "" || !strings.Contains(errs, "dead-lettered") {
 		t.Fatalf("third --no-ack receive: exit %d, stdout %q, stderr %q; want the event dead-lettered", code, out, errs)
 	}
-	if out := c.want(0, "queue", "dead", "q", "--group", "g", "--timeout", "1s"); !strings.HasSuffix(out, " peek\n") {
+	if out := c.want(0, "queue", "dead", "q", "--group", "g", "--max", "1", "--timeout", waitAll); !strings.HasSuffix(out, " peek\n") {
 		t.Fatalf("dead letters: %q", out)
 	}
 }
@@ -238,7 +245,7 @@ func TestQueueLag(t *testing.T) {
 	check(all[0], "a", make([]uint64, 4))
 	check(all[1], "b", make([]uint64, 4))
 	// Group a acks x's first three events.
-	if got := lines(c.want(0, "queue", "receive", "q", "--group", "a", "--max", "3", "--timeout", "1s")); len(got) != 3 {
+	if got := lines(c.want(0, "queue", "receive", "q", "--group", "a", "--max", "3", "--timeout", waitAll)); len(got) != 3 {
 		t.Fatalf("receive --max 3: %q", got)
 	}
 	after := lagOf(t, c, "--group", "a")
@@ -280,7 +287,7 @@ func TestQueueDeadLetters(t *testing.T) {
 	}
 	defer s.Close()
 	q, err := queue.Open(ctx, s.(queue.Store), "q", queue.WithIdentity("app", "dc1"), queue.WithMaxAttempts(1),
-		queue.WithLease(2*time.Second), queue.WithLogger(slog.New(slog.DiscardHandler)))
+		queue.WithLease(30*time.Second), queue.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,13 +317,13 @@ func TestQueueDeadLetters(t *testing.T) {
 	}
 
 	from := fmt.Sprintf("%d/%d", appends[1].Partition, appends[1].Seq)
-	if out := c.want(0, "queue", "dead", "q", "--group", "g", "--timeout", "1s"); out != from+" poison\n" {
+	if out := c.want(0, "queue", "dead", "q", "--group", "g", "--max", "1", "--timeout", waitAll); out != from+" poison\n" {
 		t.Fatalf("dead printed %q, want %q", out, from+" poison\n")
 	}
 	if l := lagOf(t, c, "--group", "g")[0]; l.Dead.Head != 1 || l.Dead.Lag != 1 || l.Total.Lag != 0 {
 		t.Fatalf("lag after dead-lettering: %+v", l)
 	}
-	dead := decode[messageJSON](t, c.want(0, "queue", "dead", "q", "--group", "g", "--json", "--ack", "--timeout", "1s"))
+	dead := decode[messageJSON](t, c.want(0, "queue", "dead", "q", "--group", "g", "--json", "--ack", "--max", "1", "--timeout", waitAll))
 	if len(dead) != 1 || dead[0].DeadFrom != from || *dead[0].Payload != "poison" || dead[0].Key != "k" || dead[0].Partition != 2 {
 		t.Fatalf("dead --json --ack: %+v", dead)
 	}
@@ -374,7 +381,7 @@ func TestQueueBadInput(t *testing.T) {
 	if !strings.Contains(errs, "line 2") || !strings.Contains(errs, "sent 1 events") {
 		t.Fatalf("long line: stderr %q", errs)
 	}
-	if out := c.want(0, "queue", "receive", "q", "--group", "g", "--timeout", "1s"); out != "before\n" {
+	if out := c.want(0, "queue", "receive", "q", "--group", "g", "--max", "1", "--timeout", waitAll); out != "before\n" {
 		t.Fatalf("after the long line: received %q", out)
 	}
 }
@@ -455,7 +462,7 @@ func TestQueueSendStreamsAndReceiveFollows(t *testing.T) {
 	// Released cleanly: another receive takes the partitions at once (not after the
 	// 15s lease) and gets only what is new.
 	c.wantSend(0, "after\n", "q", "--key", "k")
-	if out := c.want(0, "queue", "receive", "q", "--group", "g", "--timeout", "2s"); out != "after\n" {
+	if out := c.want(0, "queue", "receive", "q", "--group", "g", "--max", "1", "--timeout", waitAll); out != "after\n" {
 		t.Fatalf("receive after the follow printed %q", out)
 	}
 }
@@ -484,7 +491,7 @@ func queueRoundtrip(t *testing.T, c *cli, name string) {
 	if err := json.Unmarshal([]byte(c.want(0, "queue", "lag", name, "--json")), &l); err != nil || len(l) != 1 || l[0].Total.Head != 702 || l[0].Total.Lag != 702 {
 		t.Fatalf("lag before receive: %+v (%v)", l, err)
 	}
-	got := lines(c.want(0, "queue", "receive", name, "--group", "g", "--timeout", "5s"))
+	got := lines(c.want(0, "queue", "receive", name, "--group", "g", "--max", strconv.Itoa(len(want)), "--timeout", waitAll))
 	if !slices.Equal(sorted(got), sorted(want)) {
 		t.Fatalf("received %d lines, want each of the %d once", len(got), len(want))
 	}

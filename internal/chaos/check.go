@@ -70,11 +70,14 @@ func pairUp(records []Record, kinds ...string) []paired {
 	return out
 }
 
-// Lock model: state is the holder's token (0: free) and the greatest token entered.
+// Lock model: state is the holder's token (0: free) and the greatest token entered. Each
+// lock of a run is a model of its own (its tokens are its own): CheckLock checks each
+// lock's operations apart.
 
 type lockState struct{ holder, max uint64 }
 
 type lockInput struct {
+	lock  int
 	enter bool
 	token uint64
 }
@@ -97,9 +100,9 @@ var lockModel = porcupine.Model{
 	DescribeOperation: func(input, _ interface{}) string {
 		in := input.(lockInput)
 		if in.enter {
-			return fmt.Sprintf("enter(%d)", in.token)
+			return fmt.Sprintf("lock %d: enter(%d)", in.lock, in.token)
 		}
-		return fmt.Sprintf("exit(%d)", in.token)
+		return fmt.Sprintf("lock %d: exit(%d)", in.lock, in.token)
 	},
 	DescribeState: func(state interface{}) string {
 		s := state.(lockState)
@@ -107,53 +110,56 @@ var lockModel = porcupine.Model{
 	},
 }
 
+// hold names one hold in a history: a worker, a lock, a token.
+type hold struct {
+	client, lock int
+	token        uint64
+}
+
 // LockOperations turns a history into the lock model's operations. A successful
 // acquisition is an enter over its call; the hold ends with an exit whose interval runs
-// from the holder's last claim (its last moment of certainty, or the acquisition's return
-// when it made none) to the exit record's return, or to the end of time when the holder
-// was killed. Failed and unknown acquisitions make no claim and are left out: a holder
-// that does not know it holds protects nothing.
-func LockOperations(records []Record) []porcupine.Operation {
-	lastClaim := map[int]map[uint64]int64{}
+// from the holder's last claim (its last moment of certainty; the acquisition's call
+// when it made none: an acquisition that returns after its lease is over claims nothing)
+// to the exit record's return, or to the end of time when the holder was killed. Failed and unknown acquisitions make no claim and are left out: a holder
+// that does not know it holds protects nothing. It also returns the number of claims.
+func LockOperations(records []Record) (ops []porcupine.Operation, claims int) {
+	lastClaim := map[hold]int64{}
 	for _, r := range records {
 		if r.Kind == KindClaim {
-			if lastClaim[r.Client] == nil {
-				lastClaim[r.Client] = map[uint64]int64{}
-			}
-			if r.At > lastClaim[r.Client][r.Token] {
-				lastClaim[r.Client][r.Token] = r.At
+			claims++
+			h := hold{r.Client, r.Lock, r.Token}
+			if r.At > lastClaim[h] {
+				lastClaim[h] = r.At
 			}
 		}
 	}
-	exited := map[int]map[uint64]*paired{}
+	exited := map[hold]*paired{}
 	for _, p := range pairUp(records, KindExit) {
 		p := p
-		if exited[p.call.Client] == nil {
-			exited[p.call.Client] = map[uint64]*paired{}
-		}
-		exited[p.call.Client][p.call.Token] = &p
+		exited[hold{p.call.Client, p.call.Lock, p.call.Token}] = &p
 	}
-	var ops []porcupine.Operation
 	for _, p := range pairUp(records, KindEnter) {
 		if p.ret == nil || p.ret.Outcome != OK {
 			continue
 		}
-		c, tok := p.call.Client, p.ret.Token
-		ops = append(ops, porcupine.Operation{ClientId: c, Input: lockInput{enter: true, token: tok}, Call: p.call.At, Return: p.ret.At})
-		start := p.ret.At
-		if t, ok := lastClaim[c][tok]; ok && t > start {
+		h := hold{p.call.Client, p.call.Lock, p.ret.Token}
+		ops = append(ops, porcupine.Operation{ClientId: h.client, Input: lockInput{lock: h.lock, enter: true, token: h.token}, Call: p.call.At, Return: p.ret.At})
+		// Without a claim the holder never believed it held the lock (its lease was
+		// over when the acquisition returned): its exit may be anywhere after the enter.
+		start := p.call.At
+		if t, ok := lastClaim[h]; ok && t > start {
 			start = t
 		}
 		end := int64(math.MaxInt64)
-		if e := exited[c][tok]; e != nil && e.ret != nil {
+		if e := exited[h]; e != nil && e.ret != nil {
 			end = e.ret.At
 		}
 		if end < start {
 			end = start
 		}
-		ops = append(ops, porcupine.Operation{ClientId: c, Input: lockInput{token: tok}, Call: start, Return: end})
+		ops = append(ops, porcupine.Operation{ClientId: h.client, Input: lockInput{lock: h.lock, token: h.token}, Call: start, Return: end})
 	}
-	return ops
+	return ops, claims
 }
 
 // Latch model: a counter. An acknowledged add moves it by its delta; an add of unknown
@@ -225,9 +231,46 @@ func LatchOperations(records []Record) (ops []porcupine.Operation, unknown int) 
 	return ops, unknown
 }
 
-// CheckLock checks the lock history.
-func CheckLock(records []Record, timeout time.Duration) Result {
-	return check(lockModel, LockOperations(records), 0, timeout)
+// LockResult is what CheckLock found.
+type LockResult struct {
+	Result
+	Locks  int // locks the history used
+	Holds  int // successful acquisitions (each an enter and an exit operation)
+	Claims int // claims, which bound the holds' exits
+	Failed int // the lock whose history is not linearizable, -1 if none
+}
+
+func (r LockResult) String() string {
+	return fmt.Sprintf("%s [%d holds of %d locks, %d claims]", r.Result, r.Holds, r.Locks, r.Claims)
+}
+
+// CheckLock checks the lock history, each lock apart, all within timeout.
+func CheckLock(records []Record, timeout time.Duration) LockResult {
+	ops, claims := LockOperations(records)
+	byLock := map[int][]porcupine.Operation{}
+	var order []int
+	for _, op := range ops {
+		l := op.Input.(lockInput).lock
+		if byLock[l] == nil {
+			order = append(order, l)
+		}
+		byLock[l] = append(byLock[l], op)
+	}
+	res := LockResult{Result: Result{Operations: len(ops), OK: true}, Locks: len(order), Holds: len(ops) / 2, Claims: claims, Failed: -1}
+	end := time.Now().Add(timeout)
+	for _, l := range order {
+		left := time.Until(end)
+		if left <= 0 {
+			res.OK, res.Timeout, res.Detail = false, true, "timed out"
+			break
+		}
+		r := check(lockModel, byLock[l], 0, left)
+		if !r.OK {
+			res.OK, res.Timeout, res.Detail, res.Failed = false, r.Timeout, fmt.Sprintf("lock %d: %s", l, r.Detail), l
+			break
+		}
+	}
+	return res
 }
 
 // CheckLatch checks the latch history of a latch created with count initial.

@@ -47,28 +47,40 @@ const (
 
 // Record is one line of a history.
 type Record struct {
-	Client  int    `json:"c"`           // worker id, unique across goroutines and processes
-	Seq     int    `json:"s"`           // operation number within the worker
-	Phase   string `json:"p"`           // PhaseCall or PhaseReturn
-	Kind    string `json:"k"`           // KindEnter, ...
-	Token   uint64 `json:"t,omitempty"` // lock token
-	Delta   int64  `json:"d,omitempty"` // latch update
-	Value   int64  `json:"v,omitempty"` // latch read
-	Outcome string `json:"o,omitempty"` // on PhaseReturn
-	At      int64  `json:"at"`          // wall clock, ns since the epoch (one host)
+	Client  int    `json:"c"`            // worker id, unique across goroutines and processes
+	Seq     int    `json:"s"`            // operation number within the worker
+	Phase   string `json:"p"`            // PhaseCall or PhaseReturn
+	Kind    string `json:"k"`            // KindEnter, ...
+	Lock    int    `json:"lk,omitempty"` // which lock of the run (an index): locks are judged apart
+	Token   uint64 `json:"t,omitempty"`  // lock token
+	Delta   int64  `json:"d,omitempty"`  // latch update
+	Value   int64  `json:"v,omitempty"`  // latch read
+	Outcome string `json:"o,omitempty"`  // on PhaseReturn
+	At      int64  `json:"at"`           // wall clock, ns since the epoch (one host)
 }
 
 // Log collects records from goroutines, and from processes through Collect.
 type Log struct {
 	mu      sync.Mutex
 	records []Record
+	holds   int // successful lock acquisitions recorded
 }
 
 // Add appends r.
 func (l *Log) Add(r Record) {
 	l.mu.Lock()
 	l.records = append(l.records, r)
+	if r.Kind == KindEnter && r.Phase == PhaseReturn && r.Outcome == OK {
+		l.holds++
+	}
 	l.mu.Unlock()
+}
+
+// Holds returns the number of successful lock acquisitions recorded so far.
+func (l *Log) Holds() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.holds
 }
 
 // Records returns a copy of everything recorded.

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"sort"
 	"strconv"
 	"sync"
 	"syscall"
@@ -29,7 +30,20 @@ type Scenario struct {
 	Processes int // lock workers and latch workers as child processes (each)
 	Duration  time.Duration
 	TTL       time.Duration // lock lease (>= 1 s)
-	Level     dcsync.Level  // the latch's level
+	// Locks is how many locks the lock workers share (DefaultLocks if 0). Each lock
+	// worker runs several holders (goroutines), a sixteenth more holders than locks in
+	// all: a holder takes its lock again after each hold, so most locks are held most
+	// of the time, and the spare holders keep trying locks at random, so a lease that
+	// ends early lets one of them in. Each lock is held about once per TTL, so a run
+	// checks about 2*Locks*Duration/TTL lock operations.
+	Locks int
+	// MinLockOps, when set, makes the run go on past Duration until the lock workers
+	// have made MinLockOps/2 acquisitions (so about MinLockOps lock operations are
+	// checked), for at most MaxDuration (3*Duration if 0): a loaded machine makes fewer
+	// acquisitions per second, and the volume a run checks should not depend on it.
+	MinLockOps  int
+	MaxDuration time.Duration
+	Level       dcsync.Level // the latch's level
 	// Pause and Kill enable the process faults: SIGSTOP a child past the lease then
 	// SIGCONT it; SIGKILL a child and start another.
 	Pause, Kill bool
@@ -48,11 +62,16 @@ type Report struct {
 	Acquisitions   int
 	LatchOps       int
 	Faults         map[string]int
-	Lock, Latch    Result
+	Lock           LockResult
+	Latch          Result
 	Records        int
 	FinalCount     int64
 	InitialCount   int64
 	ProcessesStart int
+	Ran            time.Duration // how long the workers ran (Duration, or more for MinLockOps)
+	// FailedLock is the history of the lock the checker found not linearizable,
+	// in time order (nil if none).
+	FailedLock []Record
 }
 
 // Violations is the number of histories that are not linearizable (0, 1 or 2).
@@ -68,14 +87,24 @@ func (r Report) Violations() int {
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("acquisitions=%d latch_ops=%d records=%d faults=%v processes=%d\n  lock:  %s\n  latch: %s (count %d -> %d)",
-		r.Acquisitions, r.LatchOps, r.Records, r.Faults, r.ProcessesStart, r.Lock, r.Latch, r.InitialCount, r.FinalCount)
+	return fmt.Sprintf("ran=%v acquisitions=%d latch_ops=%d records=%d faults=%v processes=%d\n  lock:  %s\n  latch: %s (count %d -> %d)",
+		r.Ran.Round(100*time.Millisecond), r.Acquisitions, r.LatchOps, r.Records, r.Faults, r.ProcessesStart, r.Lock, r.Latch, r.InitialCount, r.FinalCount)
 }
 
 const initialCount = 1000
 
 // latchPause spaces a latch worker's operations.
 const latchPause = 5 * time.Millisecond
+
+// DefaultLocks is how many locks a run's lock workers share unless Scenario.Locks says:
+// with the default 10 s and a 1 s lease, about 2 400 lock operations checked per run.
+const DefaultLocks = 128
+
+// Lock holders' timing: claims every lockSlice, and at most lockRetry between tries.
+const (
+	lockSlice = 15 * time.Millisecond
+	lockRetry = 100 * time.Millisecond
+)
 
 // Environment of a child process.
 const (
@@ -85,11 +114,38 @@ const (
 	envClient = "DCSYNC_CHAOS_CLIENT"
 	envTTL    = "DCSYNC_CHAOS_TTL"
 	envLevel  = "DCSYNC_CHAOS_LEVEL"
+	envLocks  = "DCSYNC_CHAOS_LOCKS"   // lock child: how many locks
+	envHolds  = "DCSYNC_CHAOS_HOLDERS" // lock child: how many holders (client ids from envClient on)
 )
 
-func lockWorker(client int, m *lock.Manager, name string, ttl time.Duration, out Sink) LockWorker {
-	return LockWorker{Client: client, Locks: m, Name: name, TTL: ttl, Margin: ttl/10 + 20*time.Millisecond,
-		Slices: 8, Slice: 15 * time.Millisecond, KeepAlive: true, Out: out}
+// lockNames returns the names of a run's n locks.
+func lockNames(prefix string, n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = prefix + "-" + strconv.Itoa(i)
+	}
+	return names
+}
+
+// runHolders runs n lock holders with client ids first, first+1, ... on m until ctx
+// ends, and returns their acquisitions.
+func runHolders(ctx context.Context, first, n int, m *lock.Manager, names []string, ttl time.Duration, out Sink) int {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := 0
+	for i := 0; i < n; i++ {
+		w := LockWorker{Client: first + i, Locks: m, Names: names, TTL: ttl, Slice: lockSlice, Retry: lockRetry, KeepAlive: true, Out: out}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			k := w.Run(ctx)
+			mu.Lock()
+			total += k
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return total
 }
 
 // IsChild reports whether this process was started as a chaos worker.
@@ -109,6 +165,8 @@ func ChildMain(open func(ctx context.Context, url string) (dcsync.Store, error))
 	defer store.Close()
 	client, _ := strconv.Atoi(os.Getenv(envClient))
 	ttl, _ := time.ParseDuration(os.Getenv(envTTL))
+	locks, _ := strconv.Atoi(os.Getenv(envLocks))
+	holders, _ := strconv.Atoi(os.Getenv(envHolds))
 	level, _ := dcsync.ParseLevel(os.Getenv(envLevel))
 	out := JSONLines(os.Stdout)
 	farm := "dc" + strconv.Itoa(client%2+1)
@@ -120,7 +178,7 @@ func ChildMain(open func(ctx context.Context, url string) (dcsync.Store, error))
 			fmt.Fprintln(os.Stderr, "chaos child:", err)
 			os.Exit(1)
 		}
-		lockWorker(client, m, os.Getenv(envName), ttl, out).Run(ctx)
+		runHolders(ctx, client, holders, m, lockNames(os.Getenv(envName), locks), ttl, out)
 	case "latch":
 		m, err := latch.New(store, "chaos", farm, latch.WithLogger(quiet))
 		if err != nil {
@@ -149,6 +207,12 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	defer store.Close()
 	quiet := slog.New(slog.DiscardHandler)
 	lockName, latchName := sc.Name+"-lock", sc.Name+"-latch"
+	if sc.Locks == 0 {
+		sc.Locks = DefaultLocks
+	}
+	locks := lockNames(lockName, sc.Locks)
+	// Holders per lock worker: a sixteenth more holders than locks in all.
+	holders := max((sc.Locks*17/16+sc.Goroutine+sc.Processes-1)/max(sc.Goroutine+sc.Processes, 1), 2)
 	setup, err := latch.New(store, "chaos", "dc1", latch.WithLogger(quiet), latch.WithTTL(time.Hour))
 	if err != nil {
 		return rep, err
@@ -158,12 +222,29 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	}
 
 	var log Log
-	runCtx, stop := context.WithTimeout(ctx, sc.Duration)
+	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	started := time.Now()
+	go func() {
+		// The run ends after Duration, or later (up to MaxDuration) while too few
+		// acquisitions were made for MinLockOps.
+		maxDur := sc.MaxDuration
+		if maxDur == 0 {
+			maxDur = 3 * sc.Duration
+		}
+		start := time.Now()
+		if !sleep(runCtx, sc.Duration) {
+			return
+		}
+		for 2*log.Holds() < sc.MinLockOps && time.Since(start) < maxDur && sleep(runCtx, 250*time.Millisecond) {
+		}
+		stop()
+	}()
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	client := 0
-	nextClient := func() int { mu.Lock(); defer mu.Unlock(); client++; return client }
+	nextClients := func(n int) int { mu.Lock(); defer mu.Unlock(); first := client + 1; client += n; return first }
+	nextClient := func() int { return nextClients(1) }
 
 	for i := 0; i < sc.Goroutine; i++ {
 		lm, err := lock.New(store, "chaos", "dc1", lock.WithLogger(quiet))
@@ -175,18 +256,23 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		if err != nil {
 			return rep, err
 		}
-		lw := lockWorker(nextClient(), lm, lockName, sc.TTL, log.Add)
+		first := nextClients(holders)
 		tw := LatchWorker{Client: nextClient(), Latches: tm, Name: latchName, Level: sc.Level, Out: log.Add, Pause: latchPause}
 		wg.Add(2)
-		go func() { defer wg.Done(); n := lw.Run(runCtx); mu.Lock(); rep.Acquisitions += n; mu.Unlock() }()
-		go func() { defer wg.Done(); n := tw.Run(runCtx); mu.Lock(); rep.LatchOps += n; mu.Unlock() }()
+		go func() { defer wg.Done(); runHolders(runCtx, first, holders, lm, locks, sc.TTL, log.Add) }()
+		go func() { defer wg.Done(); tw.Run(runCtx) }()
 	}
 
 	var children []*child
 	start := func(kind string) (*child, error) {
 		cmd := sc.Child()
-		cmd.Env = append(os.Environ(), envChild+"="+kind, envURL+"="+sc.StoreURL, envClient+"="+strconv.Itoa(nextClient()),
-			envTTL+"="+sc.TTL.String(), envLevel+"="+sc.Level.String())
+		ids := 1
+		if kind == "lock" {
+			ids = holders
+		}
+		cmd.Env = append(os.Environ(), envChild+"="+kind, envURL+"="+sc.StoreURL, envClient+"="+strconv.Itoa(nextClients(ids)),
+			envTTL+"="+sc.TTL.String(), envLevel+"="+sc.Level.String(),
+			envLocks+"="+strconv.Itoa(sc.Locks), envHolds+"="+strconv.Itoa(holders))
 		name := lockName
 		if kind == "latch" {
 			name = latchName
@@ -285,6 +371,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	}()
 
 	<-runCtx.Done()
+	rep.Ran = time.Since(started)
 	mu.Lock()
 	all := append([]*child(nil), children...)
 	mu.Unlock()
@@ -320,14 +407,22 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	records := log.Records()
 	rep.Records = len(records)
 	for _, r := range records {
-		if r.Client > sc.Goroutine*2 && r.Kind == KindEnter && r.Phase == PhaseReturn && r.Outcome == OK {
+		if r.Kind == KindEnter && r.Phase == PhaseReturn && r.Outcome == OK {
 			rep.Acquisitions++
 		}
-		if r.Client > sc.Goroutine*2 && (r.Kind == KindAdd || r.Kind == KindRead) && r.Phase == PhaseCall {
+		if r.Client != 0 && (r.Kind == KindAdd || r.Kind == KindRead) && r.Phase == PhaseCall {
 			rep.LatchOps++
 		}
 	}
 	rep.Lock = CheckLock(records, time.Minute)
+	if rep.Lock.Failed >= 0 {
+		for _, r := range records {
+			if r.Lock == rep.Lock.Failed && (r.Kind == KindEnter || r.Kind == KindExit || r.Kind == KindClaim) {
+				rep.FailedLock = append(rep.FailedLock, r)
+			}
+		}
+		sort.SliceStable(rep.FailedLock, func(i, j int) bool { return rep.FailedLock[i].At < rep.FailedLock[j].At })
+	}
 	rep.Latch = CheckLatch(records, initialCount, time.Minute)
 	return rep, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,10 +39,48 @@ func RunT(t testing.TB, sc Scenario) Report {
 	}
 	t.Logf("chaos %s: %v", t.Name(), rep)
 	if rep.Violations() != 0 {
+		logLockHistory(t, rep.FailedLock)
 		t.Fatalf("%d violation(s):\n%v", rep.Violations(), rep)
 	}
 	if rep.Acquisitions == 0 || rep.LatchOps == 0 {
 		t.Fatalf("the run did nothing: %v", rep)
 	}
 	return rep
+}
+
+// logLockHistory logs the history of the lock found not linearizable: its acquisitions
+// and exits, and of each hold its first and last claim.
+func logLockHistory(t testing.TB, recs []Record) {
+	t.Helper()
+	if len(recs) == 0 {
+		return
+	}
+	type holdKey struct {
+		client int
+		token  uint64
+	}
+	first, last := map[holdKey]int64{}, map[holdKey]int64{}
+	for _, r := range recs {
+		if r.Kind == KindClaim {
+			k := holdKey{r.Client, r.Token}
+			if _, ok := first[k]; !ok {
+				first[k] = r.At
+			}
+			last[k] = r.At
+		}
+	}
+	t0 := recs[0].At
+	var b strings.Builder
+	for _, r := range recs {
+		ms := float64(r.At-t0) / 1e6
+		switch {
+		case r.Kind != KindClaim:
+			fmt.Fprintf(&b, "  %10.3f ms  client %d  %s %s token=%d %s\n", ms, r.Client, r.Kind, r.Phase, r.Token, r.Outcome)
+		case first[holdKey{r.Client, r.Token}] == r.At:
+			fmt.Fprintf(&b, "  %10.3f ms  client %d  first claim token=%d\n", ms, r.Client, r.Token)
+		case last[holdKey{r.Client, r.Token}] == r.At:
+			fmt.Fprintf(&b, "  %10.3f ms  client %d  last claim token=%d\n", ms, r.Client, r.Token)
+		}
+	}
+	t.Logf("history of lock %d (times from its first record):\n%s", recs[0].Lock, b.String())
 }

@@ -11,57 +11,68 @@ import (
 	"github.com/dcsync/dcsync/lock"
 )
 
-// LockWorker acquires one lock over and over until ctx ends, holding it for a few short
-// slices each time, and records every acquisition, claim and exit.
+// LockWorker takes locks over and over until ctx ends, and records every acquisition,
+// claim and exit. After a hold it tries the same lock again at once (three times in
+// four; else another at random), so a lock is busy most of the time; after a failed try
+// it pauses and tries another lock at random, so spare workers keep trying held locks
+// and take over those whose lease ended.
+//
+// Every hold is judged over its whole lease: the holder claims ("I hold token t now")
+// every Slice for as long as time.Now() is before the lock's own Deadline() (the lease
+// less lock's documented safety margin, from the instant the acquisition or the latest
+// renewal was sent, by this process's monotonic clock), and then exits. Every fourth
+// hold (KeepAlive) renews with the lock's KeepAlive and lasts up to 1.2 TTLs; the others
+// claim until the deadline of the TTL they acquired, then release the lock or (half of
+// them) let the lease lapse. A store
+// that lets another acquirer in before the lease's end therefore shows two holders
+// whose claims overlap.
 type LockWorker struct {
 	Client int           // worker id in the history
 	Locks  *lock.Manager // the lock manager to acquire through
-	Name   string        // the lock's name
+	Names  []string      // the locks it takes, one at a time; Record.Lock is the index
 	TTL    time.Duration // the lease
-	// Margin is the part of the TTL a holder gives up for safety: it stops claiming at
-	// acquisition call + TTL - Margin by its own monotonic clock.
-	Margin time.Duration
-	Slices int           // claims per hold (at most)
 	Slice  time.Duration // time between claims
-	// KeepAlive makes every fourth hold last up to 1.2 TTLs, renewed by the lock's
-	// KeepAlive; the holder then claims only while time.Now() is before the lock's own
-	// Deadline() (the lease less its safety margin, by this process's monotonic clock).
-	KeepAlive bool
+	// Retry bounds the pause after a failed try (uniform in [0, Retry)).
+	Retry     time.Duration
+	KeepAlive bool // every fourth hold renews with KeepAlive and lasts up to 1.2 TTLs
 	Out       Sink
 }
 
 // Run works until ctx ends. It returns the number of acquisitions.
 func (w LockWorker) Run(ctx context.Context) int {
 	seq, held := 0, 0
-	rec := func(r Record) { r.Client, r.Seq = w.Client, seq; w.Out(r) }
+	retry := max(w.Retry, time.Millisecond)
+	li := rand.IntN(len(w.Names))
 	for ctx.Err() == nil {
+		rec := func(r Record) { r.Client, r.Seq, r.Lock = w.Client, seq, li; w.Out(r) }
 		seq++
 		sent := time.Now()
 		rec(Record{Phase: PhaseCall, Kind: KindEnter, At: sent.UnixNano()})
-		l, err := w.Locks.TryAcquire(ctx, w.Name, lock.TTL(w.TTL))
+		l, err := w.Locks.TryAcquire(ctx, w.Names[li], lock.TTL(w.TTL))
 		if err != nil {
 			rec(Record{Phase: PhaseReturn, Kind: KindEnter, Outcome: outcomeOf(err), At: now()})
-			sleep(ctx, time.Duration(rand.IntN(20))*time.Millisecond)
+			sleep(ctx, rand.N(retry))
+			li = rand.IntN(len(w.Names))
 			continue
 		}
 		rec(Record{Phase: PhaseReturn, Kind: KindEnter, Token: l.Token(), Outcome: OK, At: now()})
 		held++
-		deadline := sent.Add(w.TTL - w.Margin) // monotonic: a pause or clock step cannot extend it
-		valid := func(t time.Time) bool { return t.Before(deadline) }
-		slices := w.Slices
-		var stopKeepAlive context.CancelFunc = func() {}
-		if w.KeepAlive && held%4 == 0 {
+		end := time.Now().Add(time.Hour) // no end of its own: the lease's
+		stopKeepAlive := context.CancelFunc(func() {})
+		kept := w.KeepAlive && held%4 == 0
+		if kept {
 			kctx, cancel := context.WithCancel(ctx)
 			stopKeepAlive = cancel
 			l.KeepAlive(kctx)
-			valid = func(t time.Time) bool { return t.Before(l.Deadline()) }
-			slices = int(6*w.TTL/(5*w.Slice)) + 1
+			end = sent.Add(6 * w.TTL / 5)
 		}
 		tok := l.Token()
 		var last int64
-		for i := 0; i < slices; i++ {
+		for {
+			// One reading, judged by the lock's own rule: t is within the lease
+			// exactly when it is before Deadline (see lock.Lock.Deadline).
 			t := time.Now()
-			if !valid(t) {
+			if !t.Before(l.Deadline()) || !t.Before(end) {
 				break
 			}
 			last = t.UnixNano()
@@ -77,9 +88,18 @@ func (w LockWorker) Run(ctx context.Context) int {
 		rec(Record{Phase: PhaseCall, Kind: KindExit, Token: tok, At: last})
 		rec(Record{Phase: PhaseReturn, Kind: KindExit, Token: tok, Outcome: OK, At: now()})
 		stopKeepAlive()
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = l.Release(rctx) // LockLost after a pause is expected; the exit is already recorded
-		cancel()
+		if kept || ctx.Err() != nil || rand.IntN(2) == 0 {
+			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = l.Release(rctx) // LockLost once the lease ran out is expected; the exit is recorded
+			cancel()
+		} else {
+			// Half the holds that ran to their deadline let the lease lapse, as a
+			// holder that dies does; the next try of this lock comes after its end.
+			sleep(ctx, time.Until(sent.Add(w.TTL+10*time.Millisecond)))
+		}
+		if rand.IntN(4) == 0 {
+			li = rand.IntN(len(w.Names))
+		}
 	}
 	return held
 }

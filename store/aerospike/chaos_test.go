@@ -35,6 +35,7 @@ func TestChaosDroppedReplies(t *testing.T) {
 					return aerospike.New(c, aerospike.Config{Namespace: namespace, Timeout: 150 * time.Millisecond, Attempts: 8})
 				},
 				Goroutine: 4,
+				Locks:     32, // fewer than the default: the latch workers keep their share of the store
 				Duration:  5 * time.Second,
 				Level:     level,
 				Name:      unique("chaos"),

@@ -196,15 +196,16 @@ func runLatch(t *testing.T, h Harness) {
 		ctx := ctxT(t, time.Minute)
 		name := unique(t)
 		long := h.latches(t, s, h.Farm, latch.WithTTL(time.Hour))
-		l, err := long.CreateCountDown(ctx, name, 3, latch.TTL(2*time.Second))
-		must(t, err, "create with a 2s TTL")
+		// 4 s: the update below must land within the latch's life on a loaded machine.
+		l, err := long.CreateCountDown(ctx, name, 3, latch.TTL(4*time.Second))
+		must(t, err, "create with a 4s TTL")
 		// An update through a manager with a 1 h TTL does not extend the latch...
 		if n, err := l.CountDown(ctx); err != nil || n != 2 {
 			t.Fatalf("CountDown = %d, %v; want 2", n, err)
 		}
-		time.Sleep(3500 * time.Millisecond)
+		time.Sleep(5500 * time.Millisecond)
 		_, err = l.Count(ctx)
-		wantCode(t, err, dcsync.NotFound, "Count 3.5s after a 2s latch was created and updated")
+		wantCode(t, err, dcsync.NotFound, "Count 5.5s after a 4s latch was created and updated")
 		// ... and one through a manager with a 1 s TTL does not shorten it.
 		short := h.latches(t, s, h.Farm, latch.WithTTL(time.Second))
 		l, err = long.CreateCountDown(ctx, name+"-long", 3)
@@ -224,8 +225,9 @@ func runLatch(t *testing.T, h Harness) {
 		ctx := ctxT(t, time.Minute)
 		name := unique(t)
 		m1, m2 := h.latches(t, s, h.Farm), h.latches(t, s, h.OtherFarm, latch.WithTTL(time.Hour))
-		_, err := m1.CreateCountDown(ctx, name, 3, latch.Level(dcsync.XDC), latch.TTL(2*time.Second))
-		must(t, err, "create XDC with a 2s TTL")
+		// 4 s: the two updates below must land within the latch's life on a loaded machine.
+		_, err := m1.CreateCountDown(ctx, name, 3, latch.Level(dcsync.XDC), latch.TTL(4*time.Second))
+		must(t, err, "create XDC with a 4s TTL")
 		x2, _ := m2.GetCountDown(name, latch.Level(dcsync.XDC))
 		for want := int64(2); want >= 1; want-- {
 			if n, err := x2.CountDown(ctx); err != nil || n != want {
@@ -233,7 +235,7 @@ func runLatch(t *testing.T, h Harness) {
 			}
 		}
 		// The creator's cell (3) and farm 2's (-2) end together: never a sum of -2.
-		time.Sleep(3500 * time.Millisecond)
+		time.Sleep(5500 * time.Millisecond)
 		n, err := x2.Count(ctx)
 		wantCode(t, err, dcsync.NotFound, fmt.Sprintf("XDC Count after the latch ended (count %d)", n))
 		wantCode(t, x2.Wait(ctx), dcsync.NotFound, "XDC Wait after the latch ended")
