@@ -277,7 +277,7 @@ func TestChaosAerospikeDroppedReplies(t *testing.T) {
 		Open:      func(ctx context.Context) (dcsync.Store, error) { return storeurl.Open(ctx, url) },
 		StoreURL:  url,
 		Goroutine: 3, Processes: 1, Pause: true, Kill: true,
-		Locks:     lockFaultLocks,
+		Locks:      lockFaultLocks,
 		Fault:      p.Inject,
 		FaultEvery: 250 * time.Millisecond,
 	})
