@@ -1268,7 +1268,7 @@ func (c *Consumer) put(ctx context.Context, pt *part, s snapshot, live bool) err
 	var err error
 	switch {
 	case s.same:
-	case live && time.Now().After(pt.lk.Deadline()):
+	case live && !pt.lk.Held():
 		err = dcsync.Errorf(dcsync.LockLost, "queue.commit", "partition %d: the lease of token %d is over", pt.p, pt.token)
 	default:
 		pt.version++

@@ -102,7 +102,7 @@ func (c *Consumer) AckTx(ctx context.Context, msgs []*Message, fn func(tx *sql.T
 			if snaps[i].same {
 				continue
 			}
-			if time.Now().After(pt.lk.Deadline()) {
+			if !pt.lk.Held() {
 				lost = pt
 				return dcsync.Errorf(dcsync.LockLost, op, "partition %d: the lease of token %d is over", pt.p, pt.token)
 			}
