@@ -218,34 +218,34 @@ func TestQueueOffsets(t *testing.T) {
 	if err != nil || off != (dcsync.QueueOffset{Token: 5}) {
 		t.Fatalf("first claim: %+v, %v", off, err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}); err != nil {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 4, Next: 9}); !errors.Is(err, dcsync.ErrLockLost) {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 4, Next: 9, Version: 2}); !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("commit with a stale token: %v", err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 2, dcsync.QueueOffset{Token: 4, Next: 9}); !errors.Is(err, dcsync.ErrLockLost) {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 2, dcsync.QueueOffset{Token: 4, Next: 9, Version: 1}); !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("commit to an unclaimed partition: %v", err)
 	}
-	// Claimed again by 5 (a retried claim): Held was true.
-	if off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 5); err != nil || off != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}) {
+	// Claimed again by 5 (a retried claim): the stored offset, nothing written.
+	if off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 5); err != nil || off != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}) {
 		t.Fatalf("retried claim: %+v, %v", off, err)
 	}
 	off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 3)
-	if !errors.Is(err, dcsync.ErrLockLost) || off != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}) {
+	if !errors.Is(err, dcsync.ErrLockLost) || off != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}) {
 		t.Fatalf("lower claim: %+v, %v", off, err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 8}); err != nil {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 8, Version: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 6); err != nil || off != (dcsync.QueueOffset{Token: 6, Next: 8}) {
+	if off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 6); err != nil || off != (dcsync.QueueOffset{Token: 6, Next: 8, Version: 2}) {
 		t.Fatalf("claim after a release: %+v, %v", off, err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 100}); !errors.Is(err, dcsync.ErrLockLost) {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 100, Version: 3}); !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("zombie commit: %v", err)
 	}
 	offs, err = s.ReadQueueOffsets(ctx, "q", "g", []int{1, 0, 1})
-	want := []dcsync.QueueOffset{{Token: 6, Next: 8, Held: true}, {}, {Token: 6, Next: 8, Held: true}}
+	want := []dcsync.QueueOffset{{Token: 6, Next: 8, Version: 2}, {}, {Token: 6, Next: 8, Version: 2}}
 	if err != nil || fmt.Sprint(offs) != fmt.Sprint(want) {
 		t.Fatalf("offsets %v, want %v (%v)", offs, want, err)
 	}
@@ -253,10 +253,10 @@ func TestQueueOffsets(t *testing.T) {
 		t.Fatalf("another group's offset: %+v", offs[0])
 	}
 	// Token 0 matches the missing record.
-	if err := s.CommitQueueOffset(ctx, "q", "h", 3, dcsync.QueueOffset{Next: 2}); err != nil {
+	if err := s.CommitQueueOffset(ctx, "q", "h", 3, dcsync.QueueOffset{Next: 2, Version: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if offs, _ := s.ReadQueueOffsets(ctx, "q", "h", []int{3}); offs[0] != (dcsync.QueueOffset{Next: 2}) {
+	if offs, _ := s.ReadQueueOffsets(ctx, "q", "h", []int{3}); offs[0] != (dcsync.QueueOffset{Next: 2, Version: 1}) {
 		t.Fatalf("offset committed with token 0: %+v", offs[0])
 	}
 }
@@ -352,7 +352,7 @@ func TestQueueHonoursContextUnderWriteContention(t *testing.T) {
 		"AddQueueGroup":       func(ctx context.Context) error { _, err := s.AddQueueGroup(ctx, "q", "h"); return err },
 		"ClaimQueuePartition": func(ctx context.Context) error { _, err := s.ClaimQueuePartition(ctx, "q", "g", 0, 2); return err },
 		"CommitQueueOffset": func(ctx context.Context) error {
-			return s.CommitQueueOffset(ctx, "q", "g", 0, dcsync.QueueOffset{Token: 1, Next: 1})
+			return s.CommitQueueOffset(ctx, "q", "g", 0, dcsync.QueueOffset{Token: 1, Next: 1, Version: 1})
 		},
 		"TrimQueue": func(ctx context.Context) error { return s.TrimQueue(ctx, "q", 0, 1) },
 		"WriteTx":   func(ctx context.Context) error { return s.WriteTx(ctx, func(*sql.Tx) error { return nil }) },
@@ -371,7 +371,7 @@ func TestQueueHonoursContextUnderWriteContention(t *testing.T) {
 		t.Fatalf("read under contention: %+v, %v", r, err)
 	}
 	offs, err := s.ReadQueueOffsets(context.Background(), "q", "g", []int{0})
-	if err != nil || offs[0] != (dcsync.QueueOffset{Token: 1, Held: true}) {
+	if err != nil || offs[0] != (dcsync.QueueOffset{Token: 1}) {
 		t.Fatalf("offset: %+v, %v", offs, err)
 	}
 	if spec, err := s.ReadQueueSpec(context.Background(), "q"); err != nil || len(spec.Groups) != 1 {

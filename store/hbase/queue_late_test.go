@@ -1,0 +1,213 @@
+package hbase
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/internal/hbaserpc"
+)
+
+// heldWrites wraps the client's queue calls below the store's retries. A conditional
+// write of a row it is told to hold is not sent: it reports "outcome unknown" (a
+// request that timed out while still queued at the server) and is kept, exactly as the
+// store sent it, until the test delivers it, after later writes: the reordering of
+// issue 14's defect 1.
+type heldWrites struct {
+	queueOps
+	mu   sync.Mutex
+	hold map[string]int // row -> conditional writes still to hold
+	held []func() (bool, error)
+}
+
+func (f *heldWrites) holdNext(row []byte, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hold[string(row)] += n
+}
+
+// take reports whether a write of row is to be held, and keeps send if so.
+func (f *heldWrites) take(row []byte, send func() (bool, error)) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hold[string(row)] == 0 {
+		return false
+	}
+	f.hold[string(row)]--
+	f.held = append(f.held, send)
+	return true
+}
+
+// deliver sends the held writes, oldest first, and returns whether each was applied.
+func (f *heldWrites) deliver(t *testing.T) []bool {
+	t.Helper()
+	f.mu.Lock()
+	held := f.held
+	f.held = nil
+	f.mu.Unlock()
+	if len(held) == 0 {
+		t.Fatal("no write was held")
+	}
+	out := make([]bool, len(held))
+	for i, send := range held {
+		ok, err := send()
+		must(t, err, "delivering a held write")
+		out[i] = ok
+	}
+	return out
+}
+
+func (f *heldWrites) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
+	if f.take(row, func() (bool, error) {
+		ok, _, err := f.queueOps.CheckAndMutate(context.Background(), table, row, cond, muts...)
+		return ok, err
+	}) {
+		return false, nil, errLost
+	}
+	return f.queueOps.CheckAndMutate(ctx, table, row, cond, muts...)
+}
+
+func (f *heldWrites) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error) {
+	if f.take(row, func() (bool, error) {
+		ok, _, _, err := f.queueOps.CheckAndMutateRead(context.Background(), table, row, cond, muts, cols...)
+		return ok, err
+	}) {
+		return false, nil, nil, errLost
+	}
+	return f.queueOps.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
+}
+
+func heldStore(t *testing.T) (*Store, *heldWrites) {
+	s := openQueueStore(t)
+	t.Cleanup(func() { s.Close() })
+	f := &heldWrites{queueOps: s.client, hold: map[string]int{}}
+	s.queue().db = f
+	return s, f
+}
+
+// TestQueueCommitLandsLate is issue 14's defect 1 on the real HBase: a commit whose
+// first attempt is held back (in doubt: the store retries it, and the retry applies)
+// and delivered after the owner's next commit must change nothing. Before the fix the
+// commit was conditioned on the owner's token alone, and the late attempt moved Next
+// back from 9 to 5, so the next owner re-delivered acked events.
+func TestQueueCommitLandsLate(t *testing.T) {
+	s, f := heldStore(t)
+	ctx := ctxT(t, time.Minute)
+	name := qname(t)
+	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	row := offsetRow(name, "g", 0)
+	stored := func() dcsync.QueueOffset {
+		t.Helper()
+		offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
+		must(t, err, "ReadQueueOffsets")
+		return offs[0]
+	}
+	_, err := s.ClaimQueuePartition(ctx, name, "g", 0, 7)
+	must(t, err, "ClaimQueuePartition")
+
+	// Commit v1 (Next 5): its first attempt is held, the store's retry applies it.
+	v1 := dcsync.QueueOffset{Token: 7, Next: 5, Held: true, Version: 1}
+	f.holdNext(row, 1)
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit v1 whose first attempt is held")
+	if got := stored(); got != v1 {
+		t.Fatalf("after commit v1: %+v", got)
+	}
+	// The owner's next commit, v2 (Next 9), then the first attempt of v1 lands.
+	v2 := dcsync.QueueOffset{Token: 7, Next: 9, Held: true, Version: 2}
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v2), "commit v2")
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("the late first attempt of commit v1 was applied after commit v2")
+	}
+	if got := stored(); got != v2 {
+		t.Fatalf("after v1's late first attempt: offset %+v, want v2 %+v (Next went back from %d to %d)", got, v2, v2.Next, got.Next)
+	}
+
+	// The same with marks: a late attempt must not lose a mark either.
+	marks, err := dcsync.EncodeQueueMarks(9, []dcsync.QueueMark{{Seq: 11, Acked: true}})
+	must(t, err, "EncodeQueueMarks")
+	v3 := dcsync.QueueOffset{Token: 7, Next: 9, Held: true, Version: 3}
+	f.holdNext(row, 1)
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v3), "commit v3 whose first attempt is held")
+	v4 := dcsync.QueueOffset{Token: 7, Next: 9, Held: true, Version: 4, Marks: marks}
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v4), "commit v4 (entry 11 acked out of order)")
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("the late first attempt of commit v3 was applied after commit v4")
+	}
+	if got := stored(); got != v4 {
+		t.Fatalf("after v3's late first attempt: offset %+v, want v4 %+v (the mark of entry 11 lost)", got, v4)
+	}
+
+	// A commit held until after a new owner's claim: refused too.
+	v5 := dcsync.QueueOffset{Token: 7, Next: 12, Held: true, Version: 5}
+	f.holdNext(row, 1)
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v5), "commit v5 whose first attempt is held")
+	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 8)
+	must(t, err, "ClaimQueuePartition 8")
+	if off != (dcsync.QueueOffset{Token: 8, Next: 12, Held: true, Version: 5}) {
+		t.Fatalf("claim returned %+v", off)
+	}
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("the late first attempt of commit v5 was applied after a new owner's claim")
+	}
+	if got := stored(); got != off {
+		t.Fatalf("after v5's late first attempt: offset %+v, want %+v (the claim's token lost)", got, off)
+	}
+}
+
+// TestQueueClaimLandsLate: a claim whose first attempt is held back and delivered
+// after the owner's first commit (or after a higher token's claim) changes nothing; a
+// claim that finds its own token stored after an in-doubt attempt reports success with
+// the stored offset.
+func TestQueueClaimLandsLate(t *testing.T) {
+	s, f := heldStore(t)
+	ctx := ctxT(t, time.Minute)
+	name := qname(t)
+	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	row := offsetRow(name, "g", 0)
+	stored := func() dcsync.QueueOffset {
+		t.Helper()
+		offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
+		must(t, err, "ReadQueueOffsets")
+		return offs[0]
+	}
+	f.holdNext(row, 1)
+	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 3)
+	must(t, err, "claim whose first attempt is held")
+	if off != (dcsync.QueueOffset{Token: 3}) {
+		t.Fatalf("claim returned %+v", off)
+	}
+	v1 := dcsync.QueueOffset{Token: 3, Next: 4, Held: true, Version: 1}
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit v1")
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("the late first attempt of the claim was applied after the owner's commit")
+	}
+	if got := stored(); got != v1 {
+		t.Fatalf("after the claim's late first attempt: %+v, want %+v", got, v1)
+	}
+	// A claim of token 4 whose first attempt is held (its retry applies), then token
+	// 6 claims, then token 4's first attempt lands: refused.
+	f.holdNext(row, 1)
+	off, err = s.ClaimQueuePartition(ctx, name, "g", 0, 4)
+	must(t, err, "claim 4 whose first attempt is held")
+	if want := (dcsync.QueueOffset{Token: 4, Next: 4, Held: true, Version: 1}); off != want {
+		t.Fatalf("claim 4 returned %+v, want %+v", off, want)
+	}
+	_, err = s.ClaimQueuePartition(ctx, name, "g", 0, 6)
+	must(t, err, "claim 6")
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("claim 4's late first attempt was applied after claim 6")
+	}
+	if want := (dcsync.QueueOffset{Token: 6, Next: 4, Held: true, Version: 1}); stored() != want {
+		t.Fatalf("after claim 4's late attempt: %+v, want %+v", stored(), want)
+	}
+	// A claim whose attempt applied with its reply lost: the retry finds the token.
+	lost := &queueFaults{queueOps: s.client, plan: map[string]int{"CheckAndMutate": 1}, hit: map[string]int{}}
+	s.queue().db = lost
+	off, err = s.ClaimQueuePartition(ctx, name, "g", 0, 9)
+	must(t, err, "claim with a lost reply")
+	if want := (dcsync.QueueOffset{Token: 9, Next: 4, Held: true, Version: 1}); off != want || lost.hit["CheckAndMutate"] != 1 {
+		t.Fatalf("claim with a lost reply returned %+v (faults %v), want %+v", off, lost.hit, want)
+	}
+}
