@@ -2,6 +2,7 @@ package hbase
 
 import (
 	"context"
+	"encoding/binary"
 	"sync"
 	"testing"
 	"time"
@@ -209,5 +210,77 @@ func TestQueueClaimLandsLate(t *testing.T) {
 	must(t, err, "claim with a lost reply")
 	if want := (dcsync.QueueOffset{Token: 9, Next: 4, Held: true, Version: 1}); off != want || lost.hit["CheckAndMutate"] != 1 {
 		t.Fatalf("claim with a lost reply returned %+v (faults %v), want %+v", off, lost.hit, want)
+	}
+}
+
+// oldOffsetCell is an offset cell in the first, 21-byte format: token | next |
+// attempts | held.
+func oldOffsetCell(token, next uint64, attempts uint32, held bool) []byte {
+	b := binary.BigEndian.AppendUint64(nil, token)
+	b = binary.BigEndian.AppendUint64(b, next)
+	b = binary.BigEndian.AppendUint32(b, attempts)
+	if held {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+func TestQueueOffsetCellFormats(t *testing.T) {
+	marks, err := dcsync.EncodeQueueMarks(3, []dcsync.QueueMark{{Seq: 4, Acked: true}, {Seq: 9, Attempts: 2}})
+	must(t, err, "EncodeQueueMarks")
+	for _, o := range []dcsync.QueueOffset{{}, {Token: 1<<64 - 1, Next: 1<<64 - 1, Attempts: 1<<31 - 1, Held: true, Version: 1<<64 - 1}, {Token: 2, Next: 3, Version: 4, Marks: marks}} {
+		got, err := decodeOffset(encodeOffset(o))
+		if err != nil || got != o {
+			t.Fatalf("round trip of %+v: %+v, %v", o, got, err)
+		}
+	}
+	got, err := decodeOffset(oldOffsetCell(5, 7, 2, true))
+	if err != nil || got != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}) {
+		t.Fatalf("21-byte cell decoded as %+v, %v", got, err)
+	}
+	bad := [][]byte{nil, make([]byte, 20), make([]byte, 22), make([]byte, 28), append(oldOffsetCell(1, 1, 1, false)[:20], 2),
+		make([]byte, offsetLen+dcsync.MaxQueueMarksLen+1)}
+	for _, v := range bad {
+		if o, err := decodeOffset(v); err == nil {
+			t.Fatalf("decodeOffset of %d bytes %x: %+v, want an error", len(v), v[:min(len(v), 24)], o)
+		}
+	}
+}
+
+// An offset cell written in the first format (by an earlier release) reads as Version
+// 0 with no marks; a claim and a commit on it work, and the commit's late first
+// attempt changes nothing.
+func TestQueueOffsetOldCell(t *testing.T) {
+	s, f := heldStore(t)
+	ctx := ctxT(t, time.Minute)
+	name := qname(t)
+	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	row := offsetRow(name, "g", 0)
+	ok, _, err := s.client.CheckAndMutate(ctx, s.QueueTable(), row, hbaserpc.IfAbsent(famQueue, qualOffset), &hbaserpc.Put{Values: []hbaserpc.Value{
+		{Family: famQueue, Qualifier: qualOffTok, Value: be64(5)},
+		{Family: famQueue, Qualifier: qualOffset, Value: oldOffsetCell(5, 7, 2, true)},
+	}})
+	if err != nil || !ok {
+		t.Fatalf("writing an old offset cell: %v, %v", ok, err)
+	}
+	old := dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}
+	offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
+	if err != nil || offs[0] != old {
+		t.Fatalf("old cell read as %+v, %v; want %+v", offs, err, old)
+	}
+	f.holdNext(row, 1)
+	v1 := dcsync.QueueOffset{Token: 5, Next: 8, Attempts: 0, Held: true, Version: 1}
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit over an old cell, first attempt held")
+	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 6)
+	must(t, err, "claim")
+	if want := (dcsync.QueueOffset{Token: 6, Next: 8, Held: true, Version: 1}); off != want {
+		t.Fatalf("claim returned %+v, want %+v", off, want)
+	}
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("the late first attempt of the commit over the old cell was applied after a claim")
+	}
+	offs, err = s.ReadQueueOffsets(ctx, name, "g", []int{0})
+	if err != nil || offs[0] != off {
+		t.Fatalf("after the late attempt: %+v, %v; want %+v", offs, err, off)
 	}
 }

@@ -502,3 +502,115 @@ func TestQueueProcesses(t *testing.T) {
 		}
 	}
 }
+
+// oldOffsetsTable is dcsync_queue_offsets as the first release created it, without
+// the version and marks columns.
+const oldOffsetsTable = `CREATE TABLE dcsync_queue_offsets (
+	q INTEGER NOT NULL, g TEXT NOT NULL, p INTEGER NOT NULL,
+	token INTEGER NOT NULL, next INTEGER NOT NULL, attempts INTEGER NOT NULL, held INTEGER NOT NULL,
+	PRIMARY KEY (q, g, p)) WITHOUT ROWID`
+
+// oldFile writes a file whose offsets table is the first release's, holding group g's
+// offset of partition 0 (token 5, next 7, attempts 2, held) of queue "q".
+func oldFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "old.db")
+	s, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	createQueue(t, s, "q", 2, "g")
+	for _, q := range []string{`DROP TABLE dcsync_queue_offsets`, oldOffsetsTable,
+		`INSERT INTO dcsync_queue_offsets SELECT id, 'g', 0, 5, 7, 2, 1 FROM dcsync_queues WHERE name = 'q'`} {
+		if _, err := s.DB().Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s.Close()
+	return path
+}
+
+// A file written by the first release (no version or marks columns) is read as
+// version 0 with no marks, also by a read-only store; the first claim or commit adds
+// the columns, keeping the stored offsets.
+func TestQueueOffsetsOldFile(t *testing.T) {
+	ctx := context.Background()
+	old := dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}
+
+	path := oldFile(t)
+	makeReadOnly(t, path)
+	ro := open(t, path)
+	if !ro.ReadOnly() {
+		t.Fatal("store on a read-only file is not read-only")
+	}
+	offs, err := ro.ReadQueueOffsets(ctx, "q", "g", []int{0, 1})
+	if err != nil || offs[0] != old || offs[1] != (dcsync.QueueOffset{}) {
+		t.Fatalf("read-only store on an old file: %+v, %v; want %+v and none", offs, err, old)
+	}
+
+	for _, first := range []string{"claim", "commit", "commit in tx"} {
+		t.Run(first, func(t *testing.T) {
+			s := open(t, oldFile(t))
+			offs, err := s.ReadQueueOffsets(ctx, "q", "g", []int{0})
+			if err != nil || offs[0] != old {
+				t.Fatalf("old offset read as %+v, %v; want %+v", offs, err, old)
+			}
+			next := old
+			next.Version, next.Next = 1, 8
+			next.Marks, err = dcsync.EncodeQueueMarks(8, []dcsync.QueueMark{{Seq: 10, Acked: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch first {
+			case "claim":
+				off, err := s.ClaimQueuePartition(ctx, "q", "g", 0, 6)
+				if want := (dcsync.QueueOffset{Token: 6, Next: 7, Attempts: 2, Held: true}); err != nil || off != want {
+					t.Fatalf("claim on an old file: %+v, %v; want %+v", off, err, want)
+				}
+				next.Token = 6
+				if err := s.CommitQueueOffset(ctx, "q", "g", 0, next); err != nil {
+					t.Fatal(err)
+				}
+			case "commit":
+				if err := s.CommitQueueOffset(ctx, "q", "g", 0, next); err != nil {
+					t.Fatalf("commit on an old file: %v", err)
+				}
+			case "commit in tx":
+				if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+					return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, next)
+				}); err != nil {
+					t.Fatalf("commit in tx on an old file: %v", err)
+				}
+			}
+			offs, err = s.ReadQueueOffsets(ctx, "q", "g", []int{0})
+			if err != nil || offs[0] != next {
+				t.Fatalf("after the first write: %+v, %v; want %+v", offs, err, next)
+			}
+			// The late first attempt of that commit is refused now.
+			stale := next
+			stale.Version, stale.Next, stale.Marks = 0, 7, ""
+			if err := s.CommitQueueOffset(ctx, "q", "g", 0, stale); !errors.Is(err, dcsync.ErrLockLost) {
+				t.Fatalf("a version-0 commit after the migration: %v, want LockLost", err)
+			}
+			// Another store on the file (a fresh process) sees the columns.
+			other := open(t, s.Path())
+			if offs, err := other.ReadQueueOffsets(ctx, "q", "g", []int{0}); err != nil || offs[0] != next {
+				t.Fatalf("another store after the migration: %+v, %v; want %+v", offs, err, next)
+			}
+		})
+	}
+
+	// A claim refused with LockLost on an old file still adds the columns (in their
+	// own transaction), and reads go on working.
+	s := open(t, oldFile(t))
+	if _, err := s.ClaimQueuePartition(ctx, "q", "g", 0, 4); !errors.Is(err, dcsync.ErrLockLost) {
+		t.Fatalf("lower claim on an old file: %v", err)
+	}
+	if offs, err := s.ReadQueueOffsets(ctx, "q", "g", []int{0}); err != nil || offs[0] != old {
+		t.Fatalf("after a refused claim: %+v, %v", offs, err)
+	}
+	var n int
+	if err := s.DB().QueryRow(`SELECT COUNT(*) FROM pragma_table_info('dcsync_queue_offsets') WHERE name IN ('version', 'marks')`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("columns added: %d, %v", n, err)
+	}
+}
