@@ -141,6 +141,42 @@
 // InspectLock of a Java-held lock returns Owner "", Token 0 and a zero Expires, which
 // means unknown: the Java store records no expiry and HBase returns no cell TTLs.
 //
+// # Queue writes retried in doubt
+//
+// A queue write whose outcome is unknown is sent again (by the client, or by the store
+// after reading the row back), and its first attempt may still reach the region server
+// later, after later writes (a request held in a network or a server queue). Each
+// write is safe to land late because of its condition:
+//
+//   - Offsets (claims and commits): compare-and-set on the exact bytes of the offset
+//     cell read before; a claim raises the token and a commit the version, so the bytes
+//     never recur and a late attempt finds other bytes and changes nothing: the offset
+//     never moves back and no mark is lost. A claim that finds its own token stored
+//     reports success with the stored offset; a commit that finds its own value stored
+//     returns nil.
+//   - Spec (CreateQueue, AddQueueGroup): "spec absent" with the create's op id, then
+//     compare-and-set on the exact spec bytes (groups are only added).
+//   - Reservations (Increments of the head counter): a nonce that every retry reuses,
+//     so HBase applies each once; a reservation answered after a retry is abandoned,
+//     its seqs left as holes that consumers abort.
+//   - Dedup claims and placements: compare-and-set on the id's cell (absent, or the
+//     exact value read); every value names the call's random token, and a call that
+//     finds its own earlier value again (a late placement) takes it back. An id whose
+//     cell expired may get a late claim of a finished call: another append takes it
+//     over after 5 s.
+//   - Events (plain Puts, read back): the seq is this append's alone (its reservation),
+//     so every attempt writes the same bytes; a tombstone wins over an event in reads,
+//     whatever the order they land in, and the outcome is read back after the write.
+//     A Put landing after a trim re-creates the cell below the Floor, where nothing
+//     reads it.
+//   - Tombstones (AbortQueueSeq, unused seqs): "no event at the seq": refused once the
+//     event is written. Not covered: an attempt landing after the event was written,
+//     delivered and trimmed (the trim deletes the event's cell) writes a tombstone below
+//     the Floor; ReadQueue never reads there, but an append of the same event id within
+//     the dedup window then takes the id over and appends the event again.
+//   - Trims: the Floor and the trimmed mark by compare-and-set on their exact bytes
+//     (both only grow); the deletes of events below the Floor are idempotent.
+//
 // # Failures
 //
 // Every operation validates its input before any I/O. Reads, Puts and Increments are

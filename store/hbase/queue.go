@@ -20,7 +20,9 @@ package hbase
 //	                           q:a the tombstone of an aborted seq (wins over q:e)
 //	P | 'o' | len(group) | group
 //	                         a group's offset: q:t the owner's token (8 bytes),
-//	                           q:o token | next | attempts | held
+//	                           q:o token | next | attempts (4) | held (1) | version |
+//	                           marks (the rest; the first release's 21-byte cell,
+//	                           without version and marks, reads as version 0)
 //	salt | len(queue) | queue | 0xFFFF | 's'
 //	                         the spec (q:s, JSON)
 //	salt | len(queue) | queue | 0xFFFE | 'd' | id
@@ -90,10 +92,22 @@ package hbase
 //
 // # Offsets
 //
-// ClaimQueuePartition reads the offset row and sets it with a check-and-set on the whole
-// value (so the Next/Attempts/Held it returns are exactly the ones it replaced), looping
-// when another claim or commit got in between; CommitQueueOffset is a check-and-mutate
-// "q:t equals the token".
+// ClaimQueuePartition and CommitQueueOffset decide on the offset cell q:o as read and
+// replace it by a check-and-mutate "q:o holds exactly these bytes" (compare-and-set),
+// looping when another claim or commit got in between. A claim writes a higher token
+// and keeps the rest; a commit needs the stored token to be its own and the stored
+// version below its own. Every write changes the cell's bytes (a claim the token,
+// which only grows; a commit the version, which only grows under one token), so bytes
+// once replaced never come back: an attempt that lands late, after later writes,
+// changes nothing. A commit's first attempt is conditioned on the cell as the store
+// last wrote or read it and reads the row back in the same request (one round trip
+// while one store owns the partition; a stale guess costs one more). q:t, the token
+// alone, is still written by claims for readers of the first release.
+//
+// # Writes retried in doubt
+//
+// See the package doc, "Queue writes retried in doubt", for the condition that makes
+// each write safe to land late.
 
 import (
 	"bytes"
