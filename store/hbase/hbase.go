@@ -169,13 +169,15 @@
 //     whatever the order they land in, and the outcome is read back after the write.
 //     A Put landing after a trim re-creates the cell below the Floor, where nothing
 //     reads it.
-//   - Tombstones (AbortQueueSeq, unused seqs): "no event at the seq": refused once the
-//     event is written. Not covered: an attempt landing after the event was written,
-//     delivered and trimmed (the trim deletes the event's cell) writes a tombstone below
-//     the Floor; ReadQueue never reads there, but an append of the same event id within
-//     the dedup window then takes the id over and appends the event again.
-//   - Trims: the Floor and the trimmed mark by compare-and-set on their exact bytes
-//     (both only grow); the deletes of events below the Floor are idempotent.
+//   - Tombstones (AbortQueueSeq, unused seqs): "no event cell at the seq": refused once
+//     the event is written, also after it was trimmed: a trim replaces an event's cell
+//     by a one-byte mark that lives as long as the queue's dedup window, never deletes
+//     it, so the condition cannot hold again while an append of the event's id could
+//     still be taken over (a tombstone there would make that append store the event
+//     again). After the window, a late tombstone below the Floor is read by nobody.
+//   - Trims: the Floor and how far events are trimmed, by compare-and-set on their exact
+//     bytes (both only grow); the marks replacing events below the Floor are Puts of
+//     the same bytes.
 //
 // # Failures
 //

@@ -83,9 +83,11 @@ package hbase
 //
 // A seq is reserved before it is written: ReadQueue stops before the first reserved seq
 // with no entry. AbortQueueSeq writes the tombstone q:a there while q:e is absent.
-// TrimQueue raises the Floor (check-and-set, never lowered), then deletes the events'
-// cells below it (batched deletes of q:e over the dense seq range) and records how
-// far it deleted (q:x) so that a trim cut short is finished by the next one.
+// TrimQueue raises the Floor (check-and-set, never lowered), then replaces the events'
+// cells below it by a one-byte trimmed mark whose cell TTL is the queue's dedup window
+// (batched Puts of q:e over the dense seq range; see TrimQueue for why not deletes)
+// and records how far it went (q:x) so that a trim cut short is finished by the next
+// one.
 // Tombstones are never deleted: a producer that reserved a seq, was aborted, and
 // writes only after the trim must still read q:a back (without it, its write would
 // land below the Floor where no one reads it). They are a few bytes per aborted seq.
@@ -151,13 +153,18 @@ const (
 	kindOffset = 'o'
 )
 
-// Entry values (q:e) start with a format byte.
-const entryEvent = 1
+// Entry values (q:e) start with a format byte: an event, or the mark TrimQueue
+// leaves in place of a trimmed event (that byte alone).
+const (
+	entryEvent   = 1
+	entryTrimmed = 2
+)
 
 // Kinds of a decoded entry row.
 const (
 	kindEvent = iota + 1
 	kindTombstone
+	kindTrimmed // an event was here, delivered and trimmed
 )
 
 var (
@@ -279,7 +286,7 @@ func dedupRow(name, id string) []byte {
 
 // storedEntry is an entry row as read.
 type storedEntry struct {
-	kind    int // kindEvent or kindTombstone
+	kind    int // kindEvent, kindTombstone or kindTrimmed
 	key, id string
 	payload []byte
 	at      int64
@@ -296,6 +303,9 @@ func encodeEvent(e dcsync.QueueEvent) []byte {
 }
 
 func decodeEvent(v []byte) (storedEntry, error) {
+	if len(v) == 1 && v[0] == entryTrimmed {
+		return storedEntry{kind: kindTrimmed}, nil
+	}
 	if len(v) < 1 || v[0] != entryEvent {
 		return storedEntry{}, fmt.Errorf("malformed entry (%d bytes)", len(v))
 	}
@@ -314,7 +324,8 @@ func decodeEvent(v []byte) (storedEntry, error) {
 }
 
 // findEntry decodes an entry row's cells: a tombstone when q:a is there (whatever
-// else is), the event of q:e otherwise (ok false: neither, a seq not written yet).
+// else is), the event (or trimmed mark) of q:e otherwise (ok false: neither, a seq not
+// written yet, or an event trimmed by an earlier release, which deleted the cell).
 func findEntry(cells []hbaserpc.Cell) (storedEntry, bool, error) {
 	if _, ts, ok := cellValue(cells, qualAbort); ok {
 		return storedEntry{kind: kindTombstone, at: ts}, true, nil
@@ -692,8 +703,8 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 		if err != nil {
 			return dcsync.QueueRead{}, dcsync.Errorf(dcsync.Internal, op, "queue %q partition %d seq %d: %v", name, p, seq, err)
 		}
-		if !found {
-			break
+		if !found || e.kind == kindTrimmed {
+			break // trimmed by a trim that raced this read: below the Floor now
 		}
 		qe := dcsync.QueueEntry{Seq: seq, At: time.UnixMilli(e.at)}
 		if e.kind == kindTombstone {
@@ -795,8 +806,8 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 	return false, wrap(last, op)
 }
 
-// TrimQueue raises partition p's Floor to below (never lowers it) and deletes its
-// events below it.
+// TrimQueue raises partition p's Floor to below (never lowers it) and replaces its
+// events below it by trimmed marks (see the queue layout).
 func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
 	const op = "hbase.TrimQueue"
 	if err := dcsync.ValidateQueuePartitions(name, []int{p}); err != nil {
@@ -806,7 +817,8 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 	if err != nil {
 		return err
 	}
-	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
+	spec, err := s.knownSpec(ctx, db, table, op, name)
+	if err != nil {
 		return err
 	}
 	hrow := headRow(name, p)
@@ -848,25 +860,29 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 	if trimmed >= below {
 		return nil
 	}
-	// Delete the events in [trimmed, below): the seqs are dense, so the rows are known
-	// without a scan. Only the event's cell goes: a tombstone there stays (see the
-	// layout); deleting the absent event cell of a tombstone row is harmless (a late
-	// producer's Put there finds the tombstone all the same, below the floor).
+	// Replace the events in [trimmed, below) by the trimmed mark: the seqs are dense, so
+	// the rows are known without a scan. The mark is one byte with the queue's dedup
+	// window as its cell TTL (the event's bytes are gone at once; the mark once the
+	// window ends), not a delete: an abort's attempt still in flight ("q:e absent: put
+	// q:a") must not find the cell absent and tombstone a delivered event, which would
+	// let an append of its id within the window take the id over and append it again.
+	// After the window no append resolves the id any more. A tombstone stays (see the
+	// layout). The Puts are idempotent: the client sends them again in doubt.
 	prefix := partPrefix(name, p)
+	mark := []hbaserpc.Value{{Family: famQueue, Qualifier: qualEntry, Value: []byte{entryTrimmed}}}
 	const chunk = 1000
 	for from := trimmed; from < below; {
 		n := min(below-from, uint64(chunk))
 		acts := make([]hbaserpc.Action, n)
 		for i := range acts {
-			acts[i] = hbaserpc.Action{Mutation: &hbaserpc.Delete{Row: entryRow(prefix, from+uint64(i)),
-				Columns: []hbaserpc.Column{{Family: famQueue, Qualifier: qualEntry}}}}
+			acts[i] = hbaserpc.Action{Mutation: &hbaserpc.Put{Row: entryRow(prefix, from+uint64(i)), TTL: spec.DedupWindow(), Values: mark}}
 		}
 		if _, err := db.MultiMutate(ctx, table, acts); err != nil {
 			return wrap(err, op)
 		}
 		from += n
 	}
-	// Record how far events are deleted (never lowered; a failure here only makes the
+	// Record how far events are trimmed (never lowered; a failure here only makes the
 	// next trim scan again).
 	for try := 0; try < maxTries; try++ {
 		cells, err := db.Get(ctx, table, hrow, hbaserpc.Column{Family: famQueue, Qualifier: qualTrimmed})

@@ -18,9 +18,10 @@ import (
 // issue 14's defect 1.
 type heldWrites struct {
 	queueOps
-	mu   sync.Mutex
-	hold map[string]int // row -> conditional writes still to hold
-	held []func() (bool, error)
+	mu     sync.Mutex
+	hold   map[string]int // row -> conditional writes still to hold
+	held   []func() (bool, error)
+	onHold func() // run when a write is held, before its caller sees the error
 }
 
 func (f *heldWrites) holdNext(row []byte, n int) {
@@ -38,6 +39,12 @@ func (f *heldWrites) take(row []byte, send func() (bool, error)) bool {
 	}
 	f.hold[string(row)]--
 	f.held = append(f.held, send)
+	if h := f.onHold; h != nil {
+		f.onHold = nil
+		f.mu.Unlock()
+		defer f.mu.Lock()
+		h()
+	}
 	return true
 }
 
@@ -282,5 +289,58 @@ func TestQueueOffsetOldCell(t *testing.T) {
 	offs, err = s.ReadQueueOffsets(ctx, name, "g", []int{0})
 	if err != nil || offs[0] != off {
 		t.Fatalf("after the late attempt: %+v, %v; want %+v", offs, err, off)
+	}
+}
+
+// TestQueueAbortLandsAfterTrim: a consumer's abort of a seq (a hole) is in doubt and its
+// first attempt held; the producer's event lands at the seq, so the abort's read-back
+// finds it (not aborted); the event is delivered, acked and trimmed; then the abort's
+// first attempt lands. It must change nothing: were it to tombstone the trimmed seq, a
+// retried append of the event's id would take the id over and append the event again.
+func TestQueueAbortLandsAfterTrim(t *testing.T) {
+	s, f := heldStore(t)
+	ctx := ctxT(t, time.Minute)
+	name := qname(t)
+	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	table := s.QueueTable()
+	// A producer that has claimed its id, reserved its seq and placed the id there,
+	// and not yet written: a hole.
+	a := newAppender(s, s.client, table, name, "test", time.Hour, []dcsync.QueueEvent{{Partition: 0, ID: "x", Payload: []byte("event")}})
+	must(t, a.claim(ctx, []int{0}), "claim")
+	must(t, a.reserve(ctx, []int{0}), "reserve")
+	ready, err := a.place(ctx, []int{0})
+	must(t, err, "place")
+	seq := a.seq[0]
+	// The abort's first attempt is held; the producer writes meanwhile.
+	f.holdNext(entryRow(partPrefix(name, 0), seq), 1)
+	f.onHold = func() { must(t, a.write(ctx, ready), "the producer's write") }
+	aborted, err := s.AbortQueueSeq(ctx, name, 0, seq)
+	must(t, err, "AbortQueueSeq whose first attempt is held")
+	if aborted || !a.done[0] {
+		t.Fatalf("abort after the event was written: aborted %v, producer done %v", aborted, a.done[0])
+	}
+	// Delivered, acked, trimmed.
+	r, err := s.ReadQueue(ctx, name, 0, 0, 10)
+	must(t, err, "ReadQueue")
+	if len(r.Entries) != 1 || r.Entries[0].Seq != seq || r.Entries[0].Aborted {
+		t.Fatalf("entries %+v", r.Entries)
+	}
+	_, err = s.ClaimQueuePartition(ctx, name, "g", 0, 1)
+	must(t, err, "ClaimQueuePartition")
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, dcsync.QueueOffset{Token: 1, Next: seq + 1, Held: true, Version: 1}), "CommitQueueOffset")
+	must(t, s.TrimQueue(ctx, name, 0, seq+1), "TrimQueue")
+	// The abort's first attempt lands.
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("the abort's late first attempt tombstoned the trimmed seq %d", seq)
+	}
+	ok, err := s.AbortQueueSeq(ctx, name, 0, seq)
+	if err != nil || ok {
+		t.Fatalf("AbortQueueSeq of the trimmed seq: %v, %v; want false (an event was there)", ok, err)
+	}
+	// The producer's retry of the id (its reply lost, say): a duplicate.
+	res, err := s.AppendQueue(ctx, name, []dcsync.QueueEvent{{Partition: 0, ID: "x", Payload: []byte("event")}})
+	must(t, err, "AppendQueue of the id again")
+	if res[0] != (dcsync.QueueAppend{Partition: 0, Seq: seq, Duplicate: true}) {
+		t.Fatalf("append of the trimmed event's id again: %+v, want a duplicate of seq %d (else delivered twice)", res[0], seq)
 	}
 }

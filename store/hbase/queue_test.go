@@ -1,6 +1,7 @@
 package hbase
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -192,11 +193,17 @@ func TestQueueAppendRead(t *testing.T) {
 	if r.Floor != 11 || r.Head != 11 || len(r.Entries) != 0 {
 		t.Fatalf("after full trim: %+v", r)
 	}
-	// The trimmed rows are gone.
+	// The trimmed events are gone: each row holds the one-byte trimmed mark (which
+	// expires with the dedup window), nothing else.
 	rows, err := s.client.Scan(ctx, s.QueueTable(), hbaserpc.Scan{StartRow: entryRow(partPrefix(name, 0), 0), StopRow: entryRow(partPrefix(name, 0), 100)})
 	must(t, err, "scan")
-	if len(rows) != 0 {
-		t.Fatalf("%d entry rows left after trimming everything", len(rows))
+	if len(rows) != 11 {
+		t.Fatalf("%d entry rows after trimming everything, want 11 marks", len(rows))
+	}
+	for _, r := range rows {
+		if len(r.Cells) != 1 || !bytes.Equal(r.Cells[0].Qualifier, qualEntry) || !bytes.Equal(r.Cells[0].Value, []byte{entryTrimmed}) {
+			t.Fatalf("trimmed row %x holds %+v, want the trimmed mark alone", r.Key, r.Cells)
+		}
 	}
 }
 
