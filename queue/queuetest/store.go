@@ -223,7 +223,7 @@ func runValidation(t *testing.T, h Harness) {
 		}
 		// The limits themselves are accepted.
 		edge := dcsync.QueueEvent{Partition: 1, Key: long[1:], ID: "edge" + long[5:], Payload: make([]byte, dcsync.MaxQueuePayload)}
-		res, err = s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{edge})
+		_, err = s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{edge})
 		must(t, err, "AppendQueue of an event at every limit")
 		es, _ := readAll(t, ctx, s, spec.Name, 1, 0)
 		if len(es) != 1 || es[0].Key != edge.Key || es[0].ID != edge.ID || len(es[0].Payload) != dcsync.MaxQueuePayload {
