@@ -344,3 +344,95 @@ func TestQueueAbortLandsAfterTrim(t *testing.T) {
 		t.Fatalf("append of the trimmed event's id again: %+v, want a duplicate of seq %d (else delivered twice)", res[0], seq)
 	}
 }
+
+// countingOps counts the calls to the queue table.
+type countingOps struct {
+	queueOps
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (c *countingOps) count(m string) {
+	c.mu.Lock()
+	c.calls[m]++
+	c.mu.Unlock()
+}
+
+func (c *countingOps) take() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := c.calls
+	c.calls = map[string]int{}
+	return out
+}
+
+func (c *countingOps) Get(ctx context.Context, table string, row []byte, cols ...hbaserpc.Column) ([]hbaserpc.Cell, error) {
+	c.count("Get")
+	return c.queueOps.Get(ctx, table, row, cols...)
+}
+
+func (c *countingOps) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
+	c.count("CheckAndMutate")
+	return c.queueOps.CheckAndMutate(ctx, table, row, cond, muts...)
+}
+
+func (c *countingOps) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error) {
+	c.count("CheckAndMutateRead")
+	return c.queueOps.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
+}
+
+// TestQueueCommitRoundTrips: while one store owns a partition, each commit is one
+// round trip (a compare-and-set on the cell it last wrote); a commit whose guess is
+// stale (another store wrote) costs one more, and decides on the cell read back.
+func TestQueueCommitRoundTrips(t *testing.T) {
+	s := openQueueStore(t)
+	defer s.Close()
+	other := openQueueStore(t)
+	defer other.Close()
+	c := &countingOps{queueOps: s.client, calls: map[string]int{}}
+	s.queue().db = c
+	ctx := ctxT(t, time.Minute)
+	name := qname(t)
+	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 1)
+	must(t, err, "ClaimQueuePartition")
+	c.take()
+	for i := 1; i <= 5; i++ {
+		off.Next, off.Version = uint64(10*i), uint64(i)
+		must(t, s.CommitQueueOffset(ctx, name, "g", 0, off), "CommitQueueOffset")
+	}
+	if got := c.take(); got["CheckAndMutateRead"] != 5 || len(got) != 1 {
+		t.Fatalf("5 commits of the owner made calls %v, want 5 CheckAndMutateRead and nothing else", got)
+	}
+	// Another store claims: this store's guess is stale; its commit is refused after
+	// one compare-and-set and the cell read back with it.
+	_, err = other.ClaimQueuePartition(ctx, name, "g", 0, 2)
+	must(t, err, "ClaimQueuePartition by another store")
+	off.Version++
+	wantCode(t, s.CommitQueueOffset(ctx, name, "g", 0, off), dcsync.LockLost, "commit after another store's claim")
+	if got := c.take(); got["CheckAndMutateRead"] != 1 || len(got) != 1 {
+		t.Fatalf("a commit on a stale guess made calls %v, want one CheckAndMutateRead", got)
+	}
+	// The refused commit's read-back refreshed the guess: a commit of token 2 through
+	// this store is one round trip again.
+	o2 := dcsync.QueueOffset{Token: 2, Next: 60, Held: true, Version: off.Version}
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, o2), "commit of token 2 after the read-back")
+	if got := c.take(); got["CheckAndMutateRead"] != 1 || len(got) != 1 {
+		t.Fatalf("a commit after a read-back made calls %v, want one CheckAndMutateRead", got)
+	}
+	// The other store's guess is stale now: its next commit costs one more round trip
+	// (refused, the cell read back with it), then applies.
+	o2.Version++
+	o2.Next++
+	oc := &countingOps{queueOps: other.client, calls: map[string]int{}}
+	other.queue().db = oc
+	must(t, other.CommitQueueOffset(ctx, name, "g", 0, o2), "commit through a store whose guess is stale")
+	if got := oc.take(); got["CheckAndMutateRead"] != 2 || len(got) != 1 {
+		t.Fatalf("a commit on a stale guess made calls %v, want two CheckAndMutateRead", got)
+	}
+	offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
+	must(t, err, "ReadQueueOffsets")
+	if offs[0] != o2 {
+		t.Fatalf("offset %+v, want %+v", offs[0], o2)
+	}
+}
