@@ -60,7 +60,7 @@ func (l *heldOps) deliver(t *testing.T) []bool {
 	return out
 }
 
-func heldStore(t *testing.T) (*Store, *heldOps) {
+func heldLockStore(t *testing.T) (*Store, *heldOps) {
 	s := openStore(t)
 	t.Cleanup(func() { s.Close() })
 	l := &heldOps{ops: s.db}
@@ -75,7 +75,7 @@ func heldStore(t *testing.T) (*Store, *heldOps) {
 // before the deadline the second refresh reported: two holders. Conditioned on the
 // expiry it replaces, it is not applied.
 func TestLockLateRefresh(t *testing.T) {
-	s, l := heldStore(t)
+	s, l := heldLockStore(t)
 	ctx := ctxT(t, time.Minute)
 	k := key(dcsync.DC, "dc1")
 	_, err := s.AcquireLock(ctx, k, "me", 10*time.Second)
@@ -104,7 +104,7 @@ func TestLockLateRefresh(t *testing.T) {
 // was applied, rewriting T with the acquire's 20 s TTL under the refreshed lease;
 // conditioned on the expiry step 1 recorded, it is not applied.
 func TestLockLateTokenWrite(t *testing.T) {
-	s, l := heldStore(t)
+	s, l := heldLockStore(t)
 	ctx := ctxT(t, time.Minute)
 	k := key(dcsync.DC, "dc1")
 	l.hold(1) // step 1 is a CheckAndMutateRead: the first CheckAndMutate is step 3
