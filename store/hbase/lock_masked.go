@@ -2,7 +2,11 @@ package hbase
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"maps"
+	"math"
+	"slices"
 	"sync"
 
 	"github.com/dcsync/dcsync"
@@ -22,10 +26,10 @@ import (
 // dcsync sees it with a raw read, which returns delete markers and the Puts they hide
 // (hbaserpc.Get.Raw). Each Java hold leaves one Put (D:L = "M", no dcsync cell at its
 // version) and, once released, one family delete marker at or after it. Cells whose
-// TTL has passed are left out by the server. So when the row shows more live Java
-// Puts than family markers at or after the oldest of them, some Java holder has not
+// TTL has passed are left out by the server. So when a live Java Put is left over
+// once each marker has released a Put older than it, some Java holder has not
 // released yet although its Put is hidden: the lock is held by Java until that Put's
-// TTL ends (see javaMaskedHolds for what this count misses and over-counts).
+// TTL ends (see javaMaskedHolds for what this misses and over-counts).
 //
 // The raw read rides in the call that acquires (AcquireLock's step 1 already reads the
 // row back in the same call to the server), so the common path keeps its round trips.
@@ -145,20 +149,29 @@ func hiddenJavaHold(op string, k dcsync.Key) error {
 		"%s is held by a Java client whose acquire is hidden by an earlier Java release of the same millisecond (until its TTL ends)", k)
 }
 
-// javaMaskedHolds counts, in a raw read of a lock row (every cell type, versions
-// newest first), the Java holds not yet released: the live Java acquire Puts (D:L
-// non-empty with no dcsync D:E at the same version) minus the family delete markers
-// at or after the oldest of them. A Java hold whose Put is hidden by the release
-// before it shows as one Put more than there are markers; its own release adds the
-// marker that balances it. A visible Java holder counts too.
+// javaMaskedHolds counts, in a raw read of a lock row (every cell type, at most
+// maskedReadVersions versions of each column, newest first), the Java holds not yet
+// released. A Java hold leaves a live Put (D:L non-empty with no dcsync D:E at the same
+// version) and, once released, a family delete marker at or after it. Walking the Puts
+// and markers from the oldest, each marker releases one Put seen before it (a Put at
+// the marker's own millisecond is before it: the marker hides it); a marker with no
+// Put before it (a release of a lock not held) releases nothing. What is left are
+// holds not released: a Java acquire hidden by the release before it (its Put is at or
+// before that marker, though written after it) stays unreleased until its own release
+// adds a marker; a visible Java holder counts too.
+//
+// Only what both reads reach is walked: when a column returned maskedReadVersions
+// versions, older ones may be missing, so Puts and markers older than its oldest
+// version returned are left out.
 //
 // Missed: a Put hidden in the very millisecond of the previous Java hold's own Put
-// (one version with the two); a hidden Put the region has since flushed (a flush drops
-// what markers hide), or that has fallen below maskedReadVersions newer versions;
-// one hidden behind an extra release (a Java release of a lock not held). Over-counted
-// (the lock is held for dcsync until the Put's TTL ends): two Java releases of the
-// same millisecond (one marker version), i.e. a hidden holder that released within
-// the millisecond it acquired.
+// (one version holds the two); a hidden Put the region has since flushed (a flush drops
+// what markers hide), or that has fallen below maskedReadVersions newer versions (a
+// Put stamped long before it was written falls low); one hidden behind an extra
+// release (a Java release of a lock not held). Over-counted (the lock is held for
+// dcsync until the Put's TTL ends): two Java releases of the same millisecond (one
+// marker version), i.e. a hidden holder that released within the millisecond it
+// acquired.
 func javaMaskedHolds(raw []hbaserpc.Cell) int {
 	dcsyncVersions := map[int64]bool{}
 	for _, c := range raw {
@@ -166,32 +179,63 @@ func javaMaskedHolds(raw []hbaserpc.Cell) int {
 			dcsyncVersions[c.Timestamp] = true
 		}
 	}
-	puts := map[int64]bool{} // version -> a Java hold (the newest write of the version decides)
+	puts := map[int64]bool{} // D:L version -> a Java hold (the newest write of the version decides)
+	markers := map[int64]bool{}
 	for _, c := range raw {
-		if c.Type != hbaserpc.CellPut || !bytes.Equal(c.Family, famLock) || !bytes.Equal(c.Qualifier, qualLock) {
-			continue
-		}
-		if _, seen := puts[c.Timestamp]; !seen {
-			puts[c.Timestamp] = len(c.Value) > 0 && !dcsyncVersions[c.Timestamp]
-		}
-	}
-	oldest, holds := int64(0), 0
-	for ts, java := range puts {
-		if java {
-			holds++
-			if oldest == 0 || ts < oldest {
-				oldest = ts
+		switch {
+		case !bytes.Equal(c.Family, famLock):
+		case c.Type == hbaserpc.CellDeleteFamily:
+			markers[c.Timestamp] = true
+		case c.Type == hbaserpc.CellPut && bytes.Equal(c.Qualifier, qualLock):
+			if _, seen := puts[c.Timestamp]; !seen {
+				puts[c.Timestamp] = len(c.Value) > 0 && !dcsyncVersions[c.Timestamp]
 			}
 		}
 	}
-	if holds == 0 {
-		return 0
-	}
-	markers := map[int64]bool{}
-	for _, c := range raw {
-		if c.Type == hbaserpc.CellDeleteFamily && bytes.Equal(c.Family, famLock) && c.Timestamp >= oldest {
-			markers[c.Timestamp] = true
+	horizon := int64(math.MinInt64)
+	for _, versions := range []map[int64]bool{puts, markers} {
+		if len(versions) >= maskedReadVersions {
+			horizon = max(horizon, slices.Min(slices.Collect(maps.Keys(versions))))
 		}
 	}
-	return max(holds-len(markers), 0)
+	type event struct {
+		ts     int64
+		marker bool
+	}
+	var events []event
+	for ts, java := range puts {
+		if java && ts >= horizon {
+			events = append(events, event{ts, false})
+		}
+	}
+	if len(events) == 0 {
+		return 0
+	}
+	for ts := range markers {
+		if ts >= horizon {
+			events = append(events, event{ts, true})
+		}
+	}
+	slices.SortFunc(events, func(a, b event) int {
+		if a.ts != b.ts {
+			return cmp.Compare(a.ts, b.ts)
+		}
+		if a.marker == b.marker {
+			return 0
+		}
+		if b.marker {
+			return -1 // a Put before the marker of its millisecond
+		}
+		return 1
+	})
+	held := 0
+	for _, e := range events {
+		switch {
+		case !e.marker:
+			held++
+		case held > 0:
+			held--
+		}
+	}
+	return held
 }

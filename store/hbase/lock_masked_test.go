@@ -42,6 +42,18 @@ func TestJavaMaskedHolds(t *testing.T) {
 			cells(marker(105), put("E", 200, "12345678"), put("L", 200, "M"), put("L", 105, "M"), put("L", 100, "M")), 1},
 		{"two releases of one millisecond (over-counted, documented)",
 			cells(marker(105), put("L", 105, "M"), put("L", 100, "M")), 1},
+		{"hidden Put stamped before an earlier hold's release",
+			cells(marker(90), marker(70), put("L", 80, "M"), put("L", 60, "M"), put("L", 50, "M")), 1},
+		{"a release of a lock not held releases nothing",
+			cells(marker(110), marker(60), put("L", 100, "M")), 0},
+		{"hidden behind an extra release (missed, documented)",
+			cells(marker(105), marker(102), put("L", 105, "M"), put("L", 100, "M")), 0},
+		{"a Put older than a full window of markers is left out",
+			append(cells(marker(180), marker(170), marker(160), marker(150), marker(140), marker(130), marker(120), marker(110)),
+				put("L", 100, "M")), 0},
+		{"a marker older than a full window of Puts is left out",
+			cells(marker(105), marker(50), put("L", 180, "M"), put("L", 170, "M"), put("L", 160, "M"), put("L", 150, "M"),
+				put("L", 140, "M"), put("L", 130, "M"), put("L", 120, "M"), put("L", 100, "M")), 7},
 	} {
 		if got := javaMaskedHolds(c.raw); got != c.want {
 			t.Errorf("%s: %d hidden Java holds, want %d", c.name, got, c.want)
