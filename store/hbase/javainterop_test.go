@@ -551,6 +551,25 @@ func jcHandovers(t *testing.T) int {
 	return n
 }
 
+// jcHandoverSleeps are the sleepBetweenRetries of the waiting Java holder
+// TestJavaClientsHiddenHandover measures: DCSYNC_JAVA_HANDOVER_SLEEPS, Go durations
+// separated by commas, "5ms,50ms" by default (the library's default is 1s).
+func jcHandoverSleeps(t *testing.T) []time.Duration {
+	v := os.Getenv("DCSYNC_JAVA_HANDOVER_SLEEPS")
+	if v == "" {
+		v = "5ms,50ms"
+	}
+	var out []time.Duration
+	for _, f := range strings.Split(v, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d <= 0 {
+			t.Fatalf("DCSYNC_JAVA_HANDOVER_SLEEPS=%q: %q is not a positive duration", v, f)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
 // jcReleaseAll ends a hand-over: each Java holder releases (a row Delete each; dcsync
 // holders there are deleted with them), one millisecond apart as separate services
 // would, so that each release leaves a marker of its own.
@@ -570,8 +589,8 @@ func jcReleaseAll(t *testing.T, ctx context.Context, e jcEnv, j javaclients.HBas
 // it too (Java/Java overlap), and dcsync takes it (without the detection of
 // lock_masked.go; with it, never). Each hand-over: Java A acquires, holds 2 ms and
 // releases; Java B acquires next, either right after A's release in the same thread
-// ("backToBack") or waiting in LockBase.acquireLock with sleepBetweenRetries 5 ms or
-// 50 ms ("waiter"). Then a dcsync store without the detection tries, then one with it,
+// ("backToBack") or waiting in LockBase.acquireLock with sleepBetweenRetries of
+// DCSYNC_JAVA_HANDOVER_SLEEPS ("waiter"). Then a dcsync store without the detection tries, then one with it,
 // then Java C tries; each holder releases. Figures are logged; asserted: a dcsync
 // store with the detection never takes a lock a hidden Java holder holds, and takes
 // it once every Java holder has released.
@@ -585,10 +604,15 @@ func TestJavaClientsHiddenHandover(t *testing.T) {
 	maskedCheckOff.Store(off, struct{}{})
 	defer maskedCheckOff.Delete(off)
 	const ttl = time.Minute
-	for _, m := range []struct {
+	type mode struct {
 		mode  string
 		sleep time.Duration
-	}{{"backToBack", 0}, {"waiter", 5 * time.Millisecond}, {"waiter", 50 * time.Millisecond}} {
+	}
+	modes := []mode{{"backToBack", 0}}
+	for _, d := range jcHandoverSleeps(t) {
+		modes = append(modes, mode{"waiter", d})
+	}
+	for _, m := range modes {
 		name := fmt.Sprintf("%s%v", m.mode, m.sleep)
 		t.Run(name, func(t *testing.T) {
 			lockName := "ho_" + randHex(3)
