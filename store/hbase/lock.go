@@ -145,7 +145,9 @@ func lost(op string, k dcsync.Key, owner string) error {
 //     Java holder), at the cost of this one call. Applied but not visible means a
 //     delete marker of the same millisecond or later hides our cells (a Java release:
 //     dcsync's releases write no marker): the acquire starts over, so dcsync never
-//     reports a lock it cannot be seen to hold.
+//     reports a lock it cannot be seen to hold. The same call also reads the row raw:
+//     a Java hold hidden by a Java release (lock_masked.go) means the row just taken
+//     is given back and LockUnavailable.
 //  2. Increment the fencing counter (nonce'd, so a retried Increment counts once): the
 //     token. It is bumped only once the lock is held, so it is larger than the token
 //     of every earlier holder (each bumped while it held the lock), also when a step 1
