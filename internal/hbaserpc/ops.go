@@ -29,6 +29,8 @@ type Cell struct {
 	Value []byte
 	// Timestamp is the cell's version, in milliseconds since the epoch.
 	Timestamp int64
+	// Type is CellPut for a value; only a raw read (Get.Raw) returns delete markers.
+	Type CellType
 }
 
 // Column selects a whole family (Qualifier nil) or one column.
@@ -45,6 +47,13 @@ type Get struct {
 	Row []byte
 	// Columns restricts the read; empty reads the whole row.
 	Columns []Column
+	// Raw, with MaxVersions, reads the row as stored: delete markers and the values
+	// they hide, every version up to MaxVersions (see rawAttribute). Columns must
+	// then be empty: HBase refuses a raw read of named columns.
+	Raw bool
+	// MaxVersions is how many versions of each column to return, newest first
+	// (default 1). A raw read may return more versions than the family keeps.
+	MaxVersions int
 }
 
 // Value is one cell to write.
@@ -321,6 +330,7 @@ func cellsFromResult(r *pb.Result) []Cell {
 			Qualifier: c.GetQualifier(),
 			Value:     c.GetValue(),
 			Timestamp: int64(c.GetTimestamp()),
+			Type:      CellType(c.GetCellType()),
 		}
 	}
 	return out
@@ -619,10 +629,11 @@ func (c *Client) CheckAndMutate(ctx context.Context, table string, row []byte, c
 // atomic step: a write by another client may land between them.) In-doubt attempts
 // are retried as CheckAndMutate's are.
 func (c *Client) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond Condition, muts []Mutation, cols ...Column) (applied bool, mutated, read []Cell, err error) {
-	if cols == nil {
-		cols = []Column{}
+	ok, mutated, reads, err := c.checkAndMutate(ctx, "hbase.CheckAndMutateRead", table, row, cond, muts, []*pb.Get{toGetProto(row, cols)})
+	if err != nil {
+		return false, nil, nil, err
 	}
-	return c.checkAndMutate(ctx, "hbase.CheckAndMutateRead", table, row, cond, muts, cols)
+	return ok, mutated, reads[0], nil
 }
 
 // retrySafe reports whether an in-doubt conditional call of muts under cond may be
@@ -669,8 +680,9 @@ func (c *Client) retrySafe(cond Condition, muts []Mutation) bool {
 	return incs > 0
 }
 
-// checkAndMutate implements CheckAndMutate (read nil) and CheckAndMutateRead.
-func (c *Client) checkAndMutate(ctx context.Context, op, table string, row []byte, cond Condition, muts []Mutation, read []Column) (bool, []Cell, []Cell, error) {
+// checkAndMutate implements CheckAndMutate (gets nil), CheckAndMutateRead and
+// CheckAndMutateGets: it returns the cells each of gets read, in order.
+func (c *Client) checkAndMutate(ctx context.Context, op, table string, row []byte, cond Condition, muts []Mutation, gets []*pb.Get) (bool, []Cell, [][]Cell, error) {
 	if err := validTable(op, table); err != nil {
 		return false, nil, nil, err
 	}
@@ -697,10 +709,11 @@ func (c *Client) checkAndMutate(ctx context.Context, op, table string, row []byt
 		mps = append(mps, mp)
 	}
 	var processed bool
-	var cells, readCells []Cell
+	var cells []Cell
+	var readCells [][]Cell
 	err = c.onRegion(ctx, op, table, row, c.retrySafe(cond, muts), func(ctx context.Context, r *Region) error {
-		processed, cells, readCells = false, nil, nil
-		if len(mps) == 1 && read == nil {
+		processed, cells, readCells = false, nil, make([][]Cell, len(gets))
+		if len(mps) == 1 && gets == nil {
 			req := &pb.MutateRequest{Region: regionSpec(r), Mutation: mps[0], Condition: pcond}
 			if nonce != 0 {
 				req.NonceGroup = proto.Uint64(c.nonceGroup)
@@ -715,15 +728,18 @@ func (c *Client) checkAndMutate(ctx context.Context, op, table string, row []byt
 		}
 		// A region action carrying the condition (HBase 2.4+; its result's processed
 		// flag answers it), atomic for RowMutations; then, for a read, a second
-		// region action with the Get, which the server runs after the first.
+		// region action with the Gets, which the server runs after the first.
 		ra := &pb.RegionAction{Region: regionSpec(r), Atomic: proto.Bool(true), Condition: pcond}
 		for i, mp := range mps {
 			ra.Action = append(ra.Action, &pb.Action{Index: proto.Uint32(uint32(i)), Mutation: mp})
 		}
 		req := &pb.MultiRequest{RegionAction: []*pb.RegionAction{ra}}
-		if read != nil {
-			req.RegionAction = append(req.RegionAction, &pb.RegionAction{Region: regionSpec(r),
-				Action: []*pb.Action{{Index: proto.Uint32(0), Get: toGetProto(row, read)}}})
+		if gets != nil {
+			reads := &pb.RegionAction{Region: regionSpec(r)}
+			for i, g := range gets {
+				reads.Action = append(reads.Action, &pb.Action{Index: proto.Uint32(uint32(i)), Get: g})
+			}
+			req.RegionAction = append(req.RegionAction, reads)
 		}
 		if nonce != 0 {
 			req.NonceGroup = proto.Uint64(c.nonceGroup)
@@ -746,12 +762,12 @@ func (c *Client) checkAndMutate(ctx context.Context, op, table string, row []byt
 				}
 				if k == 0 {
 					cells = append(cells, cellsFromResult(roe.GetResult())...)
-				} else {
-					readCells = append(readCells, cellsFromResult(roe.GetResult())...)
+				} else if i := int(roe.GetIndex()); i < len(gets) {
+					readCells[i] = append(readCells[i], cellsFromResult(roe.GetResult())...)
 				}
 			}
 		}
-		processed = rars[0].GetProcessed() || (read == nil && resp.GetProcessed())
+		processed = rars[0].GetProcessed() || (gets == nil && resp.GetProcessed())
 		return nil
 	})
 	if err != nil {
@@ -955,7 +971,7 @@ func (c *Client) MultiGet(ctx context.Context, table string, gets []Get) ([][]Ce
 				for _, b := range rs {
 					ra := &pb.RegionAction{Region: regionSpec(b.region)}
 					for _, i := range b.idx {
-						ra.Action = append(ra.Action, &pb.Action{Index: proto.Uint32(uint32(i)), Get: toGetProto(gets[i].Row, gets[i].Columns)})
+						ra.Action = append(ra.Action, &pb.Action{Index: proto.Uint32(uint32(i)), Get: gets[i].proto()})
 					}
 					req.RegionAction = append(req.RegionAction, ra)
 					batches = append(batches, b)

@@ -7,7 +7,11 @@ package hbase
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -313,6 +317,11 @@ func jcContend(t *testing.T, e jcEnv, javaThreads int, javaPause time.Duration) 
 	ctx := jcCtx(t, d+3*time.Minute)
 	name := "contended_" + randHex(3)
 	const client, farm = "MY_SERVICE", "dc1"
+	if os.Getenv("DCSYNC_HBASE_NO_MASKED_CHECK") != "" {
+		// For a before/after figure: dcsync without the detection of hidden Java holds.
+		maskedCheckOff.Store(e.s, struct{}{})
+		defer maskedCheckOff.Delete(e.s)
+	}
 	ttl := time.Minute // never lapses during a run: every overlap is an exclusion failure
 	hold := 5 * time.Millisecond
 	res, err := javaclients.RunMixed(ctx, javaclients.Mixed{
@@ -487,4 +496,262 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 		}
 		javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j2, created, ttl+slack+1500*time.Millisecond), 1, ttl, ttl+slack)
 	})
+}
+
+// jcHandover is the reply of the witness's hbase.lock.handover: Java holder A took the
+// lock and released it, Java holder B took it next and still holds it.
+type jcHandover struct {
+	APutTs   int64 `json:"aPutTs"`
+	BPutTs   int64 `json:"bPutTs"`
+	MarkerTs int64 `json:"markerTs"` // A's release marker (the newest family delete marker)
+	BTries   int   `json:"bTries"`
+	Visible  bool  `json:"visible"` // a normal read sees B's lock
+}
+
+func jcHandoverCall(ctx context.Context, e jcEnv, j javaclients.HBaseLock, ttl time.Duration, mode string, hold, sleep time.Duration) (jcHandover, error) {
+	f := map[string]any{"table": j.Table, "level": j.Level, "farm": j.Farm, "client": j.Client, "lock": j.Lock,
+		"ttl": int64(ttl / time.Second), "mode": mode, "holdMs": hold.Milliseconds(), "sleepMs": sleep.Milliseconds()}
+	res, err := e.tool.Call(ctx, "hbase.lock.handover", f)
+	if err != nil {
+		return jcHandover{}, err
+	}
+	var h jcHandover
+	return h, json.Unmarshal(res, &h)
+}
+
+// jcRawRow is the lock row of j as stored (the witness's raw read), one cell a line.
+func jcRawRow(t *testing.T, ctx context.Context, e jcEnv, j javaclients.HBaseLock) string {
+	t.Helper()
+	logical := "DC#" + j.Farm + "#" + j.Client + "#" + j.Lock
+	res, err := e.tool.Call(ctx, "raw.hbase.row", map[string]any{"table": j.Table, "key": logical, "raw": true})
+	if err != nil {
+		return err.Error()
+	}
+	var out struct {
+		Cells []struct {
+			Type, Qualifier, ValueHex string
+			TS                        int64
+		}
+	}
+	if err := json.Unmarshal(res, &out); err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, c := range out.Cells {
+		fmt.Fprintf(&b, "\n  %s D:%s=%s @%d", c.Type, c.Qualifier, c.ValueHex, c.TS)
+	}
+	return b.String()
+}
+
+// jcHandovers is how many hand-overs TestJavaClientsHiddenHandover measures per mode:
+// DCSYNC_JAVA_HANDOVERS, 100 by default.
+func jcHandovers(t *testing.T) int {
+	n := 100
+	if v := os.Getenv("DCSYNC_JAVA_HANDOVERS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n <= 0 {
+			t.Fatalf("DCSYNC_JAVA_HANDOVERS=%q: want a positive count", v)
+		}
+	}
+	return n
+}
+
+// jcHandoverSleeps are the sleepBetweenRetries of the waiting Java holder
+// TestJavaClientsHiddenHandover measures: DCSYNC_JAVA_HANDOVER_SLEEPS, Go durations
+// separated by commas, "5ms,50ms" by default (the library's default is 1s).
+func jcHandoverSleeps(t *testing.T) []time.Duration {
+	v := os.Getenv("DCSYNC_JAVA_HANDOVER_SLEEPS")
+	if v == "" {
+		v = "5ms,50ms"
+	}
+	var out []time.Duration
+	for _, f := range strings.Split(v, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil || d <= 0 {
+			t.Fatalf("DCSYNC_JAVA_HANDOVER_SLEEPS=%q: %q is not a positive duration", v, f)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// jcReleaseAll ends a hand-over: each Java holder releases (a row Delete each; dcsync
+// holders there are deleted with them), one millisecond apart as separate services
+// would, so that each release leaves a marker of its own.
+func jcReleaseAll(t *testing.T, ctx context.Context, e jcEnv, j javaclients.HBaseLock, holders int) {
+	t.Helper()
+	for i := 0; i < holders; i++ {
+		time.Sleep(2 * time.Millisecond)
+		must(t, e.tool.HBaseLockRelease(ctx, j), "Java release")
+	}
+	time.Sleep(2 * time.Millisecond) // the next acquire's client-clock Put is after the last marker
+}
+
+// TestJavaClientsHiddenHandover measures, over DCSYNC_JAVA_HANDOVERS hand-overs of a
+// DLM lock from one Java holder to the next (the witness's hbase.lock.handover), how
+// often the next holder's Put is hidden by the previous holder's release, and what
+// that lets happen while that Java holder holds the lock: another Java client takes
+// it too (Java/Java overlap), and dcsync takes it (without the detection of
+// lock_masked.go; with it, never). Each hand-over: Java A acquires, holds 2 ms and
+// releases; Java B acquires next, either right after A's release in the same thread
+// ("backToBack") or waiting in LockBase.acquireLock with sleepBetweenRetries of
+// DCSYNC_JAVA_HANDOVER_SLEEPS ("waiter"). Then a dcsync store without the detection tries, then one with it,
+// then Java C tries; each holder releases. Figures are logged; asserted: a dcsync
+// store with the detection never takes a lock a hidden Java holder holds, and takes
+// it once every Java holder has released.
+func TestJavaClientsHiddenHandover(t *testing.T) {
+	e := jcStart(t)
+	n := jcHandovers(t)
+	ctx := jcCtx(t, 20*time.Minute)
+	off, err := New(ctx, shared(t), Config{LockTable: e.lockTable, LatchTableSuffix: e.latchSuffix, Logger: testLogger()})
+	must(t, err, "New")
+	defer off.Close()
+	maskedCheckOff.Store(off, struct{}{})
+	defer maskedCheckOff.Delete(off)
+	const ttl = time.Minute
+	type mode struct {
+		mode  string
+		sleep time.Duration
+	}
+	modes := []mode{{"backToBack", 0}}
+	for _, d := range jcHandoverSleeps(t) {
+		modes = append(modes, mode{"waiter", d})
+	}
+	for _, m := range modes {
+		name := fmt.Sprintf("%s%v", m.mode, m.sleep)
+		t.Run(name, func(t *testing.T) {
+			lockName := "ho_" + randHex(3)
+			j := javaclients.HBaseLock{Table: e.lockTable, Level: "DC", Farm: "dc1", Client: "MY_SERVICE", Lock: lockName}
+			k := dcsync.Key{Level: dcsync.DC, Client: "MY_SERVICE", Farm: "dc1", Name: lockName}
+			var hidden, javaOverlap, dcsyncOff, dcsyncOn, onMissed, onRefusedFree int
+			var gapMax int64
+			for i := 0; i < n; i++ {
+				h, err := jcHandoverCall(ctx, e, j, ttl, m.mode, 2*time.Millisecond, m.sleep)
+				must(t, err, "hand-over")
+				if !h.Visible {
+					hidden++
+					gapMax = max(gapMax, h.MarkerTs-h.BPutTs)
+				}
+				// dcsync without the detection.
+				if _, err := off.AcquireLock(ctx, k, "off", ttl); err == nil {
+					dcsyncOff++
+					must(t, off.ReleaseLock(ctx, k, "off"), "dcsync release")
+				} else {
+					wantCode(t, err, dcsync.LockUnavailable, "dcsync acquire without the detection")
+				}
+				// dcsync with it.
+				if _, err := e.s.AcquireLock(ctx, k, "on", ttl); err == nil {
+					dcsyncOn++
+					if !h.Visible {
+						onMissed++
+						if onMissed <= 3 {
+							t.Logf("missed hidden holder (B's Put %d, A's Put %d, A's marker %d); the row now: %s", h.BPutTs, h.APutTs, h.MarkerTs, jcRawRow(t, ctx, e, j))
+						}
+					}
+					must(t, e.s.ReleaseLock(ctx, k, "on"), "dcsync release")
+				} else {
+					wantCode(t, err, dcsync.LockUnavailable, "dcsync acquire with the detection")
+				}
+				// Java C.
+				holders := 1
+				if err := e.tool.HBaseLockTryAcquire(ctx, j, ttl); err == nil {
+					javaOverlap++
+					holders++
+				} else if je := javaclients.AsError(t, err, "Java C acquire"); !je.Unavailable() {
+					t.Fatalf("Java C acquire: %v", je)
+				}
+				jcReleaseAll(t, ctx, e, j, holders)
+				// Every Java holder has released: the lock is free, for dcsync too.
+				if _, err := e.s.AcquireLock(ctx, k, "on", ttl); err != nil {
+					onRefusedFree++
+				} else {
+					must(t, e.s.ReleaseLock(ctx, k, "on"), "dcsync release")
+				}
+			}
+			t.Logf("HIDDEN-HANDOVER %s: %d hand-overs; B's Put hidden by A's release: %d (%.1f%%, Put up to %d ms before the marker); "+
+				"Java C took the lock B held: %d; dcsync took it: %d without the detection, %d with it (%d of them while hidden); "+
+				"dcsync with the detection refused a free lock: %d",
+				name, n, hidden, 100*float64(hidden)/float64(n), gapMax, javaOverlap, dcsyncOff, dcsyncOn, onMissed, onRefusedFree)
+			if onMissed > 0 {
+				t.Errorf("dcsync with the detection took a lock held by a hidden Java holder %d times", onMissed)
+			}
+			if onRefusedFree > 0 {
+				t.Errorf("dcsync with the detection refused a lock every Java holder had released %d times", onRefusedFree)
+			}
+		})
+	}
+}
+
+// jcForceHidden makes Java holder B's lock hidden by Java holder A's release (the
+// witness's back-to-back hand-over, repeated until B's Put falls in the millisecond of
+// A's marker) and returns the hand-over. ttl is B's lease.
+func jcForceHidden(t *testing.T, ctx context.Context, e jcEnv, j javaclients.HBaseLock, ttl time.Duration) jcHandover {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		h, err := jcHandoverCall(ctx, e, j, ttl, "backToBack", 0, 0)
+		must(t, err, "hand-over")
+		if !h.Visible {
+			t.Logf("B's Put hidden at hand-over %d (Put %d, A's marker %d)", i+1, h.BPutTs, h.MarkerTs)
+			return h
+		}
+		jcReleaseAll(t, ctx, e, j, 1)
+	}
+	t.Fatal("no back-to-back Java hand-over in 1000 left B's Put hidden")
+	return jcHandover{}
+}
+
+// TestJavaClientsHiddenJavaHoldBlocksDcsync: a Java holder whose acquire is hidden by
+// the previous Java holder's release of the same millisecond holds the lock for
+// dcsync: TryAcquire reports LockUnavailable until that holder's TTL has passed (it
+// takes the lock after), whether the store has met the row before (it reads raw
+// first) or not (the raw read in the acquire's call; the lock it took is given back).
+// The Java library itself sees the lock free meanwhile (logged). Every attempt that
+// ended before the Java Put's TTL is checked; none is timed.
+func TestJavaClientsHiddenJavaHoldBlocksDcsync(t *testing.T) {
+	e := jcStart(t)
+	ctx := jcCtx(t, 5*time.Minute)
+	const javaTTL = 4 * time.Second
+	name := "hid_" + randHex(3)
+	j := javaclients.HBaseLock{Table: e.lockTable, Level: "DC", Farm: "dc1", Client: "MY_SERVICE", Lock: name}
+	m, err := lock.New(e.s, "MY_SERVICE", "dc1", lock.WithTTL(time.Minute))
+	must(t, err, "lock.New")
+	h := jcForceHidden(t, ctx, e, j, javaTTL)
+	ends := time.UnixMilli(h.BPutTs).Add(javaTTL) // the region server's clock is this host's
+	row := layout.HBaseLockRow(dcsync.Key{Level: dcsync.DC, Client: "MY_SERVICE", Farm: "dc1", Name: name})
+	refused, checked := 0, 0
+	for {
+		if checked < 3 {
+			rememberMasked(e.s.lockTable, row, false) // as a store that never met the row
+		}
+		l, err := m.TryAcquire(ctx, name)
+		done := time.Now()
+		if err == nil {
+			if done.Before(ends) {
+				t.Fatalf("dcsync took the lock %v before the hidden Java holder's TTL ended (after %d refusals)", ends.Sub(done), refused)
+			}
+			t.Logf("dcsync took the lock %v after the hidden Java holder's TTL ended, after %d refusals (%d before the first raw-first read)",
+				done.Sub(ends).Round(time.Millisecond), refused, min(refused, 3))
+			must(t, l.Release(ctx), "dcsync release")
+			break
+		}
+		wantCode(t, err, dcsync.LockUnavailable, "dcsync TryAcquire of a lock a hidden Java holder holds")
+		refused++
+		checked++
+		if time.Since(ends) > time.Minute {
+			t.Fatalf("dcsync still refused the lock a minute after the hidden Java holder's TTL: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if refused == 0 {
+		t.Fatal("dcsync never found the lock held (the Java TTL had ended before the first attempt: the machine is too slow for this check)")
+	}
+	// The Java library's own view while B held it: free (not asserted, it is the
+	// library's behaviour; shown with a fresh hidden holder).
+	jcReleaseAll(t, ctx, e, j, 1)
+	h2 := jcForceHidden(t, ctx, e, j, javaTTL)
+	if err := e.tool.HBaseLockTryAcquire(ctx, j, javaTTL); err == nil {
+		t.Logf("a Java client took the lock the hidden Java holder (Put %d) holds: the Java library cannot see it", h2.BPutTs)
+		jcReleaseAll(t, ctx, e, j, 1)
+	}
+	jcReleaseAll(t, ctx, e, j, 1)
 }

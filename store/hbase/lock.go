@@ -18,6 +18,8 @@ type lockRow struct {
 	expires time.Time
 	expRaw  []byte // D:E as stored
 	ts      int64  // the latest timestamp of the row's cells: the version of the holder's cells
+	// javaHidden: the row also hides a Java hold (lock_masked.go); set by casTake only.
+	javaHidden bool
 }
 
 func (r lockRow) state() dcsync.LockState {
@@ -143,7 +145,9 @@ func lost(op string, k dcsync.Key, owner string) error {
 //     Java holder), at the cost of this one call. Applied but not visible means a
 //     delete marker of the same millisecond or later hides our cells (a Java release:
 //     dcsync's releases write no marker): the acquire starts over, so dcsync never
-//     reports a lock it cannot be seen to hold.
+//     reports a lock it cannot be seen to hold. The same call also reads the row raw:
+//     a Java hold hidden by a Java release (lock_masked.go) means the row just taken
+//     is given back and LockUnavailable.
 //  2. Increment the fencing counter (nonce'd, so a retried Increment counts once): the
 //     token. It is bumped only once the lock is held, so it is larger than the token
 //     of every earlier holder (each bumped while it held the lock), also when a step 1
@@ -173,6 +177,9 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return dcsync.LockState{}, err
 	}
 	row := layout.HBaseLockRow(k)
+	if err := s.hiddenJavaHoldFirst(ctx, op, k, row); err != nil {
+		return dcsync.LockState{}, err
+	}
 	var last error
 	for try := 0; try < maxTries; try++ {
 		if try > 1 {
@@ -199,6 +206,8 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		case !r.held:
 			last = dcsync.Errorf(dcsync.LockUnavailable, op, "%s: freed and taken again while acquiring", k)
 			continue
+		case r.javaHidden:
+			return s.yieldToHiddenJava(op, k, row, owner, r)
 		case r.token != 0:
 			return r.state(), nil // a late earlier attempt of this acquire went all the way
 		}
@@ -259,10 +268,11 @@ func (s *Store) casTake(ctx context.Context, row []byte, owner string, expires t
 		{Family: famLock, Qualifier: qualExpiry, Value: be64(uint64(expires.UnixMilli()))},
 	}, TTL: ttl}
 	for try := 0; ; try++ {
-		ok, _, cells, err := s.db.CheckAndMutateRead(ctx, s.lockTable, row, hbaserpc.IfAbsent(famLock, qualLock),
-			[]hbaserpc.Mutation{put}, hbaserpc.Column{Family: famLock})
+		ok, cells, javaHidden, err := s.takeRead(ctx, row, hbaserpc.IfAbsent(famLock, qualLock), put)
 		if err == nil {
-			return ok, parseLock(cells), nil
+			r := parseLock(cells)
+			r.javaHidden = javaHidden
+			return ok, r, nil
 		}
 		if !inDoubt(err) || try >= maxTries-1 {
 			return false, lockRow{}, err

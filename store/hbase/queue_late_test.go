@@ -345,20 +345,20 @@ func TestQueueAbortLandsAfterTrim(t *testing.T) {
 	}
 }
 
-// countingOps counts the calls to the queue table.
-type countingOps struct {
+// countingQueueOps counts the calls to the queue table.
+type countingQueueOps struct {
 	queueOps
 	mu    sync.Mutex
 	calls map[string]int
 }
 
-func (c *countingOps) count(m string) {
+func (c *countingQueueOps) count(m string) {
 	c.mu.Lock()
 	c.calls[m]++
 	c.mu.Unlock()
 }
 
-func (c *countingOps) take() map[string]int {
+func (c *countingQueueOps) take() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := c.calls
@@ -366,17 +366,17 @@ func (c *countingOps) take() map[string]int {
 	return out
 }
 
-func (c *countingOps) Get(ctx context.Context, table string, row []byte, cols ...hbaserpc.Column) ([]hbaserpc.Cell, error) {
+func (c *countingQueueOps) Get(ctx context.Context, table string, row []byte, cols ...hbaserpc.Column) ([]hbaserpc.Cell, error) {
 	c.count("Get")
 	return c.queueOps.Get(ctx, table, row, cols...)
 }
 
-func (c *countingOps) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
+func (c *countingQueueOps) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
 	c.count("CheckAndMutate")
 	return c.queueOps.CheckAndMutate(ctx, table, row, cond, muts...)
 }
 
-func (c *countingOps) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error) {
+func (c *countingQueueOps) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error) {
 	c.count("CheckAndMutateRead")
 	return c.queueOps.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
 }
@@ -389,7 +389,7 @@ func TestQueueCommitRoundTrips(t *testing.T) {
 	defer s.Close()
 	other := openQueueStore(t)
 	defer other.Close()
-	c := &countingOps{queueOps: s.client, calls: map[string]int{}}
+	c := &countingQueueOps{queueOps: s.client, calls: map[string]int{}}
 	s.queue().db = c
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
@@ -424,7 +424,7 @@ func TestQueueCommitRoundTrips(t *testing.T) {
 	// (refused, the cell read back with it), then applies.
 	o2.Version++
 	o2.Next++
-	oc := &countingOps{queueOps: other.client, calls: map[string]int{}}
+	oc := &countingQueueOps{queueOps: other.client, calls: map[string]int{}}
 	other.queue().db = oc
 	must(t, other.CommitQueueOffset(ctx, name, "g", 0, o2), "commit through a store whose guess is stale")
 	if got := oc.take(); got["CheckAndMutateRead"] != 2 || len(got) != 1 {

@@ -185,6 +185,8 @@ public final class Main {
    *   hbase.lock.acquire     ... ttl timeout sleepMs                     LockBase.acquireLock
    *   hbase.lock.release     table level farm client lock                HBaseStore.remove
    *   hbase.lock.contend     ... ttl threads durationMs holdMs pauseMs sleepMs timeout worker
+   *   hbase.lock.handover    ... ttl mode holdMs sleepMs   A acquires, releases; B takes it next
+   *                          (see Handover); replies B's Put ts, A's marker ts, visible, raw
    *   hbase.latch.create     suffix client latch farm count ttl          HBaseLatchStorage.initialize
    *   hbase.latch.countDown / hbase.latch.countUp  suffix client latch farm
    *   hbase.latch.count      suffix client latch farm level              HBaseLatchStorage.getCount
@@ -196,7 +198,8 @@ public final class Main {
    * </pre>
    *
    * Inspection, NOT library operations: raw.hbase.row (table, key | rowHex: every cell, all
-   * versions, with timestamps), raw.hbase.rowkey (key), raw.as.record (ns set key: bins,
+   * versions, with timestamps; "raw": true also returns delete markers and the cells they
+   * hide, with their types), raw.hbase.rowkey (key), raw.as.record (ns set key: bins,
    * generation, ttl), ping.
    */
   private Object dispatch(JsonObject r) throws Exception {
@@ -220,6 +223,10 @@ public final class Main {
         return null;
       case "hbase.lock.contend":
         return contend(new Dlm(hbaseLockStore(r)), r);
+      case "hbase.lock.handover":
+        return Handover.run(new Dlm(hbaseLockStore(r)), hbase(), str(r, "table"), lockOf(r),
+            lockOf(r), Duration.ofSeconds(num(r, "ttl")), str(r, "mode"), num(r, "holdMs", 2),
+            num(r, "sleepMs", 1000));
       case "hbase.latch.create":
         latchHBase(r).initialize(str(r, "client"), str(r, "farm"), str(r, "latch"),
             num(r, "count"), (int) num(r, "ttl"));
@@ -404,6 +411,12 @@ public final class Main {
     byte[] row = r.has("rowHex") ? Bytes.fromHex(str(r, "rowHex"))
         : OneByteSimpleHash.distributedKey(str(r, "key"));
     try (Table t = hbase().getTable(TableName.valueOf(str(r, "table")))) {
+      if (r.has("raw") && r.get("raw").getAsBoolean()) {
+        JsonObject out = new JsonObject();
+        out.addProperty("rowHex", Bytes.toHex(row));
+        out.add("cells", Handover.rawRow(t, row));
+        return out;
+      }
       Result res = t.get(new Get(row).readAllVersions());
       JsonArray cells = new JsonArray();
       for (Cell c : res.rawCells()) {
