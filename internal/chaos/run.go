@@ -394,11 +394,21 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	if err != nil {
 		return rep, err
 	}
+	// Faults injected just before the workers stopped (a held request, a reset, a
+	// restart) may still be settling: a failed read changes nothing, so it is tried
+	// again (for up to a minute) and only the read that returned is recorded.
 	seq := 1
-	call := now()
-	n, err := fin.Count(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("final read: %w", err)
+	var call int64
+	var n int64
+	for try := 0; ; try++ {
+		call = now()
+		if n, err = fin.Count(ctx); err == nil {
+			break
+		}
+		if try == 30 || ctx.Err() != nil {
+			return rep, fmt.Errorf("final read (%d tries): %w", try+1, err)
+		}
+		time.Sleep(2 * time.Second)
 	}
 	rep.FinalCount = n
 	log.Add(Record{Client: 0, Seq: seq, Phase: PhaseCall, Kind: KindRead, At: call})
