@@ -36,7 +36,7 @@ func jcHex(n int) string {
 }
 
 // jcStart returns a Java tool and a dcsync store on the real server named by
-// $DCSYNC_AEROSPIKE (internal/aerotest is no witness: the point is the real server).
+// $DCSYNC_AEROSPIKE.
 // It skips the test when that is unset, or fails it when CI=true.
 func jcStart(t *testing.T) jcEnv {
 	t.Helper()
