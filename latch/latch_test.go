@@ -119,7 +119,8 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func settle(s dcsync.LatchStore) {
 	if w := watcherOf(s); w != nil {
 		w.mu.Lock()
-		w.mu.Unlock() //nolint:staticcheck // an empty critical section is the point
+		//lint:ignore SA2001 an empty critical section is the point
+		w.mu.Unlock()
 	}
 }
 

@@ -152,10 +152,10 @@ func (z *fakeZK) serve(nc net.Conn) {
 			if 12+n > len(req) {
 				return
 			}
-			path := string(req[12 : 12+n])
+			path := req[12 : 12+n]
 			time.Sleep(z.delay)
 			z.mu.Lock()
-			data, ok := z.nodes[path]
+			data, ok := z.nodes[string(path)]
 			z.mu.Unlock()
 			if !ok {
 				if !writeZKFrame(nc, hdr(zkErrNoNode)) {

@@ -404,14 +404,15 @@ func (c *Client) tableDisabled(ctx context.Context, meta *Region, table string) 
 	if err := c.rpc(ctx, meta.Server, serviceClient, "Get", req, resp); err != nil {
 		return false, err
 	}
-	for _, cell := range resp.GetResult().GetCell() {
-		v := bytes.TrimPrefix(cell.GetValue(), pbMagic) // stored without the magic in 2.6
-		var ts pb.TableState
-		if err := proto.Unmarshal(v, &ts); err != nil {
-			return false, fmt.Errorf("bad table state of %s: %w", table, err)
-		}
-		st := ts.GetState()
-		return st == pb.TableState_DISABLED || st == pb.TableState_DISABLING, nil
+	cells := resp.GetResult().GetCell()
+	if len(cells) == 0 {
+		return false, nil
 	}
-	return false, nil
+	v := bytes.TrimPrefix(cells[0].GetValue(), pbMagic) // stored without the magic in 2.6
+	var ts pb.TableState
+	if err := proto.Unmarshal(v, &ts); err != nil {
+		return false, fmt.Errorf("bad table state of %s: %w", table, err)
+	}
+	st := ts.GetState()
+	return st == pb.TableState_DISABLED || st == pb.TableState_DISABLING, nil
 }
