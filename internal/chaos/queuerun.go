@@ -615,3 +615,17 @@ func SoakDuration() time.Duration {
 	}
 	return d
 }
+
+// QueueCIEvents is how many events a CI run checks per store, at least.
+const QueueCIEvents = 20000
+
+// Soak turns sc into a soak run when DCSYNC_SOAK is set (see SoakDuration): producers
+// run for that long with no bound on the events. It reports whether it did.
+func (sc *QueueScenario) Soak() bool {
+	d := SoakDuration()
+	if d == 0 {
+		return false
+	}
+	sc.Events, sc.Duration = 1<<40, d
+	return true
+}
