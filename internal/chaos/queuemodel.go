@@ -585,9 +585,87 @@ func parsePlace(s string) (int, uint64, bool) {
 	return p, seq, true
 }
 
-// QueuePending returns how many (group, event) pairs and dead letters of the history
-// still wait for an ack: what the drain of a run waits for.
-func QueuePending(records []QueueRecord, partitions int, groups []string) int {
-	r := CheckQueue(records, partitions, groups)
-	return r.Violations[ViolationNotAcked] + r.Unresolved
+// queueProgress follows a growing history cheaply (each record is read once) to tell
+// a run how many (group, event) pairs and dead letters still wait for an ack: what
+// its drain waits for. The verdict is CheckQueue's, on the whole history.
+type queueProgress struct {
+	partitions int
+	groups     []string
+	read       int               // records read
+	ids        map[string]bool   // ids enqueued (called)
+	place      map[string]qplace // ids whose enqueue returned
+	acked      map[qstreamKey]map[uint64]bool
+	dead       []map[qplace]uint64 // per group: origin -> dead-letter seq
+	deadSeqs   []map[uint64]bool   // per group: dead-letter seqs delivered
+}
+
+func newQueueProgress(partitions int, groups []string) *queueProgress {
+	p := &queueProgress{partitions: partitions, groups: groups, ids: map[string]bool{}, place: map[string]qplace{},
+		acked: map[qstreamKey]map[uint64]bool{}}
+	for range groups {
+		p.dead = append(p.dead, map[qplace]uint64{})
+		p.deadSeqs = append(p.deadSeqs, map[uint64]bool{})
+	}
+	return p
+}
+
+// pending reads the records added to l since the last call and returns what waits.
+func (p *queueProgress) pending(l *QueueLog) int {
+	l.mu.Lock()
+	fresh := l.records[p.read:len(l.records):len(l.records)]
+	p.read = len(l.records)
+	l.mu.Unlock()
+	gi := func(g string) int {
+		for i, n := range p.groups {
+			if n == g {
+				return i
+			}
+		}
+		return -1
+	}
+	for _, r := range fresh {
+		switch {
+		case r.Kind == QueueKindEnqueue && r.Phase == PhaseCall:
+			p.ids[r.ID] = true
+		case r.Kind == QueueKindEnqueue && r.Outcome == OK:
+			p.place[r.ID] = qplace{r.Partition, r.Seq}
+		case r.Kind == QueueKindAck && r.Phase == PhaseReturn && r.Outcome == OK:
+			k := qstreamKey{r.Group, r.Partition}
+			if p.acked[k] == nil {
+				p.acked[k] = map[uint64]bool{}
+			}
+			p.acked[k][r.Seq] = true
+		case r.Kind == QueueKindDeliver && r.Partition >= p.partitions:
+			i := gi(r.Group)
+			if pt, seq, ok := parsePlace(r.From); ok && i >= 0 {
+				p.dead[i][qplace{pt, seq}] = r.Seq
+				p.deadSeqs[i][r.Seq] = true
+			}
+		}
+	}
+	n := 0
+	for id := range p.ids {
+		pl, ok := p.place[id]
+		if !ok {
+			n++
+			continue
+		}
+		for i, g := range p.groups {
+			if p.acked[qstreamKey{g, pl.p}][pl.seq] {
+				continue
+			}
+			if d, ok := p.dead[i][pl]; ok && p.acked[qstreamKey{g, p.partitions + i}][d] {
+				continue
+			}
+			n++
+		}
+	}
+	for i, g := range p.groups {
+		for d := range p.deadSeqs[i] {
+			if !p.acked[qstreamKey{g, p.partitions + i}][d] {
+				n++
+			}
+		}
+	}
+	return n
 }

@@ -84,13 +84,16 @@ type QueueReport struct {
 	QueueResult
 	Records   int
 	Processes int           // child processes started
+	Produced  time.Duration // how long the producers ran
+	Drain     time.Duration // how long the drain took
 	Elapsed   time.Duration // the whole run, drain and check included
 	Drained   bool          // the drain saw every event acked by every group
 }
 
 func (r QueueReport) String() string {
-	return fmt.Sprintf("records=%d processes=%d faults=%v elapsed=%v drained=%v\n  queue: %s",
-		r.Records, r.Processes, r.Faults, r.Elapsed.Round(time.Second), r.Drained, r.QueueResult)
+	return fmt.Sprintf("records=%d processes=%d faults=%v produced=%v drain=%v elapsed=%v drained=%v\n  queue: %s",
+		r.Records, r.Processes, r.Faults, r.Produced.Round(time.Second), r.Drain.Round(time.Second),
+		r.Elapsed.Round(time.Second), r.Drained, r.QueueResult)
 }
 
 // queueChildConfig is what a child process is told (one JSON environment variable).
@@ -439,12 +442,19 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 		_ = c.stdin.Close()
 	}
 	prodWG.Wait()
+	rep.Produced = time.Since(start)
 	sc.Logf("queue chaos %s: production over after %v, %d records", sc.Name, time.Since(start).Round(time.Second), log.Len())
 
 	// The consumers go on, under faults, until they have caught up (or for at most 20 s).
+	progress := newQueueProgress(sc.Partitions, groups)
 	tail := time.Now().Add(20 * time.Second)
-	for time.Now().Before(tail) && ctx.Err() == nil && QueuePending(log.Records(), sc.Partitions, groups) > 0 {
-		sleep(ctx, time.Second)
+	for time.Now().Before(tail) && ctx.Err() == nil {
+		n := progress.pending(&log)
+		if n == 0 {
+			break
+		}
+		sc.Logf("queue chaos %s: %d acks still due", sc.Name, n)
+		sleep(ctx, 2*time.Second)
 	}
 	stopFaults()
 	faultWG.Wait()
@@ -480,14 +490,22 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 		drainWG.Add(1)
 		go func() { defer drainWG.Done(); w.Run(drainCtx) }()
 	}
-	drainEnd := time.Now().Add(sc.Drain)
+	drainStart := time.Now()
+	drainEnd := drainStart.Add(sc.Drain)
+	lastLog := time.Now()
 	for time.Now().Before(drainEnd) && ctx.Err() == nil {
-		if QueuePending(log.Records(), sc.Partitions, groups) == 0 {
+		n := progress.pending(&log)
+		if n == 0 {
 			rep.Drained = true
 			break
 		}
+		if time.Since(lastLog) > 5*time.Second {
+			sc.Logf("queue chaos %s: draining, %d acks still due", sc.Name, n)
+			lastLog = time.Now()
+		}
 		sleep(ctx, 500*time.Millisecond)
 	}
+	rep.Drain = time.Since(drainStart)
 	stopDrain()
 	drainWG.Wait()
 	stopDead()
