@@ -151,6 +151,15 @@ func TestQueueCheckerPassesACorrectHistory(t *testing.T) {
 	k.receive(12, "g", a2)
 	k.ack(12, "g", QueueKindAck, OK, a2)
 	wantOK(t, CheckQueue(k.recs, 2, []string{"g"}))
+	// An ack in doubt (an error that may hide a write, or cut off by SIGKILL) may have
+	// been recorded: the event is not reported as never acked.
+	for _, outcome := range []string{Unknown, ""} {
+		u := &qhist{}
+		u.enqueue(1, "a", "k", 0, 0)
+		u.receive(10, "g", a)
+		u.ack(10, "g", QueueKindAck, outcome, a)
+		wantOK(t, CheckQueue(u.recs, 2, []string{"g"}))
+	}
 	// An enqueue retried with the same id finds it where it is.
 	d := h.clone()
 	d.enqueue(2, "a", "k", 0, 0)

@@ -114,7 +114,10 @@ func QueueJSONLines(w io.Writer) QueueSink {
 const (
 	// ViolationNotAcked: after the drain, an event that some group neither acked nor
 	// dead-lettered and acked from its dead-letter partition (also a dead letter that
-	// the dead-letter consumer never acked).
+	// the dead-letter consumer never acked). An Ack whose outcome is unknown (an error
+	// that may hide an applied write; a process killed before it returned) counts as
+	// acked here, as an update of unknown outcome may have been applied in the latch
+	// model; it counts as nothing in the other checks.
 	ViolationNotAcked = "not-acked"
 	// ViolationRedelivered (counted once per event and group): a delivery of an event after an Ack of it returned nil, to
 	// the acking owner (same token, its Receive called after the Ack returned) or to a
@@ -214,13 +217,17 @@ type qack struct {
 type qstream struct {
 	deliveries map[uint64][]qdelivery
 	acks       map[uint64][]qack // acks that returned nil
+	// doubtful are acks whose outcome is unknown (an error that may hide an applied
+	// write, or a process killed before the Ack returned): they may have been recorded.
+	doubtful map[uint64]bool
 	// firstByToken is, per token, the earliest return of a Receive that delivered from
 	// the partition with it.
 	firstByToken map[uint64]int64
 }
 
 func newStream() *qstream {
-	return &qstream{deliveries: map[uint64][]qdelivery{}, acks: map[uint64][]qack{}, firstByToken: map[uint64]int64{}}
+	return &qstream{deliveries: map[uint64][]qdelivery{}, acks: map[uint64][]qack{}, doubtful: map[uint64]bool{},
+		firstByToken: map[uint64]int64{}}
 }
 
 type qstreamKey struct {
@@ -233,8 +240,8 @@ type qstreamKey struct {
 // partitions+i). The checks are those of docs/reliability.md:
 //
 //   - every event is acked by every group: by a consumer of the group (an Ack that
-//     returned nil), or dead-lettered in the group and acked by its dead-letter
-//     consumer; every dead letter is acked;
+//     returned nil, or whose outcome is unknown), or dead-lettered in the group and
+//     acked by its dead-letter consumer; every dead letter is acked;
 //   - no redelivery after an Ack returned nil: for a nil Ack A of an event with token
 //     t, no delivery of the event in the group with t from a Receive called after A
 //     returned, nor with a greater token from a Receive that had not returned when A
@@ -330,10 +337,13 @@ func CheckQueue(records []QueueRecord, partitions int, groups []string) QueueRes
 				if ret != nil {
 					a.ret, a.outcome = ret.At, ret.Outcome
 				}
-				if a.outcome == OK {
+				switch a.outcome {
+				case OK:
 					res.Acks++
 					s := stream(c.Group, c.Partition)
 					s.acks[c.Seq] = append(s.acks[c.Seq], a)
+				case Unknown:
+					stream(c.Group, c.Partition).doubtful[c.Seq] = true
 				}
 			case QueueKindNack:
 				res.Nacks++
@@ -516,21 +526,21 @@ func CheckQueue(records []QueueRecord, partitions int, groups []string) QueueRes
 			if !ok {
 				continue
 			}
-			acked := false
+			acked, doubtful := false, false
 			if s := streams[qstreamKey{g, pl.p}]; s != nil {
-				acked = len(s.acks[pl.seq]) > 0
+				acked, doubtful = len(s.acks[pl.seq]) > 0, s.doubtful[pl.seq]
 			}
 			dead := deadOf[gi][pl]
 			if acked && len(dead) > 0 {
 				violate(ViolationDeadAndAcked, "group %s: %v (id %q) was acked and dead-lettered (dead-letter seq %v)", g, pl, id, dead)
 			}
-			if !acked && len(dead) == 0 {
+			if !acked && !doubtful && len(dead) == 0 {
 				violate(ViolationNotAcked, "group %s: %v (id %q) was never acked", g, pl, id)
 			}
 		}
 		if s := streams[qstreamKey{g, partitions + gi}]; s != nil {
 			for dseq := range s.deliveries {
-				if len(s.acks[dseq]) == 0 {
+				if len(s.acks[dseq]) == 0 && !s.doubtful[dseq] {
 					violate(ViolationNotAcked, "group %s: dead letter %d/%d was never acked", g, partitions+gi, dseq)
 				}
 			}
@@ -595,13 +605,14 @@ type queueProgress struct {
 	ids        map[string]bool   // ids enqueued (called)
 	place      map[string]qplace // ids whose enqueue returned
 	acked      map[qstreamKey]map[uint64]bool
+	calls      map[qstreamKey]map[uint64]int // ack calls not (yet) returned
 	dead       []map[qplace]uint64 // per group: origin -> dead-letter seq
 	deadSeqs   []map[uint64]bool   // per group: dead-letter seqs delivered
 }
 
 func newQueueProgress(partitions int, groups []string) *queueProgress {
 	p := &queueProgress{partitions: partitions, groups: groups, ids: map[string]bool{}, place: map[string]qplace{},
-		acked: map[qstreamKey]map[uint64]bool{}}
+		acked: map[qstreamKey]map[uint64]bool{}, calls: map[qstreamKey]map[uint64]int{}}
 	for range groups {
 		p.dead = append(p.dead, map[qplace]uint64{})
 		p.deadSeqs = append(p.deadSeqs, map[uint64]bool{})
@@ -610,7 +621,9 @@ func newQueueProgress(partitions int, groups []string) *queueProgress {
 }
 
 // pending reads the records added to l since the last call and returns what waits.
-func (p *queueProgress) pending(l *QueueLog) int {
+// final says that the workers that could still return an Ack have stopped: an Ack
+// call that never returned is then in doubt, as CheckQueue counts it.
+func (p *queueProgress) pending(l *QueueLog, final bool) int {
 	l.mu.Lock()
 	fresh := l.records[p.read:len(l.records):len(l.records)]
 	p.read = len(l.records)
@@ -629,12 +642,21 @@ func (p *queueProgress) pending(l *QueueLog) int {
 			p.ids[r.ID] = true
 		case r.Kind == QueueKindEnqueue && r.Outcome == OK:
 			p.place[r.ID] = qplace{r.Partition, r.Seq}
-		case r.Kind == QueueKindAck && r.Phase == PhaseReturn && r.Outcome == OK:
+		case r.Kind == QueueKindAck && r.Phase == PhaseCall:
 			k := qstreamKey{r.Group, r.Partition}
-			if p.acked[k] == nil {
-				p.acked[k] = map[uint64]bool{}
+			if p.calls[k] == nil {
+				p.calls[k] = map[uint64]int{}
 			}
-			p.acked[k][r.Seq] = true
+			p.calls[k][r.Seq]++
+		case r.Kind == QueueKindAck:
+			k := qstreamKey{r.Group, r.Partition}
+			p.calls[k][r.Seq]--
+			if r.Outcome != Failed {
+				if p.acked[k] == nil {
+					p.acked[k] = map[uint64]bool{}
+				}
+				p.acked[k][r.Seq] = true
+			}
 		case r.Kind == QueueKindDeliver && r.Partition >= p.partitions:
 			i := gi(r.Group)
 			if pt, seq, ok := parsePlace(r.From); ok && i >= 0 {
@@ -642,6 +664,9 @@ func (p *queueProgress) pending(l *QueueLog) int {
 				p.deadSeqs[i][r.Seq] = true
 			}
 		}
+	}
+	isAcked := func(k qstreamKey, seq uint64) bool {
+		return p.acked[k][seq] || final && p.calls[k][seq] > 0
 	}
 	n := 0
 	for id := range p.ids {
@@ -651,10 +676,10 @@ func (p *queueProgress) pending(l *QueueLog) int {
 			continue
 		}
 		for i, g := range p.groups {
-			if p.acked[qstreamKey{g, pl.p}][pl.seq] {
+			if isAcked(qstreamKey{g, pl.p}, pl.seq) {
 				continue
 			}
-			if d, ok := p.dead[i][pl]; ok && p.acked[qstreamKey{g, p.partitions + i}][d] {
+			if d, ok := p.dead[i][pl]; ok && isAcked(qstreamKey{g, p.partitions + i}, d) {
 				continue
 			}
 			n++
@@ -662,7 +687,7 @@ func (p *queueProgress) pending(l *QueueLog) int {
 	}
 	for i, g := range p.groups {
 		for d := range p.deadSeqs[i] {
-			if !p.acked[qstreamKey{g, p.partitions + i}][d] {
+			if !isAcked(qstreamKey{g, p.partitions + i}, d) {
 				n++
 			}
 		}

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -88,6 +90,28 @@ type QueueReport struct {
 	Drain     time.Duration // how long the drain took
 	Elapsed   time.Duration // the whole run, drain and check included
 	Drained   bool          // the drain saw every event acked by every group
+	records   []QueueRecord
+}
+
+// dumpQueue writes records to path as JSON lines.
+func dumpQueue(path string, records []QueueRecord) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	enc := json.NewEncoder(w)
+	for _, r := range records {
+		if err := enc.Encode(r); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func (r QueueReport) String() string {
@@ -449,7 +473,7 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 	progress := newQueueProgress(sc.Partitions, groups)
 	tail := time.Now().Add(20 * time.Second)
 	for time.Now().Before(tail) && ctx.Err() == nil {
-		n := progress.pending(&log)
+		n := progress.pending(&log, false)
 		if n == 0 {
 			break
 		}
@@ -494,7 +518,7 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 	drainEnd := drainStart.Add(sc.Drain)
 	lastLog := time.Now()
 	for time.Now().Before(drainEnd) && ctx.Err() == nil {
-		n := progress.pending(&log)
+		n := progress.pending(&log, true)
 		if n == 0 {
 			rep.Drained = true
 			break
@@ -514,6 +538,7 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 	records := log.Records()
 	rep.Records = len(records)
 	rep.QueueResult = CheckQueue(records, sc.Partitions, groups)
+	rep.records = records
 	for k, v := range faults {
 		rep.Faults[k] += v
 	}
@@ -609,6 +634,14 @@ func RunQueueT(t testing.TB, sc QueueScenario, minEvents int) QueueReport {
 		t.Fatal(err)
 	}
 	t.Logf("queue chaos %s: %v", t.Name(), rep)
+	if dir := os.Getenv("DCSYNC_CHAOS_DUMP"); dir != "" && (!rep.OK() || rep.Unresolved > 0) {
+		path := filepath.Join(dir, sc.Name+".jsonl")
+		if err := dumpQueue(path, rep.records); err != nil {
+			t.Logf("writing the history: %v", err)
+		} else {
+			t.Logf("history written to %s", path)
+		}
+	}
 	if !rep.OK() {
 		t.Fatalf("%d violation(s):\n%v", rep.Total(), rep)
 	}

@@ -193,17 +193,24 @@ func (w QueueConsumer) handle(c *queue.Consumer, r *rand.Rand, msgs []*queue.Mes
 	if len(ack) == 0 {
 		return op
 	}
-	op++
-	for _, m := range ack {
-		rec(msgRec(PhaseCall, QueueKindAck, m))
-	}
-	cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	err := c.Ack(cctx, ack...)
-	cancel()
-	for _, m := range ack {
-		q := msgRec(PhaseReturn, QueueKindAck, m)
-		q.Outcome = outcomeOf(err)
-		rec(q)
+	// An Ack whose outcome is unknown is tried again, as a careful application would
+	// (a retried Ack of a recorded message returns nil; of a lost one, LockLost).
+	for try := 0; try < 3; try++ {
+		op++
+		for _, m := range ack {
+			rec(msgRec(PhaseCall, QueueKindAck, m))
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err := c.Ack(cctx, ack...)
+		cancel()
+		for _, m := range ack {
+			q := msgRec(PhaseReturn, QueueKindAck, m)
+			q.Outcome = outcomeOf(err)
+			rec(q)
+		}
+		if outcomeOf(err) != Unknown {
+			break
+		}
 	}
 	return op
 }
