@@ -606,8 +606,8 @@ type queueProgress struct {
 	place      map[string]qplace // ids whose enqueue returned
 	acked      map[qstreamKey]map[uint64]bool
 	calls      map[qstreamKey]map[uint64]int // ack calls not (yet) returned
-	dead       []map[qplace]uint64 // per group: origin -> dead-letter seq
-	deadSeqs   []map[uint64]bool   // per group: dead-letter seqs delivered
+	dead       []map[qplace]uint64           // per group: origin -> dead-letter seq
+	deadSeqs   []map[uint64]bool             // per group: dead-letter seqs delivered
 }
 
 func newQueueProgress(partitions int, groups []string) *queueProgress {
