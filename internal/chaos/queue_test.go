@@ -474,7 +474,6 @@ type ghostDeadLetters struct {
 	group      string
 	mu         sync.Mutex
 	n          int
-	done       map[string]bool
 }
 
 func (s *ghostDeadLetters) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
