@@ -50,6 +50,8 @@ type QueueScenario struct {
 	ProcessProducers, ProcessConsumers int
 
 	Batch       int // events per Enqueue at most, and Receive's maximum (default 16)
+	// ProducerPause spaces each producer's Enqueue calls (default 2 ms).
+	ProducerPause time.Duration
 	Keys        int // distinct keys (default 64)
 	NackPercent int // share of deliveries nacked (default 5)
 	PoisonEvery int // every n-th event is nacked until dead-lettered (default 200; -1: none)
@@ -124,6 +126,7 @@ func (r QueueReport) String() string {
 type queueChildConfig struct {
 	Role        string        `json:"role"` // "producer" or "consumer"
 	URL         string        `json:"url"`
+	Pause       time.Duration `json:"pause"`
 	Queue       string        `json:"queue"`
 	Group       string        `json:"group,omitempty"`
 	Client      int           `json:"client"`
@@ -174,7 +177,7 @@ func QueueChildMain(open func(ctx context.Context, url string) (queue.Store, err
 	switch cfg.Role {
 	case "producer":
 		QueueProducer{Client: cfg.Client, Queue: q, Prefix: cfg.Prefix, Keys: cfg.Keys, Batch: cfg.Batch,
-			PoisonEvery: cfg.PoisonEvery, Pause: producerPause, Out: out}.Run(ctx)
+			PoisonEvery: cfg.PoisonEvery, Pause: cfg.Pause, Out: out}.Run(ctx)
 	case "consumer":
 		QueueConsumer{Client: cfg.Client, Queue: q, Group: cfg.Group, Batch: cfg.Batch, NackPercent: cfg.NackPercent, Out: out}.Run(ctx)
 	}
@@ -220,6 +223,7 @@ func (sc *QueueScenario) defaults() {
 	def(&sc.PoisonEvery, 200)
 	def(&sc.MaxAttempts, 3)
 	defd(&sc.Duration, 2*time.Minute)
+	defd(&sc.ProducerPause, producerPause)
 	defd(&sc.Lease, 2*time.Second)
 	defd(&sc.Visibility, 10*time.Second)
 	defd(&sc.MinBackoff, 20*time.Millisecond)
@@ -267,7 +271,7 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 		}
 	}()
 	groups := sc.groupNames()
-	base := queueChildConfig{URL: sc.StoreURL, Queue: sc.Name, Prefix: sc.Name, Keys: sc.Keys, Batch: sc.Batch,
+	base := queueChildConfig{URL: sc.StoreURL, Pause: sc.ProducerPause, Queue: sc.Name, Prefix: sc.Name, Keys: sc.Keys, Batch: sc.Batch,
 		NackPercent: sc.NackPercent, PoisonEvery: sc.PoisonEvery, Lease: sc.Lease, Visibility: sc.Visibility,
 		MaxAttempts: sc.MaxAttempts, MinBackoff: sc.MinBackoff, MaxBackoff: sc.MaxBackoff}
 	opts := queueOptions(base)
@@ -320,7 +324,7 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 	}
 	for i := 0; i < sc.Producers; i++ {
 		w := QueueProducer{Client: nextClient(), Queue: setup, Prefix: sc.Name, Keys: sc.Keys, Batch: sc.Batch,
-			PoisonEvery: sc.PoisonEvery, Pause: producerPause, Out: log.Add}
+			PoisonEvery: sc.PoisonEvery, Pause: sc.ProducerPause, Out: log.Add}
 		prodWG.Add(1)
 		go func() { defer prodWG.Done(); w.Run(prodCtx) }()
 	}
@@ -670,13 +674,21 @@ func SoakDuration() time.Duration {
 // QueueCIEvents is how many events a CI run checks per store, at least.
 const QueueCIEvents = 20000
 
+// soakRate is the events per second a soak's producers aim at, all together: the
+// history of a 10-minute soak stays within a few hundred MB.
+const soakRate = 150
+
 // Soak turns sc into a soak run when DCSYNC_SOAK is set (see SoakDuration): producers
-// run for that long with no bound on the events. It reports whether it did.
+// run for that long with no bound on the events, paced to about soakRate events a
+// second. It reports whether it did.
 func (sc *QueueScenario) Soak() bool {
 	d := SoakDuration()
 	if d == 0 {
 		return false
 	}
 	sc.Events, sc.Duration = 1<<40, d
+	producers := max(sc.Producers+sc.ProcessProducers, 1)
+	batch := max(sc.Batch, 16)
+	sc.ProducerPause = time.Duration(float64(batch/2+1) * float64(producers) / soakRate * float64(time.Second))
 	return true
 }
