@@ -49,12 +49,12 @@ type QueueScenario struct {
 	// Child processes: producers, and consumers per group.
 	ProcessProducers, ProcessConsumers int
 
-	Batch       int // events per Enqueue at most, and Receive's maximum (default 16)
+	Batch int // events per Enqueue at most, and Receive's maximum (default 16)
 	// ProducerPause spaces each producer's Enqueue calls (default 2 ms).
 	ProducerPause time.Duration
-	Keys        int // distinct keys (default 64)
-	NackPercent int // share of deliveries nacked (default 5)
-	PoisonEvery int // every n-th event is nacked until dead-lettered (default 200; -1: none)
+	Keys          int // distinct keys (default 64)
+	NackPercent   int // share of deliveries nacked (default 5)
+	PoisonEvery   int // every n-th event is nacked until dead-lettered (default 200; -1: none)
 	// Churn makes goroutine consumers leave and rejoin after about this many receives
 	// (0: never).
 	Churn int
