@@ -28,8 +28,8 @@ func TestQueueChaos(t *testing.T) {
 	sc := chaos.QueueScenario{
 		Open:      func(ctx context.Context) (queue.Store, error) { return sqlite.Open(ctx, path) },
 		StoreURL:  path,
-		Producers: 1, Consumers: 2, ProcessProducers: 1, ProcessConsumers: 1,
-		Events: chaos.QueueCIEvents, Duration: 2 * time.Minute,
+		Producers: 2, Consumers: 2, ProcessProducers: 1, ProcessConsumers: 1,
+		Events: chaos.QueueCIEvents, Duration: 4 * time.Minute,
 		Batch: 64, Partitions: 4,
 		Churn: 30, Pause: true, Kill: true, Freeze: true,
 	}
