@@ -621,7 +621,9 @@ var errNoWork = errors.New("the run checked no events")
 // RunQueueT runs sc in a test: it fills in what sc leaves out (a unique name, the
 // test binary as the child, t.Logf for progress), logs the report (the figures of
 // docs/reliability.md), and fails t on a violation, on a run that did not drain, or
-// on one that checked fewer than minEvents events.
+// on one that checked fewer than minEvents events. DCSYNC_QCHAOS_NO_NACKS=1 turns
+// nacks and poison events off (to tell the consumer's out-of-order acks and dead
+// letters apart from other causes of a violation).
 func RunQueueT(t testing.TB, sc QueueScenario, minEvents int) QueueReport {
 	t.Helper()
 	if sc.Name == "" {
@@ -632,6 +634,11 @@ func RunQueueT(t testing.TB, sc QueueScenario, minEvents int) QueueReport {
 	}
 	if sc.Logf == nil {
 		sc.Logf = t.Logf
+	}
+	if os.Getenv("DCSYNC_QCHAOS_NO_NACKS") == "1" {
+		// No Nack and no poison event: the consumer never acks out of order and
+		// dead-letters only what deaths and pauses push over the attempt limit.
+		sc.NackPercent, sc.PoisonEvery = -1, -1
 	}
 	rep, err := sc.Run(context.Background())
 	if err != nil {
