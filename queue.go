@@ -187,7 +187,10 @@ type QueueStore interface {
 	// stored token equals off.Token and the stored Version is below off.Version. When
 	// the stored offset already equals off (an earlier attempt of this call landed) it
 	// returns nil. Otherwise it returns LockLost (another token owns the partition, or
-	// a later write of this owner is stored), changing nothing.
+	// a later write of this owner is stored), changing nothing, unless an attempt of
+	// this call failed in doubt and another token now owns the partition: then the
+	// outcome is unknown (a Connection error), since the claim keeps Next and Version
+	// and nothing stored tells whether the attempt landed before it.
 	CommitQueueOffset(ctx context.Context, name, group string, p int, off QueueOffset) error
 	// ReadQueueOffsets reads group's offsets of many partitions (the zero offset where
 	// none is stored); result i belongs to ps[i].

@@ -275,3 +275,55 @@ func TestQueueOffsetWithoutVersionBins(t *testing.T) {
 		t.Fatalf("claim = %+v %v, want %+v", off, err, want)
 	}
 }
+
+// TestQueueCommitInDoubtThenTakenOver: a commit's tries are held back; the first is
+// delivered (applied) after the client gave up on it, and a new owner claims before the
+// client's next try, which the filter refuses. The claim keeps Next and Version, so
+// nothing stored tells whether the commit landed: the outcome is unknown (Connection),
+// not refused. A LockLost there told the consumer its ack was refused while the offset
+// had moved past the acked events, so nobody ever acked them (found by the queue chaos
+// checker).
+func TestQueueCommitInDoubtThenTakenOver(t *testing.T) {
+	addr := realServer(t)
+	proxy := startProxy(t)
+	s := newStore(t, dial(t, proxy.Addr()), aerospike.Config{Timeout: 300 * time.Millisecond, RetryDelay: 5 * time.Millisecond, Attempts: 100})
+	direct := queueStore(t, addr)
+	ctx := ctxT(t)
+	spec := newQueue(t, direct, 1)
+	if _, err := direct.ClaimQueuePartition(ctx, spec.Name, "g", 0, 3); err != nil {
+		t.Fatal(err)
+	}
+	off := dcsync.QueueOffset{Token: 3, Next: 5, Held: true, Version: 1}
+	proxy.HoldRequests(1000, writesTo(aerospike.QueueOffsetSet))
+	errc := make(chan error, 1)
+	go func() { errc <- s.CommitQueueOffset(ctx, spec.Name, "g", 0, off) }()
+	for proxy.Held() < 2 {
+		select {
+		case err := <-errc:
+			t.Fatalf("commit returned %v before two tries were held", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	codes, err := proxy.Deliver()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(codes) < 1 || codes[0] != 0 {
+		t.Fatalf("the held tries were answered %v, want the first applied (0)", codes)
+	}
+	if _, err := direct.ClaimQueuePartition(ctx, spec.Name, "g", 0, 8); err != nil {
+		t.Fatal(err)
+	}
+	proxy.ClearDrops()
+	err = <-errc
+	if dcsync.CodeOf(err) != dcsync.Connection {
+		t.Fatalf("commit applied in doubt, then taken over: %v, want Connection (outcome unknown; it did land)", err)
+	}
+	offs, err := direct.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if offs[0].Next != 5 || offs[0].Token != 8 {
+		t.Fatalf("offset %+v, want the commit's Next 5 under token 8", offs[0])
+	}
+}

@@ -139,18 +139,26 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 		return lost(dcsync.QueueOffset{})
 	}
 	key := s.offsetKey(name, group, p)
-	_, code, err := s.write(ctx, op, func() *as.WritePolicy {
+	ops := []*as.Operation{
+		as.PutOp(as.NewBin(qbNext, int64(off.Next))), as.PutOp(as.NewBin(qbAtt, off.Attempts)),
+		as.PutOp(as.NewBin(qbHeld, heldValue(off.Held))), as.PutOp(as.NewBin(qbVer, int64(off.Version))),
+		as.PutOp(as.NewBin(qbMarks, marksValue(off.Marks))),
+	}
+	code, doubt := types.OK, false
+	err := s.retry(ctx, op, true, func(a *attempt) error {
+		doubt = a.inDoubt
 		wp := s.writePolicy(ctx, as.TTLDontUpdate)
 		wp.RecordExistsAction = as.UPDATE_ONLY
 		wp.FilterExpression = as.ExpAnd(
 			as.ExpEq(as.ExpIntBin(qbToken), as.ExpIntVal(int64(off.Token))),
 			as.ExpLess(binOr0(qbVer), as.ExpIntVal(int64(off.Version))))
-		return wp
-	}, key, []*as.Operation{
-		as.PutOp(as.NewBin(qbNext, int64(off.Next))), as.PutOp(as.NewBin(qbAtt, off.Attempts)),
-		as.PutOp(as.NewBin(qbHeld, heldValue(off.Held))), as.PutOp(as.NewBin(qbVer, int64(off.Version))),
-		as.PutOp(as.NewBin(qbMarks, marksValue(off.Marks))),
-	}, types.FILTERED_OUT, types.KEY_NOT_FOUND_ERROR)
+		_, err := s.client.Operate(wp, key, ops...)
+		code = types.OK
+		if rc, ok := resultCode(err); ok && (rc == types.FILTERED_OUT || rc == types.KEY_NOT_FOUND_ERROR) {
+			code, err = rc, nil
+		}
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -168,6 +176,11 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 		}
 		if cur == off {
 			return nil
+		}
+		if doubt && cur.Token != off.Token {
+			// A try in doubt may have landed before the new owner's claim (which keeps
+			// Next and Version): the outcome is unknown, not refused.
+			return dcsync.Errorf(dcsync.Connection, op, "partition %d of queue %q group %q: outcome unknown: a try in doubt may have been applied before token %d took the partition", p, name, group, cur.Token)
 		}
 	}
 	return lost(cur)

@@ -1119,11 +1119,16 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 	row := offsetRow(name, group, p)
 	nv := encodeOffset(off)
 	put := &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualOffset, Value: nv}}}
+	var doubt error
 	// decide returns done (with the call's result) or the condition of the next attempt.
 	decide := func(cur dcsync.QueueOffset) (bool, error) {
 		switch {
 		case cur == off:
 			return true, nil // already stored: an earlier attempt of ours, or the same commit again
+		case cur.Token != off.Token && doubt != nil:
+			// An attempt in doubt may have landed before the new owner's claim (which
+			// keeps Next and Version): the outcome is unknown, not refused.
+			return true, dcsync.Errorf(dcsync.Connection, op, "queue %q group %q partition %d: outcome unknown: an attempt in doubt may have been applied before token %d took the partition: %w", name, group, p, cur.Token, doubt)
 		case cur.Token != off.Token:
 			return true, dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, not %d", name, group, p, cur.Token, off.Token)
 		case cur.Version >= off.Version:
@@ -1140,7 +1145,6 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 			known = !done
 		}
 	}
-	var doubt error
 	doubts := 0
 	for try := 0; try < 4*maxTries && doubts < maxTries; try++ {
 		if !known {

@@ -436,3 +436,40 @@ func TestQueueCommitRoundTrips(t *testing.T) {
 		t.Fatalf("offset %+v, want %+v", offs[0], o2)
 	}
 }
+
+// TestQueueCommitInDoubtThenTakenOver: a commit's first attempt is applied but its
+// reply lost, and a new owner claims the partition before the store reads back. The
+// claim keeps Next and Version, so nothing stored tells whether the commit landed: the
+// outcome is unknown (Connection), not refused. A LockLost there told the consumer its
+// ack was refused while the offset had moved past the acked events, so the successor
+// never delivered them and nobody acked them (found by the queue chaos checker on
+// Aerospike).
+func TestQueueCommitInDoubtThenTakenOver(t *testing.T) {
+	s, f := heldStore(t)
+	ctx := ctxT(t, time.Minute)
+	name := qname(t)
+	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	row := offsetRow(name, "g", 0)
+	_, err := s.ClaimQueuePartition(ctx, name, "g", 0, 7)
+	must(t, err, "ClaimQueuePartition 7")
+	off := dcsync.QueueOffset{Token: 7, Next: 5, Held: true, Version: 1}
+	f.holdNext(row, 1)
+	f.onHold = func() {
+		// The held attempt reaches the region server (its reply is lost), then the
+		// successor claims.
+		if applied := f.deliver(t); !applied[0] {
+			t.Errorf("the commit's first attempt was not applied")
+		}
+		_, err := s.ClaimQueuePartition(ctx, name, "g", 0, 8)
+		must(t, err, "ClaimQueuePartition 8")
+	}
+	err = s.CommitQueueOffset(ctx, name, "g", 0, off)
+	if dcsync.CodeOf(err) != dcsync.Connection {
+		t.Fatalf("commit applied in doubt, then taken over: %v, want Connection (outcome unknown; it did land)", err)
+	}
+	offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
+	must(t, err, "ReadQueueOffsets")
+	if offs[0].Next != 5 || offs[0].Token != 8 {
+		t.Fatalf("offset %+v, want the commit's Next 5 under token 8", offs[0])
+	}
+}
