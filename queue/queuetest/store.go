@@ -223,7 +223,7 @@ func runValidation(t *testing.T, h Harness) {
 		}
 		// The limits themselves are accepted.
 		edge := dcsync.QueueEvent{Partition: 1, Key: long[1:], ID: "edge" + long[5:], Payload: make([]byte, dcsync.MaxQueuePayload)}
-		res, err = s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{edge})
+		_, err = s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{edge})
 		must(t, err, "AppendQueue of an event at every limit")
 		es, _ := readAll(t, ctx, s, spec.Name, 1, 0)
 		if len(es) != 1 || es[0].Key != edge.Key || es[0].ID != edge.ID || len(es[0].Payload) != dcsync.MaxQueuePayload {
@@ -299,7 +299,7 @@ func runValidation(t *testing.T, h Harness) {
 		spec := create(t, ctx, s, 1, "g")
 		_, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 5)
 		must(t, err, "ClaimQueuePartition")
-		off := dcsync.QueueOffset{Token: 5, Next: 1, Held: true}
+		off := dcsync.QueueOffset{Token: 5, Next: 1, Held: true, Version: 1}
 		for _, id := range badIDs {
 			_, err := s.ClaimQueuePartition(ctx, id, "g", 0, 9)
 			wantCode(t, err, dcsync.InvalidArgument, fmt.Sprintf("ClaimQueuePartition queue %q", id))
@@ -313,10 +313,23 @@ func runValidation(t *testing.T, h Harness) {
 			wantCode(t, err, dcsync.InvalidArgument, fmt.Sprintf("ClaimQueuePartition partition %d", p))
 			wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", p, off), dcsync.InvalidArgument, fmt.Sprintf("CommitQueueOffset partition %d", p))
 		}
+		// Marks that are not an encoding of EncodeQueueMarks, or too long, are refused
+		// before any write: also for a commit that would otherwise be LockLost.
+		long := strings.Repeat("\x01\x01", dcsync.MaxQueueMarksLen/2+1)
+		for i, bad := range []dcsync.QueueMarks{"\x00\x01", "\x01", "\x01\x03", "\x81\x00\x01", "\x01\x01\x00", dcsync.QueueMarks(long)} {
+			for _, tok := range []uint64{5, 6} {
+				o := off
+				o.Token, o.Marks = tok, bad
+				wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, o), dcsync.InvalidArgument, fmt.Sprintf("CommitQueueOffset with bad marks %d (token %d)", i, tok))
+			}
+		}
+		o := off
+		o.Attempts = -1
+		wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, o), dcsync.InvalidArgument, "CommitQueueOffset with negative attempts")
 		got, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
 		must(t, err, "ReadQueueOffsets")
-		if got[0] != (dcsync.QueueOffset{Token: 5, Held: true}) {
-			t.Fatalf("offset after refused claims and commits = %+v, want token 5, next 0, held", got[0])
+		if got[0] != (dcsync.QueueOffset{Token: 5}) {
+			t.Fatalf("offset after refused claims and commits = %+v, want token 5 and nothing else (a claim writes the token only)", got[0])
 		}
 	})
 }
@@ -632,7 +645,7 @@ func runOffsets(t *testing.T, h Harness) {
 			}
 		}
 		// A commit without a claim has no owner to match.
-		wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 1, Next: 1, Held: true}), dcsync.LockLost, "CommitQueueOffset before any claim")
+		wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 1, Next: 1, Held: true, Version: 1}), dcsync.LockLost, "CommitQueueOffset before any claim")
 		expect("g", 0, dcsync.QueueOffset{})
 
 		off, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 5)
@@ -640,38 +653,40 @@ func runOffsets(t *testing.T, h Harness) {
 		if off != (dcsync.QueueOffset{Token: 5}) {
 			t.Fatalf("first claim returned %+v, want token 5, next 0, not held before", off)
 		}
-		expect("g", 0, dcsync.QueueOffset{Token: 5, Held: true})
-		must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 5, Next: 3, Attempts: 1, Held: true}), "CommitQueueOffset 5")
-		expect("g", 0, dcsync.QueueOffset{Token: 5, Next: 3, Attempts: 1, Held: true})
+		expect("g", 0, dcsync.QueueOffset{Token: 5}) // the token only: Held stays as stored
+		must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 5, Next: 3, Attempts: 1, Held: true, Version: 1}), "CommitQueueOffset 5")
+		held := dcsync.QueueOffset{Token: 5, Next: 3, Attempts: 1, Held: true, Version: 1}
+		expect("g", 0, held)
 
 		off, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 4)
 		wantCode(t, err, dcsync.LockLost, "ClaimQueuePartition with a lower token")
-		if off != (dcsync.QueueOffset{Token: 5, Next: 3, Attempts: 1, Held: true}) {
-			t.Fatalf("refused claim returned %+v, want the stored offset", off)
+		if off != held {
+			t.Fatalf("refused claim returned %+v, want the stored offset %+v", off, held)
 		}
-		expect("g", 0, dcsync.QueueOffset{Token: 5, Next: 3, Attempts: 1, Held: true})
+		expect("g", 0, held)
 
 		off, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 5)
 		must(t, err, "ClaimQueuePartition with the same token (a retried claim)")
-		if off != (dcsync.QueueOffset{Token: 5, Next: 3, Attempts: 1, Held: true}) {
-			t.Fatalf("retried claim returned %+v", off)
+		if off != held {
+			t.Fatalf("retried claim returned %+v, want the stored offset %+v", off, held)
 		}
+		expect("g", 0, held)
 		off, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 7)
 		must(t, err, "ClaimQueuePartition 7")
-		if off != (dcsync.QueueOffset{Token: 7, Next: 3, Attempts: 1, Held: true}) {
-			t.Fatalf("takeover claim returned %+v, want token 7, next 3, attempts 1, held before (owner never released)", off)
+		if off != (dcsync.QueueOffset{Token: 7, Next: 3, Attempts: 1, Held: true, Version: 1}) {
+			t.Fatalf("takeover claim returned %+v, want token 7, next 3, attempts 1, version 1, held before (owner never released)", off)
 		}
-		wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 5, Next: 9, Held: true}), dcsync.LockLost, "CommitQueueOffset by the old owner")
-		wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 8, Next: 9, Held: true}), dcsync.LockLost, "CommitQueueOffset with a token above the owner's")
-		expect("g", 0, dcsync.QueueOffset{Token: 7, Next: 3, Attempts: 1, Held: true})
+		wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 5, Next: 9, Held: true, Version: 2}), dcsync.LockLost, "CommitQueueOffset by the old owner")
+		wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 8, Next: 9, Held: true, Version: 2}), dcsync.LockLost, "CommitQueueOffset with a token above the owner's")
+		expect("g", 0, dcsync.QueueOffset{Token: 7, Next: 3, Attempts: 1, Held: true, Version: 1})
 
 		// The owner releases: the next claim sees Held false.
-		must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 7, Next: 4}), "CommitQueueOffset release")
-		expect("g", 0, dcsync.QueueOffset{Token: 7, Next: 4})
+		must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 7, Next: 4, Version: 2}), "CommitQueueOffset release")
+		expect("g", 0, dcsync.QueueOffset{Token: 7, Next: 4, Version: 2})
 		off, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 8)
 		must(t, err, "ClaimQueuePartition 8")
-		if off != (dcsync.QueueOffset{Token: 8, Next: 4}) {
-			t.Fatalf("claim after a release returned %+v, want token 8, next 4, not held", off)
+		if off != (dcsync.QueueOffset{Token: 8, Next: 4, Version: 2}) {
+			t.Fatalf("claim after a release returned %+v, want token 8, next 4, version 2, not held", off)
 		}
 
 		// Other partitions and groups are independent.
@@ -682,16 +697,258 @@ func runOffsets(t *testing.T, h Harness) {
 		}
 		_, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 2, 2)
 		must(t, err, "ClaimQueuePartition partition 2")
-		must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 2, dcsync.QueueOffset{Token: 2, Next: 11, Attempts: 2, Held: true}), "CommitQueueOffset partition 2")
+		must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 2, dcsync.QueueOffset{Token: 2, Next: 11, Attempts: 2, Held: true, Version: 1}), "CommitQueueOffset partition 2")
 		_, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 4, 3) // a dead-letter partition
 		must(t, err, "ClaimQueuePartition dead-letter partition")
 		got := read("g", 4, 2, 1, 0)
-		want := []dcsync.QueueOffset{{Token: 3, Held: true}, {Token: 2, Next: 11, Attempts: 2, Held: true}, {}, {Token: 8, Next: 4, Held: true}}
+		want := []dcsync.QueueOffset{{Token: 3}, {Token: 2, Next: 11, Attempts: 2, Held: true, Version: 1}, {}, {Token: 8, Next: 4, Version: 2}}
 		if !slices.Equal(got, want) {
 			t.Fatalf("ReadQueueOffsets(4, 2, 1, 0) = %+v, want %+v (in the order asked)", got, want)
 		}
-		if got := read("h", 0, 2); !slices.Equal(got, []dcsync.QueueOffset{{Token: 1, Held: true}, {}}) {
+		if got := read("h", 0, 2); !slices.Equal(got, []dcsync.QueueOffset{{Token: 1}, {}}) {
 			t.Fatalf("group h offsets %+v", got)
+		}
+	})
+
+	t.Run("VersionOrdering", func(t *testing.T) {
+		s := h.open(t)
+		ctx := ctxT(t, time.Minute)
+		spec := create(t, ctx, s, 1, "g")
+		expect := func(want dcsync.QueueOffset, after string) {
+			t.Helper()
+			offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
+			must(t, err, "ReadQueueOffsets")
+			if offs[0] != want {
+				t.Fatalf("after %s: offset %+v, want %+v", after, offs[0], want)
+			}
+		}
+		commit := func(off dcsync.QueueOffset) error {
+			return s.CommitQueueOffset(ctx, spec.Name, "g", 0, off)
+		}
+		_, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 3)
+		must(t, err, "ClaimQueuePartition")
+		// Version 0 is not above the stored 0: refused, nothing written.
+		wantCode(t, commit(dcsync.QueueOffset{Token: 3, Next: 2, Held: true}), dcsync.LockLost, "commit of version 0 over version 0")
+		expect(dcsync.QueueOffset{Token: 3}, "a refused commit of version 0")
+		v1 := dcsync.QueueOffset{Token: 3, Next: 2, Held: true, Version: 1}
+		must(t, commit(v1), "commit version 1")
+		expect(v1, "commit version 1")
+		// The same commit again (a retried call whose first attempt landed): nil.
+		must(t, commit(v1), "the same commit of version 1 again")
+		expect(v1, "the same commit again")
+		// Another value at the stored version, or below it: LockLost, nothing written.
+		for _, bad := range []dcsync.QueueOffset{
+			{Token: 3, Next: 5, Held: true, Version: 1},
+			{Token: 3, Next: 2, Held: false, Version: 1},
+			{Token: 3, Next: 2, Held: true, Attempts: 1, Version: 1},
+			{Token: 3, Next: 9, Held: true, Version: 0},
+		} {
+			wantCode(t, commit(bad), dcsync.LockLost, fmt.Sprintf("commit %+v over version 1", bad))
+			expect(v1, fmt.Sprintf("a refused commit %+v", bad))
+		}
+		// Versions may skip: any version above the stored one applies.
+		v9 := dcsync.QueueOffset{Token: 3, Next: 4, Held: true, Version: 9}
+		must(t, commit(v9), "commit version 9 over version 1")
+		expect(v9, "commit version 9")
+		wantCode(t, commit(dcsync.QueueOffset{Token: 3, Next: 6, Held: true, Version: 8}), dcsync.LockLost, "commit of version 8 after version 9")
+		expect(v9, "a refused commit of version 8")
+		// The largest version a store keeps applies too.
+		top := dcsync.QueueOffset{Token: 3, Next: 5, Held: true, Version: 1<<63 - 1}
+		must(t, commit(top), "commit of version 2^63-1")
+		expect(top, "commit of version 2^63-1")
+		must(t, commit(top), "the same commit of version 2^63-1 again")
+	})
+
+	t.Run("LateFirstAttempt", func(t *testing.T) {
+		// A commit whose first attempt lands after the owner's next commit (defect 1 of
+		// issue 14): the late attempt, sent again here as a call, changes nothing.
+		s := h.open(t)
+		ctx := ctxT(t, time.Minute)
+		spec := create(t, ctx, s, 1, "g")
+		commit := func(off dcsync.QueueOffset) error {
+			return s.CommitQueueOffset(ctx, spec.Name, "g", 0, off)
+		}
+		stored := func() dcsync.QueueOffset {
+			t.Helper()
+			offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
+			must(t, err, "ReadQueueOffsets")
+			return offs[0]
+		}
+		_, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 4)
+		must(t, err, "ClaimQueuePartition")
+		v1 := dcsync.QueueOffset{Token: 4, Next: 5, Held: true, Version: 1}
+		v2 := dcsync.QueueOffset{Token: 4, Next: 9, Held: true, Version: 2}
+		must(t, commit(v1), "commit v1")
+		must(t, commit(v2), "commit v2")
+		wantCode(t, commit(v1), dcsync.LockLost, "v1 again, after v2")
+		if got := stored(); got != v2 {
+			t.Fatalf("after v1, v2, v1: offset %+v, want v2 %+v (Next must never go back)", got, v2)
+		}
+		// The owner's release is late too, after a new owner claimed: refused.
+		_, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 6)
+		must(t, err, "ClaimQueuePartition 6")
+		wantCode(t, commit(dcsync.QueueOffset{Token: 4, Next: 12, Version: 3}), dcsync.LockLost, "the old owner's late release")
+		wantCode(t, commit(v2), dcsync.LockLost, "the old owner's v2 again, after a claim")
+		if got := stored(); got != (dcsync.QueueOffset{Token: 6, Next: 9, Held: true, Version: 2}) {
+			t.Fatalf("after a claim and the old owner's late commits: offset %+v", got)
+		}
+		// A claim that lands late, after a higher one: refused, nothing written.
+		off, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 5)
+		wantCode(t, err, dcsync.LockLost, "a late claim of token 5 after token 6")
+		if off.Token != 6 {
+			t.Fatalf("refused claim returned %+v, want the stored token 6", off)
+		}
+		if got := stored(); got != (dcsync.QueueOffset{Token: 6, Next: 9, Held: true, Version: 2}) {
+			t.Fatalf("after a late claim: offset %+v", got)
+		}
+	})
+
+	t.Run("ConcurrentVersions", func(t *testing.T) {
+		// One owner's commits of versions 1..n race (as attempts of successive commits
+		// landing in any order would): whatever the order, the highest is stored.
+		s := h.open(t)
+		ctx := ctxT(t, time.Minute)
+		spec := create(t, ctx, s, 1, "g")
+		_, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 2)
+		must(t, err, "ClaimQueuePartition")
+		const n = 16
+		var wg sync.WaitGroup
+		errs := make([]error, n+1)
+		for v := uint64(n); v >= 1; v-- {
+			wg.Go(func() {
+				errs[v] = s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 2, Next: 10 * v, Held: true, Version: v})
+			})
+		}
+		wg.Wait()
+		for v, err := range errs[1:] {
+			if err != nil && dcsync.CodeOf(err) != dcsync.LockLost {
+				t.Fatalf("commit of version %d: %v, want success or LockLost", v+1, err)
+			}
+		}
+		must(t, errs[n], "the commit of the highest version")
+		offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
+		must(t, err, "ReadQueueOffsets")
+		if offs[0] != (dcsync.QueueOffset{Token: 2, Next: 10 * n, Held: true, Version: n}) {
+			t.Fatalf("after racing commits of versions 1..%d: %+v, want version %d's", n, offs[0], n)
+		}
+	})
+
+	t.Run("Marks", func(t *testing.T) {
+		s := h.open(t)
+		ctx := ctxT(t, time.Minute)
+		spec := create(t, ctx, s, 2, "g")
+		stored := func(p int) dcsync.QueueOffset {
+			t.Helper()
+			offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{p})
+			must(t, err, "ReadQueueOffsets")
+			return offs[0]
+		}
+		small, err := dcsync.EncodeQueueMarks(7, []dcsync.QueueMark{{Seq: 8, Acked: true}, {Seq: 10, Attempts: 3}, {Seq: 300, Acked: true}})
+		must(t, err, "EncodeQueueMarks")
+		// The longest marks: MaxQueueMarks entries, each with a large seq gap and the
+		// most attempts (13 bytes each).
+		many := make([]dcsync.QueueMark, dcsync.MaxQueueMarks)
+		for i := range many {
+			many[i] = dcsync.QueueMark{Seq: uint64(i+1) * (1<<54 - 1), Attempts: 1<<31 - 1}
+		}
+		big, err := dcsync.EncodeQueueMarks(0, many)
+		must(t, err, "EncodeQueueMarks")
+		if len(big) < dcsync.MaxQueueMarksLen*3/4 {
+			t.Fatalf("test marks of %d bytes, want close to %d", len(big), dcsync.MaxQueueMarksLen)
+		}
+		// Bytes of every value, 0x00 and 0xFF included, through a store's encoding.
+		var every []dcsync.QueueMark
+		for i := uint64(1); i <= 200; i++ {
+			every = append(every, dcsync.QueueMark{Seq: 7 + i*i*i, Attempts: int(i * 0x01010101 % (1<<31 - 1))})
+		}
+		wide, err := dcsync.EncodeQueueMarks(7, every)
+		must(t, err, "EncodeQueueMarks")
+		_, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 1)
+		must(t, err, "ClaimQueuePartition")
+		v := uint64(0)
+		for _, c := range []struct {
+			next  uint64
+			marks dcsync.QueueMarks
+		}{{7, small}, {0, big}, {7, wide}, {7, ""}, {0, big}} {
+			v++
+			off := dcsync.QueueOffset{Token: 1, Next: c.next, Attempts: 2, Held: true, Version: v, Marks: c.marks}
+			must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, off), fmt.Sprintf("commit of %d bytes of marks", len(c.marks)))
+			got := stored(0)
+			if got != off {
+				t.Fatalf("marks of %d bytes read back as %d bytes (%+v), want them verbatim", len(c.marks), len(got.Marks), got.Marks)
+			}
+			if _, err := got.Marks.Decode(got.Next); err != nil {
+				t.Fatalf("stored marks do not decode: %v", err)
+			}
+			must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, off), "the same commit with marks again")
+		}
+		// A claim keeps the marks (and the rest), verbatim.
+		off, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 2)
+		must(t, err, "ClaimQueuePartition 2")
+		want := dcsync.QueueOffset{Token: 2, Next: 0, Attempts: 2, Held: true, Version: v, Marks: big}
+		if off != want || stored(0) != want {
+			t.Fatalf("claim over marks returned %d bytes of marks, stored %d, want %d (the claim writes the token only)", len(off.Marks), len(stored(0).Marks), len(big))
+		}
+		// The other partition has none.
+		if got := stored(1); got != (dcsync.QueueOffset{}) {
+			t.Fatalf("partition 1: %+v, want none", got)
+		}
+	})
+
+	t.Run("ClaimWritesTheTokenOnly", func(t *testing.T) {
+		s := h.open(t)
+		ctx := ctxT(t, time.Minute)
+		spec := create(t, ctx, s, 1, "g")
+		marks, err := dcsync.EncodeQueueMarks(4, []dcsync.QueueMark{{Seq: 5, Acked: true}, {Seq: 6, Attempts: 2}})
+		must(t, err, "EncodeQueueMarks")
+		stored := func() dcsync.QueueOffset {
+			t.Helper()
+			offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
+			must(t, err, "ReadQueueOffsets")
+			return offs[0]
+		}
+		tok := uint64(10)
+		for _, held := range []bool{true, false} {
+			_, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, tok)
+			must(t, err, "ClaimQueuePartition")
+			base := dcsync.QueueOffset{Token: tok, Next: 4, Attempts: 3, Held: held, Version: tok * 100, Marks: marks}
+			must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, base), "CommitQueueOffset")
+			// A higher token: the token changes, nothing else.
+			tok++
+			off, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, tok)
+			must(t, err, "ClaimQueuePartition of a higher token")
+			want := base
+			want.Token = tok
+			if off != want {
+				t.Fatalf("claim returned %+v, want %+v", off, want)
+			}
+			if got := stored(); got != want {
+				t.Fatalf("after a claim (held %v): stored %+v, want %+v (Next, Attempts, Held, Version and Marks as stored)", held, got, want)
+			}
+			// The same token again, and a lower one: nothing written.
+			off, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 0, tok)
+			must(t, err, "ClaimQueuePartition of the same token")
+			if off != want || stored() != want {
+				t.Fatalf("a claim of the stored token returned %+v, stored %+v, want %+v", off, stored(), want)
+			}
+			off, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 0, tok-1)
+			wantCode(t, err, dcsync.LockLost, "ClaimQueuePartition of a lower token")
+			if off != want || stored() != want {
+				t.Fatalf("a refused claim returned %+v, stored %+v, want %+v", off, stored(), want)
+			}
+			// The new owner writes above the version it read; at or below it: refused.
+			stale := want
+			stale.Next = 99
+			wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, stale), dcsync.LockLost, "the new owner's commit at the stored version")
+			next := want
+			next.Version++
+			next.Next = 5
+			next.Marks = ""
+			must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, next), "the new owner's commit above the stored version")
+			if got := stored(); got != next {
+				t.Fatalf("after the new owner's commit: %+v, want %+v", got, next)
+			}
+			tok += 10
 		}
 	})
 
@@ -718,14 +975,14 @@ func runOffsets(t *testing.T, h Harness) {
 		}
 		offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
 		must(t, err, "ReadQueueOffsets")
-		if offs[0].Token != n {
-			t.Fatalf("after concurrent claims the token is %d, want the highest, %d", offs[0].Token, n)
+		if offs[0] != (dcsync.QueueOffset{Token: n}) {
+			t.Fatalf("after concurrent claims the offset is %+v, want token %d (the highest) and nothing else", offs[0], n)
 		}
 		var commits sync.WaitGroup
 		ok := make([]bool, n+1)
 		for tok := uint64(1); tok <= n; tok++ {
 			commits.Go(func() {
-				ok[tok] = s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: tok, Next: tok, Held: true}) == nil
+				ok[tok] = s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: tok, Next: tok, Held: true, Version: 1}) == nil
 			})
 		}
 		commits.Wait()
@@ -736,7 +993,7 @@ func runOffsets(t *testing.T, h Harness) {
 		}
 		offs, err = s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
 		must(t, err, "ReadQueueOffsets")
-		if offs[0] != (dcsync.QueueOffset{Token: n, Next: n, Held: true}) {
+		if offs[0] != (dcsync.QueueOffset{Token: n, Next: n, Held: true, Version: 1}) {
 			t.Fatalf("offset %+v, want the owner's commit", offs[0])
 		}
 	})
@@ -765,7 +1022,7 @@ func runNames(t *testing.T, h Harness) {
 			tok := uint64(100*i + k + 1)
 			_, err := s.ClaimQueuePartition(ctx, n, g, 1, tok)
 			must(t, err, "ClaimQueuePartition")
-			must(t, s.CommitQueueOffset(ctx, n, g, 1, dcsync.QueueOffset{Token: tok, Next: tok, Held: true}), "CommitQueueOffset")
+			must(t, s.CommitQueueOffset(ctx, n, g, 1, dcsync.QueueOffset{Token: tok, Next: tok, Held: true, Version: 1}), "CommitQueueOffset")
 		}
 	}
 	for i, n := range names {
@@ -782,7 +1039,7 @@ func runNames(t *testing.T, h Harness) {
 			tok := uint64(100*i + k + 1)
 			offs, err := s.ReadQueueOffsets(ctx, n, g, []int{1})
 			must(t, err, "ReadQueueOffsets")
-			if offs[0] != (dcsync.QueueOffset{Token: tok, Next: tok, Held: true}) {
+			if offs[0] != (dcsync.QueueOffset{Token: tok, Next: tok, Held: true, Version: 1}) {
 				t.Fatalf("queue %q group %q offset %+v, want token and next %d", n, g, offs[0], tok)
 			}
 		}

@@ -141,6 +141,44 @@
 // InspectLock of a Java-held lock returns Owner "", Token 0 and a zero Expires, which
 // means unknown: the Java store records no expiry and HBase returns no cell TTLs.
 //
+// # Queue writes retried in doubt
+//
+// A queue write whose outcome is unknown is sent again (by the client, or by the store
+// after reading the row back), and its first attempt may still reach the region server
+// later, after later writes (a request held in a network or a server queue). Each
+// write is safe to land late because of its condition:
+//
+//   - Offsets (claims and commits): compare-and-set on the exact bytes of the offset
+//     cell read before; a claim raises the token and a commit the version, so the bytes
+//     never recur and a late attempt finds other bytes and changes nothing: the offset
+//     never moves back and no mark is lost. A claim that finds its own token stored
+//     reports success with the stored offset; a commit that finds its own value stored
+//     returns nil.
+//   - Spec (CreateQueue, AddQueueGroup): "spec absent" with the create's op id, then
+//     compare-and-set on the exact spec bytes (groups are only added).
+//   - Reservations (Increments of the head counter): a nonce that every retry reuses,
+//     so HBase applies each once; a reservation answered after a retry is abandoned,
+//     its seqs left as holes that consumers abort.
+//   - Dedup claims and placements: compare-and-set on the id's cell (absent, or the
+//     exact value read); every value names the call's random token, and a call that
+//     finds its own earlier value again (a late placement) takes it back. An id whose
+//     cell expired may get a late claim of a finished call: another append takes it
+//     over after 5 s.
+//   - Events (plain Puts, read back): the seq is this append's alone (its reservation),
+//     so every attempt writes the same bytes; a tombstone wins over an event in reads,
+//     whatever the order they land in, and the outcome is read back after the write.
+//     A Put landing after a trim re-creates the cell below the Floor, where nothing
+//     reads it.
+//   - Tombstones (AbortQueueSeq, unused seqs): "no event cell at the seq": refused once
+//     the event is written, also after it was trimmed: a trim replaces an event's cell
+//     by a one-byte mark that lives as long as the queue's dedup window, never deletes
+//     it, so the condition cannot hold again while an append of the event's id could
+//     still be taken over (a tombstone there would make that append store the event
+//     again). After the window, a late tombstone below the Floor is read by nobody.
+//   - Trims: the Floor and how far events are trimmed, by compare-and-set on their exact
+//     bytes (both only grow); the marks replacing events below the Floor are Puts of
+//     the same bytes.
+//
 // # Failures
 //
 // Every operation validates its input before any I/O. Reads, Puts and Increments are

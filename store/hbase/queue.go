@@ -20,7 +20,9 @@ package hbase
 //	                           q:a the tombstone of an aborted seq (wins over q:e)
 //	P | 'o' | len(group) | group
 //	                         a group's offset: q:t the owner's token (8 bytes),
-//	                           q:o token | next | attempts | held
+//	                           q:o token | next | attempts (4) | held (1) | version |
+//	                           marks (the rest; the first release's 21-byte cell,
+//	                           without version and marks, reads as version 0)
 //	salt | len(queue) | queue | 0xFFFF | 's'
 //	                         the spec (q:s, JSON)
 //	salt | len(queue) | queue | 0xFFFE | 'd' | id
@@ -81,19 +83,33 @@ package hbase
 //
 // A seq is reserved before it is written: ReadQueue stops before the first reserved seq
 // with no entry. AbortQueueSeq writes the tombstone q:a there while q:e is absent.
-// TrimQueue raises the Floor (check-and-set, never lowered), then deletes the events'
-// cells below it (batched deletes of q:e over the dense seq range) and records how
-// far it deleted (q:x) so that a trim cut short is finished by the next one.
+// TrimQueue raises the Floor (check-and-set, never lowered), then replaces the events'
+// cells below it by a one-byte trimmed mark whose cell TTL is the queue's dedup window
+// (batched Puts of q:e over the dense seq range; see TrimQueue for why not deletes)
+// and records how far it went (q:x) so that a trim cut short is finished by the next
+// one.
 // Tombstones are never deleted: a producer that reserved a seq, was aborted, and
 // writes only after the trim must still read q:a back (without it, its write would
 // land below the Floor where no one reads it). They are a few bytes per aborted seq.
 //
 // # Offsets
 //
-// ClaimQueuePartition reads the offset row and sets it with a check-and-set on the whole
-// value (so the Next/Attempts/Held it returns are exactly the ones it replaced), looping
-// when another claim or commit got in between; CommitQueueOffset is a check-and-mutate
-// "q:t equals the token".
+// ClaimQueuePartition and CommitQueueOffset decide on the offset cell q:o as read and
+// replace it by a check-and-mutate "q:o holds exactly these bytes" (compare-and-set),
+// looping when another claim or commit got in between. A claim writes a higher token
+// and keeps the rest; a commit needs the stored token to be its own and the stored
+// version below its own. Every write changes the cell's bytes (a claim the token,
+// which only grows; a commit the version, which only grows under one token), so bytes
+// once replaced never come back: an attempt that lands late, after later writes,
+// changes nothing. A commit's first attempt is conditioned on the cell as the store
+// last wrote or read it and reads the row back in the same request (one round trip
+// while one store owns the partition; a stale guess costs one more). q:t, the token
+// alone, is still written by claims for readers of the first release.
+//
+// # Writes retried in doubt
+//
+// See the package doc, "Queue writes retried in doubt", for the condition that makes
+// each write safe to land late.
 
 import (
 	"bytes"
@@ -137,13 +153,18 @@ const (
 	kindOffset = 'o'
 )
 
-// Entry values (q:e) start with a format byte.
-const entryEvent = 1
+// Entry values (q:e) start with a format byte: an event, or the mark TrimQueue
+// leaves in place of a trimmed event (that byte alone).
+const (
+	entryEvent   = 1
+	entryTrimmed = 2
+)
 
 // Kinds of a decoded entry row.
 const (
 	kindEvent = iota + 1
 	kindTombstone
+	kindTrimmed // an event was here, delivered and trimmed
 )
 
 var (
@@ -156,6 +177,7 @@ type queueOps interface {
 	Get(ctx context.Context, table string, row []byte, cols ...hbaserpc.Column) ([]hbaserpc.Cell, error)
 	MultiGet(ctx context.Context, table string, gets []hbaserpc.Get) ([][]hbaserpc.Cell, error)
 	CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error)
+	CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error)
 	MultiMutate(ctx context.Context, table string, actions []hbaserpc.Action) ([]hbaserpc.ActionResult, error)
 	ScanFunc(ctx context.Context, table string, s hbaserpc.Scan, fn func(hbaserpc.Row) error) error
 }
@@ -167,6 +189,7 @@ type queueState struct {
 
 	mu    sync.Mutex
 	specs map[string]dcsync.QueueSpec // queues known to exist (for their dedup window)
+	seen  map[string][]byte           // offset row -> its cell as last written or read
 }
 
 // queue returns the store's queue state.
@@ -263,7 +286,7 @@ func dedupRow(name, id string) []byte {
 
 // storedEntry is an entry row as read.
 type storedEntry struct {
-	kind    int // kindEvent or kindTombstone
+	kind    int // kindEvent, kindTombstone or kindTrimmed
 	key, id string
 	payload []byte
 	at      int64
@@ -280,6 +303,9 @@ func encodeEvent(e dcsync.QueueEvent) []byte {
 }
 
 func decodeEvent(v []byte) (storedEntry, error) {
+	if len(v) == 1 && v[0] == entryTrimmed {
+		return storedEntry{kind: kindTrimmed}, nil
+	}
 	if len(v) < 1 || v[0] != entryEvent {
 		return storedEntry{}, fmt.Errorf("malformed entry (%d bytes)", len(v))
 	}
@@ -298,7 +324,8 @@ func decodeEvent(v []byte) (storedEntry, error) {
 }
 
 // findEntry decodes an entry row's cells: a tombstone when q:a is there (whatever
-// else is), the event of q:e otherwise (ok false: neither, a seq not written yet).
+// else is), the event (or trimmed mark) of q:e otherwise (ok false: neither, a seq not
+// written yet, or an event trimmed by an earlier release, which deleted the cell).
 func findEntry(cells []hbaserpc.Cell) (storedEntry, bool, error) {
 	if _, ts, ok := cellValue(cells, qualAbort); ok {
 		return storedEntry{kind: kindTombstone, at: ts}, true, nil
@@ -676,8 +703,8 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 		if err != nil {
 			return dcsync.QueueRead{}, dcsync.Errorf(dcsync.Internal, op, "queue %q partition %d seq %d: %v", name, p, seq, err)
 		}
-		if !found {
-			break
+		if !found || e.kind == kindTrimmed {
+			break // trimmed by a trim that raced this read: below the Floor now
 		}
 		qe := dcsync.QueueEntry{Seq: seq, At: time.UnixMilli(e.at)}
 		if e.kind == kindTombstone {
@@ -779,8 +806,8 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 	return false, wrap(last, op)
 }
 
-// TrimQueue raises partition p's Floor to below (never lowers it) and deletes its
-// events below it.
+// TrimQueue raises partition p's Floor to below (never lowers it) and replaces its
+// events below it by trimmed marks (see the queue layout).
 func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
 	const op = "hbase.TrimQueue"
 	if err := dcsync.ValidateQueuePartitions(name, []int{p}); err != nil {
@@ -790,7 +817,8 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 	if err != nil {
 		return err
 	}
-	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
+	spec, err := s.knownSpec(ctx, db, table, op, name)
+	if err != nil {
 		return err
 	}
 	hrow := headRow(name, p)
@@ -832,25 +860,29 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 	if trimmed >= below {
 		return nil
 	}
-	// Delete the events in [trimmed, below): the seqs are dense, so the rows are known
-	// without a scan. Only the event's cell goes: a tombstone there stays (see the
-	// layout); deleting the absent event cell of a tombstone row is harmless (a late
-	// producer's Put there finds the tombstone all the same, below the floor).
+	// Replace the events in [trimmed, below) by the trimmed mark: the seqs are dense, so
+	// the rows are known without a scan. The mark is one byte with the queue's dedup
+	// window as its cell TTL (the event's bytes are gone at once; the mark once the
+	// window ends), not a delete: an abort's attempt still in flight ("q:e absent: put
+	// q:a") must not find the cell absent and tombstone a delivered event, which would
+	// let an append of its id within the window take the id over and append it again.
+	// After the window no append resolves the id any more. A tombstone stays (see the
+	// layout). The Puts are idempotent: the client sends them again in doubt.
 	prefix := partPrefix(name, p)
+	mark := []hbaserpc.Value{{Family: famQueue, Qualifier: qualEntry, Value: []byte{entryTrimmed}}}
 	const chunk = 1000
 	for from := trimmed; from < below; {
 		n := min(below-from, uint64(chunk))
 		acts := make([]hbaserpc.Action, n)
 		for i := range acts {
-			acts[i] = hbaserpc.Action{Mutation: &hbaserpc.Delete{Row: entryRow(prefix, from+uint64(i)),
-				Columns: []hbaserpc.Column{{Family: famQueue, Qualifier: qualEntry}}}}
+			acts[i] = hbaserpc.Action{Mutation: &hbaserpc.Put{Row: entryRow(prefix, from+uint64(i)), TTL: spec.DedupWindow(), Values: mark}}
 		}
 		if _, err := db.MultiMutate(ctx, table, acts); err != nil {
 			return wrap(err, op)
 		}
 		from += n
 	}
-	// Record how far events are deleted (never lowered; a failure here only makes the
+	// Record how far events are trimmed (never lowered; a failure here only makes the
 	// next trim scan again).
 	for try := 0; try < maxTries; try++ {
 		cells, err := db.Get(ctx, table, hrow, hbaserpc.Column{Family: famQueue, Qualifier: qualTrimmed})
@@ -882,29 +914,50 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 
 // Offsets.
 
-const offsetLen = 8 + 8 + 4 + 1
+// Offset cell (q:o) formats. The first, of 21 bytes, is token | next | attempts |
+// held; the current one appends version (8 bytes) and the marks (the rest, verbatim).
+// A cell in the first format reads as Version 0 with no marks, and is rewritten in the
+// current one by the next claim or commit.
+const (
+	offsetLenV1 = 8 + 8 + 4 + 1
+	offsetLen   = offsetLenV1 + 8 // without the marks
+)
 
 func encodeOffset(o dcsync.QueueOffset) []byte {
-	b := make([]byte, 0, offsetLen)
+	b := make([]byte, 0, offsetLen+len(o.Marks))
 	b = binary.BigEndian.AppendUint64(b, o.Token)
 	b = binary.BigEndian.AppendUint64(b, o.Next)
 	b = binary.BigEndian.AppendUint32(b, uint32(o.Attempts))
 	if o.Held {
-		return append(b, 1)
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
 	}
-	return append(b, 0)
+	b = binary.BigEndian.AppendUint64(b, o.Version)
+	return append(b, o.Marks...)
 }
 
 func decodeOffset(v []byte) (dcsync.QueueOffset, error) {
-	if len(v) != offsetLen {
-		return dcsync.QueueOffset{}, fmt.Errorf("offset cell holds %d bytes, want %d", len(v), offsetLen)
+	if len(v) != offsetLenV1 && len(v) < offsetLen {
+		return dcsync.QueueOffset{}, fmt.Errorf("offset cell holds %d bytes, want %d or at least %d", len(v), offsetLenV1, offsetLen)
 	}
-	return dcsync.QueueOffset{
+	if len(v) > offsetLen+dcsync.MaxQueueMarksLen {
+		return dcsync.QueueOffset{}, fmt.Errorf("offset cell holds %d bytes, above %d", len(v), offsetLen+dcsync.MaxQueueMarksLen)
+	}
+	if v[20] > 1 {
+		return dcsync.QueueOffset{}, fmt.Errorf("offset cell holds held byte %d", v[20])
+	}
+	o := dcsync.QueueOffset{
 		Token:    binary.BigEndian.Uint64(v[0:8]),
 		Next:     binary.BigEndian.Uint64(v[8:16]),
 		Attempts: int(binary.BigEndian.Uint32(v[16:20])),
 		Held:     v[20] == 1,
-	}, nil
+	}
+	if len(v) >= offsetLen {
+		o.Version = binary.BigEndian.Uint64(v[offsetLenV1:offsetLen])
+		o.Marks = dcsync.QueueMarks(v[offsetLen:])
+	}
+	return o, nil
 }
 
 func validGroup(name, group string, p int) error {
@@ -914,12 +967,20 @@ func validGroup(name, group string, p int) error {
 	return dcsync.ValidateID("group", group)
 }
 
+// offsetColumn is the column of an offset row that claims and commits compare and set.
+var offsetColumn = hbaserpc.Column{Family: famQueue, Qualifier: qualOffset}
+
 // readOffset reads one offset row: the offset and its raw cell (nil when none).
 func readOffset(ctx context.Context, db queueOps, table, op string, row []byte) (dcsync.QueueOffset, []byte, error) {
-	cells, err := db.Get(ctx, table, row, hbaserpc.Column{Family: famQueue, Qualifier: qualOffset})
+	cells, err := db.Get(ctx, table, row, offsetColumn)
 	if err != nil {
 		return dcsync.QueueOffset{}, nil, wrap(err, op)
 	}
+	return offsetOf(op, cells)
+}
+
+// offsetOf decodes the offset cell among cells (the zero offset and nil when absent).
+func offsetOf(op string, cells []hbaserpc.Cell) (dcsync.QueueOffset, []byte, error) {
 	raw, _, ok := cellValue(cells, qualOffset)
 	if !ok {
 		return dcsync.QueueOffset{}, nil, nil
@@ -931,8 +992,47 @@ func readOffset(ctx context.Context, db queueOps, table, op string, row []byte) 
 	return o, raw, nil
 }
 
+// offsetCond is the condition of a write that replaces the offset cell raw (nil: no
+// cell): compare-and-set on the exact stored bytes.
+func offsetCond(raw []byte) hbaserpc.Condition {
+	if raw == nil {
+		return hbaserpc.IfAbsent(famQueue, qualOffset)
+	}
+	return hbaserpc.IfEquals(famQueue, qualOffset, raw)
+}
+
+// maxSeenOffsets bounds the offset cells a store remembers (see seenOffset).
+const maxSeenOffsets = 1 << 16
+
+// seenOffset returns the offset cell of row as this store last wrote or read it (nil:
+// unknown). It is only a guess of the stored value, the condition of a commit's first
+// compare-and-set: a wrong guess costs a refused attempt, never a wrong write.
+func (q *queueState) seenOffset(row []byte) []byte {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.seen[string(row)]
+}
+
+func (q *queueState) sawOffset(row, raw []byte) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if raw == nil {
+		delete(q.seen, string(row))
+		return
+	}
+	if q.seen == nil || len(q.seen) >= maxSeenOffsets {
+		q.seen = make(map[string][]byte)
+	}
+	q.seen[string(row)] = raw
+}
+
 // ClaimQueuePartition makes token the owner of group's offset in partition p (see
-// dcsync.QueueStore).
+// dcsync.QueueStore): it reads the offset cell and, when token is above the stored
+// one, replaces it by the same offset with token, by a check-and-mutate conditioned on
+// the exact bytes it read (compare-and-set). A claim whose first attempt lands late,
+// after later writes, finds other bytes there and changes nothing; a claim that finds
+// its own token stored (its in-doubt attempt landed, or a retried call) writes nothing
+// and returns the stored offset.
 func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
 	const op = "hbase.ClaimQueuePartition"
 	if err := validGroup(name, group, p); err != nil {
@@ -945,43 +1045,41 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
 		return dcsync.QueueOffset{}, err
 	}
+	q := s.queue()
 	row := offsetRow(name, group, p)
 	var doubt error
-	var sent []byte               // the value of the claim in doubt
-	var before dcsync.QueueOffset // what it was to replace
 	for try := 0; try < 4*maxTries; try++ {
 		cur, raw, err := readOffset(ctx, db, table, op, row)
 		if err != nil {
 			return dcsync.QueueOffset{}, err
 		}
-		if doubt != nil && bytes.Equal(raw, sent) {
-			// Our claim whose reply was lost was applied.
-			before.Token = token
-			return before, nil
-		}
+		q.sawOffset(row, raw)
 		if token < cur.Token {
 			return cur, dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, above %d", name, group, p, cur.Token, token)
 		}
-		nv := encodeOffset(dcsync.QueueOffset{Token: token, Next: cur.Next, Attempts: cur.Attempts, Held: true})
-		cond := hbaserpc.IfAbsent(famQueue, qualOffset)
-		if raw != nil {
-			cond = hbaserpc.IfEquals(famQueue, qualOffset, raw)
+		if token == cur.Token {
+			// A retried claim, or ours whose reply was lost: nothing to write.
+			return cur, nil
 		}
-		ok, _, err := db.CheckAndMutate(ctx, table, row, cond, &hbaserpc.Put{Values: []hbaserpc.Value{
+		nv := cur
+		nv.Token = token
+		enc := encodeOffset(nv)
+		ok, _, err := db.CheckAndMutate(ctx, table, row, offsetCond(raw), &hbaserpc.Put{Values: []hbaserpc.Value{
 			{Family: famQueue, Qualifier: qualOffTok, Value: be64(token)},
-			{Family: famQueue, Qualifier: qualOffset, Value: nv},
+			{Family: famQueue, Qualifier: qualOffset, Value: enc},
 		}})
 		if err != nil {
 			if !inDoubt(err) {
 				return dcsync.QueueOffset{}, wrap(err, op)
 			}
-			doubt, sent, before = err, nv, cur
-			continue
+			doubt = err
+			continue // read again: our token there means it landed
 		}
 		if ok {
-			cur.Token = token
-			return cur, nil
+			q.sawOffset(row, enc)
+			return nv, nil
 		}
+		// Another claim or commit got in: read again.
 	}
 	if doubt != nil {
 		return dcsync.QueueOffset{}, wrap(doubt, op)
@@ -989,7 +1087,16 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 	return dcsync.QueueOffset{}, dcsync.Errorf(dcsync.RetriesExhausted, op, "queue %q group %q partition %d: the offset kept changing", name, group, p)
 }
 
-// CommitQueueOffset writes off when the stored token equals off.Token.
+// CommitQueueOffset writes off when the stored token is off.Token and the stored
+// Version is below off.Version (see dcsync.QueueStore), by a check-and-mutate
+// conditioned on the exact bytes of the offset cell that the decision was made on
+// (compare-and-set). Every write of the cell changes its bytes (a claim the token, a
+// commit the version, which only grows under one token), so a stored value never
+// comes back: an attempt whose reply was lost and that lands late, after later writes,
+// finds other bytes and changes nothing. The first attempt is conditioned on the cell
+// as this store last wrote or read it, and reads the row back in the same request, so
+// a commit of the partition's owner is one round trip; a refused attempt decides on
+// the cell it read back.
 func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
 	const op = "hbase.CommitQueueOffset"
 	if err := validGroup(name, group, p); err != nil {
@@ -998,6 +1105,9 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 	if off.Attempts < 0 || off.Attempts > math.MaxInt32 {
 		return dcsync.Errorf(dcsync.InvalidArgument, op, "attempts %d out of range", off.Attempts)
 	}
+	if err := dcsync.ValidateQueueMarks(op, off); err != nil {
+		return err
+	}
 	table, db, err := s.qready(ctx, op)
 	if err != nil {
 		return err
@@ -1005,58 +1115,75 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
 		return err
 	}
+	q := s.queue()
 	row := offsetRow(name, group, p)
 	nv := encodeOffset(off)
 	put := &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualOffset, Value: nv}}}
-	lostErr := func(cur dcsync.QueueOffset) error {
-		return dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, not %d", name, group, p, cur.Token, off.Token)
+	// decide returns done (with the call's result) or the condition of the next attempt.
+	decide := func(cur dcsync.QueueOffset) (bool, error) {
+		switch {
+		case cur == off:
+			return true, nil // already stored: an earlier attempt of ours, or the same commit again
+		case cur.Token != off.Token:
+			return true, dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, not %d", name, group, p, cur.Token, off.Token)
+		case cur.Version >= off.Version:
+			return true, dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d: token %d stored version %d, not below %d (a later write of the owner)", name, group, p, cur.Token, cur.Version, off.Version)
+		}
+		return false, nil
+	}
+	// The guess is used only when it allows the write: any other decision is made on
+	// the stored cell.
+	raw, known := q.seenOffset(row), false
+	if raw != nil {
+		if cur, err := decodeOffset(raw); err == nil {
+			done, _ := decide(cur)
+			known = !done
+		}
 	}
 	var doubt error
-	for try := 0; try < maxTries; try++ {
-		var cond hbaserpc.Condition
-		if off.Token == 0 {
-			// The zero token is the missing record's: compare the whole offset.
-			cur, raw, err := readOffset(ctx, db, table, op, row)
+	doubts := 0
+	for try := 0; try < 4*maxTries && doubts < maxTries; try++ {
+		if !known {
+			cur, r, err := readOffset(ctx, db, table, op, row)
 			if err != nil {
 				return err
 			}
-			if cur.Token != 0 {
-				if doubt != nil && bytes.Equal(raw, nv) {
-					return nil
-				}
-				return lostErr(cur)
+			q.sawOffset(row, r)
+			if done, err := decide(cur); done {
+				return err
 			}
-			cond = hbaserpc.IfAbsent(famQueue, qualOffset)
-			if raw != nil {
-				cond = hbaserpc.IfEquals(famQueue, qualOffset, raw)
-			}
-		} else {
-			cond = hbaserpc.IfEquals(famQueue, qualOffTok, be64(off.Token))
+			raw = r
 		}
-		ok, _, err := db.CheckAndMutate(ctx, table, row, cond, put)
+		ok, _, after, err := db.CheckAndMutateRead(ctx, table, row, offsetCond(raw), []hbaserpc.Mutation{put}, offsetColumn)
 		if err != nil {
 			if !inDoubt(err) {
 				return wrap(err, op)
 			}
-			doubt = err
-			continue // the same write again is harmless while the token holds
+			// Read again: our value there means it landed. The attempt may still land
+			// later; its condition, the bytes it replaces, will not hold by then.
+			doubt, known = err, false
+			doubts++
+			continue
 		}
 		if ok {
+			q.sawOffset(row, nv)
 			return nil
 		}
-		cur, raw, err := readOffset(ctx, db, table, op, row)
+		// Refused: decide on the cell read back after the check.
+		cur, r, err := offsetOf(op, after)
 		if err != nil {
 			return err
 		}
-		if doubt != nil && bytes.Equal(raw, nv) {
-			return nil // our earlier attempt
+		q.sawOffset(row, r)
+		if done, err := decide(cur); done {
+			return err
 		}
-		if cur.Token != off.Token {
-			return lostErr(cur)
-		}
-		// Token 0 and the offset changed under us: compare again.
+		raw, known = r, true
 	}
-	return wrap(doubt, op)
+	if doubt != nil {
+		return wrap(doubt, op)
+	}
+	return dcsync.Errorf(dcsync.RetriesExhausted, op, "queue %q group %q partition %d: the offset kept changing", name, group, p)
 }
 
 // ReadQueueOffsets reads group's offsets of many partitions in one MultiGet.

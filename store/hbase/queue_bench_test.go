@@ -132,6 +132,7 @@ func BenchmarkQueue(b *testing.B) {
 				return fmt.Errorf("read %d entries", len(r.Entries))
 			}
 			off.Next += benchBatch
+			off.Version++
 			return s.CommitQueueOffset(ctx, name, "g", 0, off)
 		})
 	})
@@ -187,6 +188,7 @@ func BenchmarkQueue(b *testing.B) {
 						continue
 					}
 					off.Next += uint64(len(r.Entries))
+					off.Version++
 					if err := s.CommitQueueOffset(ctx, name, "g", p, off); err != nil {
 						errs <- err
 						return

@@ -1,6 +1,7 @@
 package hbase
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -192,11 +193,17 @@ func TestQueueAppendRead(t *testing.T) {
 	if r.Floor != 11 || r.Head != 11 || len(r.Entries) != 0 {
 		t.Fatalf("after full trim: %+v", r)
 	}
-	// The trimmed rows are gone.
+	// The trimmed events are gone: each row holds the one-byte trimmed mark (which
+	// expires with the dedup window), nothing else.
 	rows, err := s.client.Scan(ctx, s.QueueTable(), hbaserpc.Scan{StartRow: entryRow(partPrefix(name, 0), 0), StopRow: entryRow(partPrefix(name, 0), 100)})
 	must(t, err, "scan")
-	if len(rows) != 0 {
-		t.Fatalf("%d entry rows left after trimming everything", len(rows))
+	if len(rows) != 11 {
+		t.Fatalf("%d entry rows after trimming everything, want 11 marks", len(rows))
+	}
+	for _, r := range rows {
+		if len(r.Cells) != 1 || !bytes.Equal(r.Cells[0].Qualifier, qualEntry) || !bytes.Equal(r.Cells[0].Value, []byte{entryTrimmed}) {
+			t.Fatalf("trimmed row %x holds %+v, want the trimmed mark alone", r.Key, r.Cells)
+		}
 	}
 }
 
@@ -208,7 +215,7 @@ func TestQueueOffsets(t *testing.T) {
 	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 2, Groups: []string{"g", "h"}})
 	offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0, 1, 2})
 	must(t, err, "ReadQueueOffsets")
-	if fmt.Sprint(offs) != "[{0 0 0 false} {0 0 0 false} {0 0 0 false}]" {
+	if fmt.Sprint(offs) != fmt.Sprint(make([]dcsync.QueueOffset, 3)) {
 		t.Fatalf("fresh offsets %v", offs)
 	}
 	o, err := s.ClaimQueuePartition(ctx, name, "g", 1, 5)
@@ -216,11 +223,11 @@ func TestQueueOffsets(t *testing.T) {
 	if o != (dcsync.QueueOffset{Token: 5}) {
 		t.Fatalf("first claim %+v", o)
 	}
-	must(t, s.CommitQueueOffset(ctx, name, "g", 1, dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}), "Commit")
-	wantCode(t, s.CommitQueueOffset(ctx, name, "g", 1, dcsync.QueueOffset{Token: 4, Next: 9}), dcsync.LockLost, "Commit with an old token")
+	must(t, s.CommitQueueOffset(ctx, name, "g", 1, dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}), "Commit")
+	wantCode(t, s.CommitQueueOffset(ctx, name, "g", 1, dcsync.QueueOffset{Token: 4, Next: 9, Version: 2}), dcsync.LockLost, "Commit with an old token")
 	o, err = s.ClaimQueuePartition(ctx, name, "g", 1, 5)
 	must(t, err, "retried Claim")
-	if o != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}) {
+	if o != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}) {
 		t.Fatalf("retried claim %+v", o)
 	}
 	o, err = s.ClaimQueuePartition(ctx, name, "g", 1, 3)
@@ -230,14 +237,14 @@ func TestQueueOffsets(t *testing.T) {
 	}
 	o, err = s.ClaimQueuePartition(ctx, name, "g", 1, 8)
 	must(t, err, "Claim by a new owner")
-	if o != (dcsync.QueueOffset{Token: 8, Next: 7, Attempts: 2, Held: true}) {
+	if o != (dcsync.QueueOffset{Token: 8, Next: 7, Attempts: 2, Held: true, Version: 1}) {
 		t.Fatalf("takeover claim %+v", o)
 	}
-	wantCode(t, s.CommitQueueOffset(ctx, name, "g", 1, dcsync.QueueOffset{Token: 5, Next: 20}), dcsync.LockLost, "zombie commit")
-	must(t, s.CommitQueueOffset(ctx, name, "g", 1, dcsync.QueueOffset{Token: 8, Next: 9}), "release")
+	wantCode(t, s.CommitQueueOffset(ctx, name, "g", 1, dcsync.QueueOffset{Token: 5, Next: 20, Version: 2}), dcsync.LockLost, "zombie commit")
+	must(t, s.CommitQueueOffset(ctx, name, "g", 1, dcsync.QueueOffset{Token: 8, Next: 9, Version: 2}), "release")
 	offs, err = s.ReadQueueOffsets(ctx, name, "g", []int{1, 0})
 	must(t, err, "ReadQueueOffsets")
-	if offs[0] != (dcsync.QueueOffset{Token: 8, Next: 9}) || offs[1] != (dcsync.QueueOffset{}) {
+	if offs[0] != (dcsync.QueueOffset{Token: 8, Next: 9, Version: 2}) || offs[1] != (dcsync.QueueOffset{}) {
 		t.Fatalf("offsets %v", offs)
 	}
 	offs, err = s.ReadQueueOffsets(ctx, name, "h", []int{1})
@@ -261,7 +268,7 @@ func TestQueueOffsets(t *testing.T) {
 	wg.Wait()
 	offs, err = s.ReadQueueOffsets(ctx, name, "h", []int{0})
 	must(t, err, "ReadQueueOffsets")
-	if offs[0].Token != 19 || !offs[0].Held {
+	if offs[0] != (dcsync.QueueOffset{Token: 19}) {
 		t.Fatalf("after concurrent claims: %+v", offs[0])
 	}
 }
@@ -629,6 +636,14 @@ func (f *queueFaults) CheckAndMutate(ctx context.Context, table string, row []by
 	return f.queueOps.CheckAndMutate(ctx, table, row, cond, muts...)
 }
 
+func (f *queueFaults) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error) {
+	if f.take("CheckAndMutate") {
+		f.queueOps.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
+		return false, nil, nil, errLost
+	}
+	return f.queueOps.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
+}
+
 // TestQueueInDoubt: lost replies of the conditional writes (entries, dedup claims,
 // tombstones, specs, offsets) are recognised: every event is stored once, every
 // operation applied once.
@@ -710,10 +725,10 @@ func TestQueueInDoubt(t *testing.T) {
 		t.Fatalf("claim %+v", o)
 	}
 	f.set("CheckAndMutate", 1)
-	must(t, s.CommitQueueOffset(ctx, name, "g", 0, dcsync.QueueOffset{Token: 3, Next: 2}), "Commit with a lost reply")
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, dcsync.QueueOffset{Token: 3, Next: 2, Version: 1}), "Commit with a lost reply")
 	offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
 	must(t, err, "ReadQueueOffsets")
-	if offs[0] != (dcsync.QueueOffset{Token: 3, Next: 2}) {
+	if offs[0] != (dcsync.QueueOffset{Token: 3, Next: 2, Version: 1}) {
 		t.Fatalf("offset %+v", offs[0])
 	}
 	// An abort whose reply is lost: aborted, once.

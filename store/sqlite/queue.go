@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS dcsync_queue_heads (
 CREATE TABLE IF NOT EXISTS dcsync_queue_offsets (
 	q INTEGER NOT NULL, g TEXT NOT NULL, p INTEGER NOT NULL,
 	token INTEGER NOT NULL, next INTEGER NOT NULL, attempts INTEGER NOT NULL, held INTEGER NOT NULL,
+	version INTEGER NOT NULL DEFAULT 0, marks BLOB NOT NULL DEFAULT x'',
 	PRIMARY KEY (q, g, p)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dcsync_queue_dedup (
 	q INTEGER NOT NULL, id TEXT NOT NULL, p INTEGER NOT NULL, seq INTEGER NOT NULL, expires_ms INTEGER NOT NULL,
@@ -51,14 +52,26 @@ CREATE TABLE IF NOT EXISTS dcsync_queue_dedup (
 CREATE INDEX IF NOT EXISTS dcsync_queue_dedup_expiry ON dcsync_queue_dedup (q, expires_ms);
 `
 
+// offsetColumns are the columns dcsync_queue_offsets gained after its first release
+// (QueueOffset.Version and Marks). A file whose table lacks them (written by an earlier
+// release) is read as if they held 0 and no marks, and gets them (ALTER TABLE ADD
+// COLUMN, with those defaults) by this release's first CreateQueue, claim or commit on
+// it, in a transaction of its own (CommitQueueOffsetTx: in the application's). Processes
+// of an earlier release can still open the file, and their inserts take the defaults,
+// but their commits ignore the version: do not run both releases' consumers on one
+// queue.
+const offsetColumns = `ALTER TABLE dcsync_queue_offsets ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE dcsync_queue_offsets ADD COLUMN marks BLOB NOT NULL DEFAULT x'';`
+
 // queueState caches what never changes once written: that the queue tables exist, and
-// each queue's id and dedup window. It also keeps when each queue's expired ids were
-// last swept.
+// each queue's id and dedup window, and that the offsets table has its later columns.
+// It also keeps when each queue's expired ids were last swept.
 type queueState struct {
-	mu     sync.Mutex
-	tables bool
-	meta   map[string]queueMeta
-	swept  map[int64]time.Time
+	mu      sync.Mutex
+	tables  bool
+	offCols bool // dcsync_queue_offsets has offsetColumns (seen committed)
+	meta    map[string]queueMeta
+	swept   map[int64]time.Time
 }
 
 type queueMeta struct {
@@ -196,6 +209,9 @@ func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
 		if _, err := tx.ExecContext(ctx, queueSchema); err != nil {
 			return dcsync.Errorf(dcsync.TableCreation, op, "%s: creating the queue tables: %w", s.path, err)
 		}
+		if err := s.addOffsetColumns(ctx, tx); err != nil {
+			return dcsync.Errorf(dcsync.TableCreation, op, "%s: adding the offsets' version and marks: %w", s.path, err)
+		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO dcsync_queues (name, partitions, groups, dedup_ns, created_ms)
 			VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
 			spec.Name, spec.Partitions, string(groups), int64(spec.Dedup), s.now().UnixMilli())
@@ -212,6 +228,7 @@ func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
 	if err == nil {
 		s.queues.mu.Lock()
 		s.queues.tables = true
+		s.queues.offCols = true
 		s.queues.mu.Unlock()
 	}
 	return err
@@ -597,20 +614,103 @@ func validateOffsetArgs(name, group string, p int) error {
 	return dcsync.ValidateQueuePartition(p)
 }
 
-// readOffset reads group's offset in p (the zero offset when none is stored).
-func readOffset(ctx context.Context, q queryRower, id int64, group string, p int) (dcsync.QueueOffset, bool, error) {
-	var token, next int64
-	var off dcsync.QueueOffset
-	err := q.QueryRowContext(ctx, `SELECT token, next, attempts, held FROM dcsync_queue_offsets WHERE q = ? AND g = ? AND p = ?`,
-		id, group, p).Scan(&token, &next, &off.Attempts, &off.Held)
-	if errors.Is(err, sql.ErrNoRows) {
-		return off, false, nil
+// offsetColumnsState reports whether dcsync_queue_offsets exists and whether it has
+// offsetColumns, as q sees it.
+func (s *Store) offsetColumnsState(ctx context.Context, q queryRower) (table, cols bool, err error) {
+	s.queues.mu.Lock()
+	cached := s.queues.offCols
+	s.queues.mu.Unlock()
+	if cached {
+		return true, true, nil
 	}
-	off.Token, off.Next = uint64(token), uint64(next)
+	var n, k int
+	err = q.QueryRowContext(ctx, `SELECT COUNT(*), COUNT(CASE WHEN name IN ('version', 'marks') THEN 1 END)
+		FROM pragma_table_info('dcsync_queue_offsets')`).Scan(&n, &k)
+	return n > 0, k == 2, err
+}
+
+// sawOffsetColumns remembers that the offsets table has offsetColumns; only called
+// once they are committed (the columns are never dropped).
+func (s *Store) sawOffsetColumns() {
+	s.queues.mu.Lock()
+	s.queues.offCols = true
+	s.queues.mu.Unlock()
+}
+
+// offsetSelect returns the offset columns to select (see scanOffset): version and
+// marks, or their defaults in a file that lacks them.
+func (s *Store) offsetSelect(ctx context.Context, q queryRower) (string, error) {
+	_, ok, err := s.offsetColumnsState(ctx, q)
+	if err != nil {
+		return "", err
+	}
+	if ok {
+		return "token, next, attempts, held, version, marks", nil
+	}
+	return "token, next, attempts, held, 0, x''", nil
+}
+
+// addOffsetColumns adds offsetColumns in tx (a write) when the table lacks them.
+func (s *Store) addOffsetColumns(ctx context.Context, tx *sql.Tx) error {
+	table, ok, err := s.offsetColumnsState(ctx, tx)
+	if err != nil || ok || !table {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, offsetColumns)
+	return err
+}
+
+// ensureOffsetColumns gives the offsets table offsetColumns, in a transaction of its
+// own, unless the store has seen them already (the first claim or commit of a file
+// written by an earlier release).
+func (s *Store) ensureOffsetColumns(ctx context.Context, op string) error {
+	s.queues.mu.Lock()
+	cached := s.queues.offCols
+	s.queues.mu.Unlock()
+	if cached {
+		return nil
+	}
+	var seen bool
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		table, _, err := s.offsetColumnsState(ctx, tx)
+		if err != nil || !table {
+			return err // no queue tables: the call reports NotFound
+		}
+		seen = true
+		return s.addOffsetColumns(ctx, tx)
+	})
+	if err == nil && seen {
+		s.sawOffsetColumns()
+	}
+	return err
+}
+
+// scanOffset scans the columns of offsetSelect.
+func scanOffset(scan func(...any) error, pre ...any) (dcsync.QueueOffset, error) {
+	var token, next, version int64
+	var marks []byte
+	var off dcsync.QueueOffset
+	err := scan(append(pre, &token, &next, &off.Attempts, &off.Held, &version, &marks)...)
+	off.Token, off.Next, off.Version, off.Marks = uint64(token), uint64(next), uint64(version), dcsync.QueueMarks(marks)
+	return off, err
+}
+
+// readOffset reads group's offset in p (the zero offset when none is stored).
+func (s *Store) readOffset(ctx context.Context, q queryRower, id int64, group string, p int) (dcsync.QueueOffset, bool, error) {
+	cols, err := s.offsetSelect(ctx, q)
+	if err != nil {
+		return dcsync.QueueOffset{}, false, err
+	}
+	off, err := scanOffset(q.QueryRowContext(ctx, `SELECT `+cols+` FROM dcsync_queue_offsets WHERE q = ? AND g = ? AND p = ?`,
+		id, group, p).Scan)
+	if errors.Is(err, sql.ErrNoRows) {
+		return dcsync.QueueOffset{}, false, nil
+	}
 	return off, err == nil, err
 }
 
-// ClaimQueuePartition implements dcsync.QueueStore.
+// ClaimQueuePartition implements dcsync.QueueStore: in one transaction, it reads the
+// offset and, when token is above the stored one, writes token (and nothing else).
 func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
 	const op = "sqlite.ClaimQueuePartition"
 	if err := validateOffsetArgs(name, group, p); err != nil {
@@ -619,20 +719,27 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 	if err := checkSeq(op, "token", token); err != nil {
 		return dcsync.QueueOffset{}, err
 	}
+	if err := s.ensureOffsetColumns(ctx, op); err != nil {
+		return dcsync.QueueOffset{}, err
+	}
 	var off dcsync.QueueOffset
 	err := s.write(ctx, op, func(tx *sql.Tx) (err error) {
 		m, err := s.queue(ctx, tx, op, name)
 		if err != nil {
 			return err
 		}
-		if off, _, err = readOffset(ctx, tx, m.id, group, p); err != nil {
+		if off, _, err = s.readOffset(ctx, tx, m.id, group, p); err != nil {
 			return err
 		}
 		if token < off.Token {
 			return dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, above %d", name, group, p, off.Token, token)
 		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO dcsync_queue_offsets (q, g, p, token, next, attempts, held) VALUES (?, ?, ?, ?, 0, 0, 1)
-			ON CONFLICT (q, g, p) DO UPDATE SET token = excluded.token, held = 1`, m.id, group, p, int64(token))
+		if token == off.Token {
+			return nil // a retried claim: nothing to write
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO dcsync_queue_offsets (q, g, p, token, next, attempts, held, version, marks)
+			VALUES (?, ?, ?, ?, 0, 0, 0, 0, x'') ON CONFLICT (q, g, p) DO UPDATE SET token = excluded.token WHERE token < excluded.token`,
+			m.id, group, p, int64(token))
 		return err
 	})
 	if err != nil {
@@ -655,20 +762,33 @@ func validateCommit(op, name, group string, p int, off dcsync.QueueOffset) error
 	if err := checkSeq(op, "next", off.Next); err != nil {
 		return err
 	}
-	if off.Attempts < 0 {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "attempts %d is negative", off.Attempts)
+	if err := checkSeq(op, "version", off.Version); err != nil {
+		return err
 	}
-	return nil
+	if off.Attempts < 0 || off.Attempts > math.MaxInt32 {
+		return dcsync.Errorf(dcsync.InvalidArgument, op, "attempts %d is outside [0, %d]", off.Attempts, math.MaxInt32)
+	}
+	return dcsync.ValidateQueueMarks(op, off)
 }
 
-// commitOffset is CommitQueueOffset in tx.
+// commitOffset is CommitQueueOffset in tx: one UPDATE conditioned on the owner's token
+// and a stored version below off's; when it changes no row, the stored offset decides
+// (equal to off: nil; no record and off.Token 0: inserted; otherwise LockLost).
 func (s *Store) commitOffset(ctx context.Context, tx *sql.Tx, op, name, group string, p int, off dcsync.QueueOffset) error {
 	m, err := s.queue(ctx, tx, op, name)
 	if err != nil {
 		return err
 	}
-	res, err := tx.ExecContext(ctx, `UPDATE dcsync_queue_offsets SET next = ?, attempts = ?, held = ? WHERE q = ? AND g = ? AND p = ? AND token = ?`,
-		int64(off.Next), off.Attempts, off.Held, m.id, group, p, int64(off.Token))
+	if err := s.addOffsetColumns(ctx, tx); err != nil {
+		return err
+	}
+	marks := []byte(off.Marks)
+	if marks == nil {
+		marks = []byte{}
+	}
+	res, err := tx.ExecContext(ctx, `UPDATE dcsync_queue_offsets SET next = ?, attempts = ?, held = ?, version = ?, marks = ?
+		WHERE q = ? AND g = ? AND p = ? AND token = ? AND version < ?`,
+		int64(off.Next), off.Attempts, off.Held, int64(off.Version), marks, m.id, group, p, int64(off.Token), int64(off.Version))
 	if err != nil {
 		return err
 	}
@@ -676,23 +796,32 @@ func (s *Store) commitOffset(ctx context.Context, tx *sql.Tx, op, name, group st
 	if err != nil || n == 1 {
 		return err
 	}
-	stored, found, err := readOffset(ctx, tx, m.id, group, p)
-	if err != nil {
+	stored, found, err := s.readOffset(ctx, tx, m.id, group, p)
+	switch {
+	case err != nil:
 		return err
-	}
-	if !found && off.Token == 0 {
+	case stored == off:
+		return nil // already stored: the same commit again
+	case stored.Token != off.Token:
+		return dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, not %d", name, group, p, stored.Token, off.Token)
+	case stored.Version >= off.Version:
+		return dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d: token %d stored version %d, not below %d (a later write of the owner)", name, group, p, stored.Token, stored.Version, off.Version)
+	case !found:
 		// No record is the zero offset, whose token 0 matches.
-		_, err := tx.ExecContext(ctx, `INSERT INTO dcsync_queue_offsets (q, g, p, token, next, attempts, held) VALUES (?, ?, ?, 0, ?, ?, ?)`,
-			m.id, group, p, int64(off.Next), off.Attempts, off.Held)
+		_, err := tx.ExecContext(ctx, `INSERT INTO dcsync_queue_offsets (q, g, p, token, next, attempts, held, version, marks) VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?)`,
+			m.id, group, p, int64(off.Next), off.Attempts, off.Held, int64(off.Version), marks)
 		return err
 	}
-	return dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, not %d", name, group, p, stored.Token, off.Token)
+	return dcsync.Errorf(dcsync.Internal, op, "queue %q group %q partition %d: offset %+v neither updated nor refused by %+v", name, group, p, stored, off)
 }
 
 // CommitQueueOffset implements dcsync.QueueStore.
 func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
 	const op = "sqlite.CommitQueueOffset"
 	if err := validateCommit(op, name, group, p, off); err != nil {
+		return err
+	}
+	if err := s.ensureOffsetColumns(ctx, op); err != nil {
 		return err
 	}
 	return s.write(ctx, op, func(tx *sql.Tx) error {
@@ -764,13 +893,14 @@ func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []i
 		if err != nil {
 			return err
 		}
-		out, err = byPartition(ctx, tx, ps, `SELECT p, token, next, attempts, held FROM dcsync_queue_offsets WHERE q = ? AND g = ? AND p IN (%s)`,
+		cols, err := s.offsetSelect(ctx, tx)
+		if err != nil {
+			return err
+		}
+		out, err = byPartition(ctx, tx, ps, `SELECT p, `+cols+` FROM dcsync_queue_offsets WHERE q = ? AND g = ? AND p IN (%s)`,
 			[]any{m.id, group}, func(rows *sql.Rows) (int, dcsync.QueueOffset, error) {
 				var p int
-				var token, next int64
-				var off dcsync.QueueOffset
-				err := rows.Scan(&p, &token, &next, &off.Attempts, &off.Held)
-				off.Token, off.Next = uint64(token), uint64(next)
+				off, err := scanOffset(rows.Scan, &p)
 				return p, off, err
 			})
 		return err

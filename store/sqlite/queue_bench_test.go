@@ -187,6 +187,7 @@ func BenchmarkQueueReceive(b *testing.B) {
 				return fmt.Errorf("read %d entries at %d", len(r.Entries), off.Next)
 			}
 			off.Next += uint64(len(r.Entries))
+			off.Version++
 			return s.CommitQueueOffset(ctx, "bench", "g", 0, off)
 		})
 	})

@@ -218,34 +218,34 @@ func TestQueueOffsets(t *testing.T) {
 	if err != nil || off != (dcsync.QueueOffset{Token: 5}) {
 		t.Fatalf("first claim: %+v, %v", off, err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}); err != nil {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 4, Next: 9}); !errors.Is(err, dcsync.ErrLockLost) {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 4, Next: 9, Version: 2}); !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("commit with a stale token: %v", err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 2, dcsync.QueueOffset{Token: 4, Next: 9}); !errors.Is(err, dcsync.ErrLockLost) {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 2, dcsync.QueueOffset{Token: 4, Next: 9, Version: 1}); !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("commit to an unclaimed partition: %v", err)
 	}
-	// Claimed again by 5 (a retried claim): Held was true.
-	if off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 5); err != nil || off != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}) {
+	// Claimed again by 5 (a retried claim): the stored offset, nothing written.
+	if off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 5); err != nil || off != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}) {
 		t.Fatalf("retried claim: %+v, %v", off, err)
 	}
 	off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 3)
-	if !errors.Is(err, dcsync.ErrLockLost) || off != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}) {
+	if !errors.Is(err, dcsync.ErrLockLost) || off != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}) {
 		t.Fatalf("lower claim: %+v, %v", off, err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 8}); err != nil {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 8, Version: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 6); err != nil || off != (dcsync.QueueOffset{Token: 6, Next: 8}) {
+	if off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 6); err != nil || off != (dcsync.QueueOffset{Token: 6, Next: 8, Version: 2}) {
 		t.Fatalf("claim after a release: %+v, %v", off, err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 100}); !errors.Is(err, dcsync.ErrLockLost) {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 100, Version: 3}); !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("zombie commit: %v", err)
 	}
 	offs, err = s.ReadQueueOffsets(ctx, "q", "g", []int{1, 0, 1})
-	want := []dcsync.QueueOffset{{Token: 6, Next: 8, Held: true}, {}, {Token: 6, Next: 8, Held: true}}
+	want := []dcsync.QueueOffset{{Token: 6, Next: 8, Version: 2}, {}, {Token: 6, Next: 8, Version: 2}}
 	if err != nil || fmt.Sprint(offs) != fmt.Sprint(want) {
 		t.Fatalf("offsets %v, want %v (%v)", offs, want, err)
 	}
@@ -253,10 +253,10 @@ func TestQueueOffsets(t *testing.T) {
 		t.Fatalf("another group's offset: %+v", offs[0])
 	}
 	// Token 0 matches the missing record.
-	if err := s.CommitQueueOffset(ctx, "q", "h", 3, dcsync.QueueOffset{Next: 2}); err != nil {
+	if err := s.CommitQueueOffset(ctx, "q", "h", 3, dcsync.QueueOffset{Next: 2, Version: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if offs, _ := s.ReadQueueOffsets(ctx, "q", "h", []int{3}); offs[0] != (dcsync.QueueOffset{Next: 2}) {
+	if offs, _ := s.ReadQueueOffsets(ctx, "q", "h", []int{3}); offs[0] != (dcsync.QueueOffset{Next: 2, Version: 1}) {
 		t.Fatalf("offset committed with token 0: %+v", offs[0])
 	}
 }
@@ -352,7 +352,7 @@ func TestQueueHonoursContextUnderWriteContention(t *testing.T) {
 		"AddQueueGroup":       func(ctx context.Context) error { _, err := s.AddQueueGroup(ctx, "q", "h"); return err },
 		"ClaimQueuePartition": func(ctx context.Context) error { _, err := s.ClaimQueuePartition(ctx, "q", "g", 0, 2); return err },
 		"CommitQueueOffset": func(ctx context.Context) error {
-			return s.CommitQueueOffset(ctx, "q", "g", 0, dcsync.QueueOffset{Token: 1, Next: 1})
+			return s.CommitQueueOffset(ctx, "q", "g", 0, dcsync.QueueOffset{Token: 1, Next: 1, Version: 1})
 		},
 		"TrimQueue": func(ctx context.Context) error { return s.TrimQueue(ctx, "q", 0, 1) },
 		"WriteTx":   func(ctx context.Context) error { return s.WriteTx(ctx, func(*sql.Tx) error { return nil }) },
@@ -371,7 +371,7 @@ func TestQueueHonoursContextUnderWriteContention(t *testing.T) {
 		t.Fatalf("read under contention: %+v, %v", r, err)
 	}
 	offs, err := s.ReadQueueOffsets(context.Background(), "q", "g", []int{0})
-	if err != nil || offs[0] != (dcsync.QueueOffset{Token: 1, Held: true}) {
+	if err != nil || offs[0] != (dcsync.QueueOffset{Token: 1}) {
 		t.Fatalf("offset: %+v, %v", offs, err)
 	}
 	if spec, err := s.ReadQueueSpec(context.Background(), "q"); err != nil || len(spec.Groups) != 1 {
@@ -500,5 +500,117 @@ func TestQueueProcesses(t *testing.T) {
 			}
 			ids[e.ID] = true
 		}
+	}
+}
+
+// oldOffsetsTable is dcsync_queue_offsets as the first release created it, without
+// the version and marks columns.
+const oldOffsetsTable = `CREATE TABLE dcsync_queue_offsets (
+	q INTEGER NOT NULL, g TEXT NOT NULL, p INTEGER NOT NULL,
+	token INTEGER NOT NULL, next INTEGER NOT NULL, attempts INTEGER NOT NULL, held INTEGER NOT NULL,
+	PRIMARY KEY (q, g, p)) WITHOUT ROWID`
+
+// oldFile writes a file whose offsets table is the first release's, holding group g's
+// offset of partition 0 (token 5, next 7, attempts 2, held) of queue "q".
+func oldFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "old.db")
+	s, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	createQueue(t, s, "q", 2, "g")
+	for _, q := range []string{`DROP TABLE dcsync_queue_offsets`, oldOffsetsTable,
+		`INSERT INTO dcsync_queue_offsets SELECT id, 'g', 0, 5, 7, 2, 1 FROM dcsync_queues WHERE name = 'q'`} {
+		if _, err := s.DB().Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s.Close()
+	return path
+}
+
+// A file written by the first release (no version or marks columns) is read as
+// version 0 with no marks, also by a read-only store; the first claim or commit adds
+// the columns, keeping the stored offsets.
+func TestQueueOffsetsOldFile(t *testing.T) {
+	ctx := context.Background()
+	old := dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}
+
+	path := oldFile(t)
+	makeReadOnly(t, path)
+	ro := open(t, path)
+	if !ro.ReadOnly() {
+		t.Fatal("store on a read-only file is not read-only")
+	}
+	offs, err := ro.ReadQueueOffsets(ctx, "q", "g", []int{0, 1})
+	if err != nil || offs[0] != old || offs[1] != (dcsync.QueueOffset{}) {
+		t.Fatalf("read-only store on an old file: %+v, %v; want %+v and none", offs, err, old)
+	}
+
+	for _, first := range []string{"claim", "commit", "commit in tx"} {
+		t.Run(first, func(t *testing.T) {
+			s := open(t, oldFile(t))
+			offs, err := s.ReadQueueOffsets(ctx, "q", "g", []int{0})
+			if err != nil || offs[0] != old {
+				t.Fatalf("old offset read as %+v, %v; want %+v", offs, err, old)
+			}
+			next := old
+			next.Version, next.Next = 1, 8
+			next.Marks, err = dcsync.EncodeQueueMarks(8, []dcsync.QueueMark{{Seq: 10, Acked: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch first {
+			case "claim":
+				off, err := s.ClaimQueuePartition(ctx, "q", "g", 0, 6)
+				if want := (dcsync.QueueOffset{Token: 6, Next: 7, Attempts: 2, Held: true}); err != nil || off != want {
+					t.Fatalf("claim on an old file: %+v, %v; want %+v", off, err, want)
+				}
+				next.Token = 6
+				if err := s.CommitQueueOffset(ctx, "q", "g", 0, next); err != nil {
+					t.Fatal(err)
+				}
+			case "commit":
+				if err := s.CommitQueueOffset(ctx, "q", "g", 0, next); err != nil {
+					t.Fatalf("commit on an old file: %v", err)
+				}
+			case "commit in tx":
+				if err := s.WriteTx(ctx, func(tx *sql.Tx) error {
+					return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, next)
+				}); err != nil {
+					t.Fatalf("commit in tx on an old file: %v", err)
+				}
+			}
+			offs, err = s.ReadQueueOffsets(ctx, "q", "g", []int{0})
+			if err != nil || offs[0] != next {
+				t.Fatalf("after the first write: %+v, %v; want %+v", offs, err, next)
+			}
+			// The late first attempt of that commit is refused now.
+			stale := next
+			stale.Version, stale.Next, stale.Marks = 0, 7, ""
+			if err := s.CommitQueueOffset(ctx, "q", "g", 0, stale); !errors.Is(err, dcsync.ErrLockLost) {
+				t.Fatalf("a version-0 commit after the migration: %v, want LockLost", err)
+			}
+			// Another store on the file (a fresh process) sees the columns.
+			other := open(t, s.Path())
+			if offs, err := other.ReadQueueOffsets(ctx, "q", "g", []int{0}); err != nil || offs[0] != next {
+				t.Fatalf("another store after the migration: %+v, %v; want %+v", offs, err, next)
+			}
+		})
+	}
+
+	// A claim refused with LockLost on an old file still adds the columns (in their
+	// own transaction), and reads go on working.
+	s := open(t, oldFile(t))
+	if _, err := s.ClaimQueuePartition(ctx, "q", "g", 0, 4); !errors.Is(err, dcsync.ErrLockLost) {
+		t.Fatalf("lower claim on an old file: %v", err)
+	}
+	if offs, err := s.ReadQueueOffsets(ctx, "q", "g", []int{0}); err != nil || offs[0] != old {
+		t.Fatalf("after a refused claim: %+v, %v", offs, err)
+	}
+	var n int
+	if err := s.DB().QueryRow(`SELECT COUNT(*) FROM pragma_table_info('dcsync_queue_offsets') WHERE name IN ('version', 'marks')`).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("columns added: %d, %v", n, err)
 	}
 }

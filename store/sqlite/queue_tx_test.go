@@ -61,7 +61,7 @@ func TestQueueCommitTx(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO app VALUES ('e0', 'done')`); err != nil {
 			return err
 		}
-		if err := s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true}); err != nil {
+		if err := s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1}); err != nil {
 			return err
 		}
 		return errApp
@@ -76,12 +76,12 @@ func TestQueueCommitTx(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO app VALUES ('e0', 'done')`); err != nil {
 			return err
 		}
-		return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true})
+		return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, off := appRows(t, s), offset0(t, s); n != 1 || off != (dcsync.QueueOffset{Token: 2, Next: 1, Held: true}) {
+	if n, off := appRows(t, s), offset0(t, s); n != 1 || off != (dcsync.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1}) {
 		t.Fatalf("after a commit: %d app rows, offset %+v", n, off)
 	}
 }
@@ -108,7 +108,7 @@ func TestQueueCommitTxBeginTx(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO app VALUES ('e1', 'x')`); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 2, Held: true}); err != nil {
+		if err := s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 2, Held: true, Version: 2}); err != nil {
 			t.Fatal(err)
 		}
 		if !commit {
@@ -142,13 +142,13 @@ func TestQueueCommitTxStaleToken(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO app VALUES ('e0', 'zombie')`); err != nil {
 			return err
 		}
-		inTx = s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true})
+		inTx = s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1})
 		return inTx
 	})
 	if !errors.Is(inTx, dcsync.ErrLockLost) || !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("stale ack: %v (WriteTx: %v), want LockLost", inTx, err)
 	}
-	if n, off := appRows(t, s), offset0(t, s); n != 0 || off != (dcsync.QueueOffset{Token: 3, Held: true}) {
+	if n, off := appRows(t, s), offset0(t, s); n != 0 || off != (dcsync.QueueOffset{Token: 3}) {
 		t.Fatalf("after a stale ack: %d app rows, offset %+v", n, off)
 	}
 }
@@ -163,7 +163,7 @@ func TestQueueCommitTxOtherFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := other.WriteTx(ctx, func(tx *sql.Tx) error {
-		return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1})
+		return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Version: 1})
 	})
 	if !errors.Is(err, dcsync.ErrInvalidArgument) {
 		t.Fatalf("tx of another file: %v, want InvalidArgument", err)
@@ -181,7 +181,7 @@ func TestQueueCommitTxOtherFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true}); err != nil {
+	if err := s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -220,7 +220,7 @@ func TestQueueWriteTxWaitsForTheLock(t *testing.T) {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO app VALUES ('e0', 'done')`); err != nil {
 				return err
 			}
-			return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true})
+			return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1})
 		})
 	}()
 	if _, err := conn.ExecContext(ctx, "INSERT INTO app VALUES ('other', 'first')"); err != nil {

@@ -16,6 +16,17 @@
 // dcsync tables to be there already (TableCreation otherwise). Every error names the
 // file.
 //
+// No write is retried in doubt. A transaction is run again only after it failed with
+// SQLITE_BUSY before its COMMIT, rolled back, having written nothing (in WAL mode the
+// COMMIT of a transaction that holds the write lock does not fail busy); an error at
+// COMMIT is returned (Connection), not retried. So no attempt of a write can land
+// after a later write, as a network store's can. A caller that calls again after an
+// error is covered by the queue's conditions all the same: a commit applies only under
+// the owner's token and above the stored version (an equal value already stored
+// returns nil), a claim only above the stored token, a trim never lowers the floor, an
+// abort writes a tombstone only where no event is, and an append with ids is
+// deduplicated.
+//
 // Latch counts are int64. An update that would take a farm's cell, or the count at the
 // key's level, past the int64 range is refused with InvalidArgument and writes nothing.
 // An XDC sum can still exceed the range when DC-level updates of the same name raise

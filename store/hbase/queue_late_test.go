@@ -1,0 +1,346 @@
+package hbase
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/internal/hbaserpc"
+)
+
+// heldWrites wraps the client's queue calls below the store's retries. A conditional
+// write of a row it is told to hold is not sent: it reports "outcome unknown" (a
+// request that timed out while still queued at the server) and is kept, exactly as the
+// store sent it, until the test delivers it, after later writes: the reordering of
+// issue 14's defect 1.
+type heldWrites struct {
+	queueOps
+	mu     sync.Mutex
+	hold   map[string]int // row -> conditional writes still to hold
+	held   []func() (bool, error)
+	onHold func() // run when a write is held, before its caller sees the error
+}
+
+func (f *heldWrites) holdNext(row []byte, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hold[string(row)] += n
+}
+
+// take reports whether a write of row is to be held, and keeps send if so.
+func (f *heldWrites) take(row []byte, send func() (bool, error)) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.hold[string(row)] == 0 {
+		return false
+	}
+	f.hold[string(row)]--
+	f.held = append(f.held, send)
+	if h := f.onHold; h != nil {
+		f.onHold = nil
+		f.mu.Unlock()
+		defer f.mu.Lock()
+		h()
+	}
+	return true
+}
+
+// deliver sends the held writes, oldest first, and returns whether each was applied.
+func (f *heldWrites) deliver(t *testing.T) []bool {
+	t.Helper()
+	f.mu.Lock()
+	held := f.held
+	f.held = nil
+	f.mu.Unlock()
+	if len(held) == 0 {
+		t.Fatal("no write was held")
+	}
+	out := make([]bool, len(held))
+	for i, send := range held {
+		ok, err := send()
+		must(t, err, "delivering a held write")
+		out[i] = ok
+	}
+	return out
+}
+
+func (f *heldWrites) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
+	if f.take(row, func() (bool, error) {
+		ok, _, err := f.queueOps.CheckAndMutate(context.Background(), table, row, cond, muts...)
+		return ok, err
+	}) {
+		return false, nil, errLost
+	}
+	return f.queueOps.CheckAndMutate(ctx, table, row, cond, muts...)
+}
+
+func (f *heldWrites) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error) {
+	if f.take(row, func() (bool, error) {
+		ok, _, _, err := f.queueOps.CheckAndMutateRead(context.Background(), table, row, cond, muts, cols...)
+		return ok, err
+	}) {
+		return false, nil, nil, errLost
+	}
+	return f.queueOps.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
+}
+
+func heldStore(t *testing.T) (*Store, *heldWrites) {
+	s := openQueueStore(t)
+	t.Cleanup(func() { s.Close() })
+	f := &heldWrites{queueOps: s.client, hold: map[string]int{}}
+	s.queue().db = f
+	return s, f
+}
+
+// TestQueueCommitLandsLate is issue 14's defect 1 on the real HBase: a commit whose
+// first attempt is held back (in doubt: the store retries it, and the retry applies)
+// and delivered after the owner's next commit must change nothing. Before the fix the
+// commit was conditioned on the owner's token alone, and the late attempt moved Next
+// back from 9 to 5, so the next owner re-delivered acked events.
+func TestQueueCommitLandsLate(t *testing.T) {
+	s, f := heldStore(t)
+	ctx := ctxT(t, time.Minute)
+	name := qname(t)
+	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	row := offsetRow(name, "g", 0)
+	stored := func() dcsync.QueueOffset {
+		t.Helper()
+		offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
+		must(t, err, "ReadQueueOffsets")
+		return offs[0]
+	}
+	_, err := s.ClaimQueuePartition(ctx, name, "g", 0, 7)
+	must(t, err, "ClaimQueuePartition")
+
+	// Commit v1 (Next 5): its first attempt is held, the store's retry applies it.
+	v1 := dcsync.QueueOffset{Token: 7, Next: 5, Held: true, Version: 1}
+	f.holdNext(row, 1)
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit v1 whose first attempt is held")
+	if got := stored(); got != v1 {
+		t.Fatalf("after commit v1: %+v", got)
+	}
+	// The owner's next commit, v2 (Next 9), then the first attempt of v1 lands.
+	v2 := dcsync.QueueOffset{Token: 7, Next: 9, Held: true, Version: 2}
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v2), "commit v2")
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("the late first attempt of commit v1 was applied after commit v2")
+	}
+	if got := stored(); got != v2 {
+		t.Fatalf("after v1's late first attempt: offset %+v, want v2 %+v (Next went back from %d to %d)", got, v2, v2.Next, got.Next)
+	}
+
+	// The same with marks: a late attempt must not lose a mark either.
+	marks, err := dcsync.EncodeQueueMarks(9, []dcsync.QueueMark{{Seq: 11, Acked: true}})
+	must(t, err, "EncodeQueueMarks")
+	v3 := dcsync.QueueOffset{Token: 7, Next: 9, Held: true, Version: 3}
+	f.holdNext(row, 1)
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v3), "commit v3 whose first attempt is held")
+	v4 := dcsync.QueueOffset{Token: 7, Next: 9, Held: true, Version: 4, Marks: marks}
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v4), "commit v4 (entry 11 acked out of order)")
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("the late first attempt of commit v3 was applied after commit v4")
+	}
+	if got := stored(); got != v4 {
+		t.Fatalf("after v3's late first attempt: offset %+v, want v4 %+v (the mark of entry 11 lost)", got, v4)
+	}
+
+	// A commit held until after a new owner's claim: refused too.
+	v5 := dcsync.QueueOffset{Token: 7, Next: 12, Held: true, Version: 5}
+	f.holdNext(row, 1)
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v5), "commit v5 whose first attempt is held")
+	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 8)
+	must(t, err, "ClaimQueuePartition 8")
+	if off != (dcsync.QueueOffset{Token: 8, Next: 12, Held: true, Version: 5}) {
+		t.Fatalf("claim returned %+v", off)
+	}
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("the late first attempt of commit v5 was applied after a new owner's claim")
+	}
+	if got := stored(); got != off {
+		t.Fatalf("after v5's late first attempt: offset %+v, want %+v (the claim's token lost)", got, off)
+	}
+}
+
+// TestQueueClaimLandsLate: a claim whose first attempt is held back and delivered
+// after the owner's first commit (or after a higher token's claim) changes nothing; a
+// claim that finds its own token stored after an in-doubt attempt reports success with
+// the stored offset.
+func TestQueueClaimLandsLate(t *testing.T) {
+	s, f := heldStore(t)
+	ctx := ctxT(t, time.Minute)
+	name := qname(t)
+	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	row := offsetRow(name, "g", 0)
+	stored := func() dcsync.QueueOffset {
+		t.Helper()
+		offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
+		must(t, err, "ReadQueueOffsets")
+		return offs[0]
+	}
+	f.holdNext(row, 1)
+	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 3)
+	must(t, err, "claim whose first attempt is held")
+	if off != (dcsync.QueueOffset{Token: 3}) {
+		t.Fatalf("claim returned %+v", off)
+	}
+	v1 := dcsync.QueueOffset{Token: 3, Next: 4, Held: true, Version: 1}
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit v1")
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("the late first attempt of the claim was applied after the owner's commit")
+	}
+	if got := stored(); got != v1 {
+		t.Fatalf("after the claim's late first attempt: %+v, want %+v", got, v1)
+	}
+	// A claim of token 4 whose first attempt is held (its retry applies), then token
+	// 6 claims, then token 4's first attempt lands: refused.
+	f.holdNext(row, 1)
+	off, err = s.ClaimQueuePartition(ctx, name, "g", 0, 4)
+	must(t, err, "claim 4 whose first attempt is held")
+	if want := (dcsync.QueueOffset{Token: 4, Next: 4, Held: true, Version: 1}); off != want {
+		t.Fatalf("claim 4 returned %+v, want %+v", off, want)
+	}
+	_, err = s.ClaimQueuePartition(ctx, name, "g", 0, 6)
+	must(t, err, "claim 6")
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("claim 4's late first attempt was applied after claim 6")
+	}
+	if want := (dcsync.QueueOffset{Token: 6, Next: 4, Held: true, Version: 1}); stored() != want {
+		t.Fatalf("after claim 4's late attempt: %+v, want %+v", stored(), want)
+	}
+	// A claim whose attempt applied with its reply lost: the retry finds the token.
+	lost := &queueFaults{queueOps: s.client, plan: map[string]int{"CheckAndMutate": 1}, hit: map[string]int{}}
+	s.queue().db = lost
+	off, err = s.ClaimQueuePartition(ctx, name, "g", 0, 9)
+	must(t, err, "claim with a lost reply")
+	if want := (dcsync.QueueOffset{Token: 9, Next: 4, Held: true, Version: 1}); off != want || lost.hit["CheckAndMutate"] != 1 {
+		t.Fatalf("claim with a lost reply returned %+v (faults %v), want %+v", off, lost.hit, want)
+	}
+}
+
+// oldOffsetCell is an offset cell in the first, 21-byte format: token | next |
+// attempts | held.
+func oldOffsetCell(token, next uint64, attempts uint32, held bool) []byte {
+	b := binary.BigEndian.AppendUint64(nil, token)
+	b = binary.BigEndian.AppendUint64(b, next)
+	b = binary.BigEndian.AppendUint32(b, attempts)
+	if held {
+		return append(b, 1)
+	}
+	return append(b, 0)
+}
+
+func TestQueueOffsetCellFormats(t *testing.T) {
+	marks, err := dcsync.EncodeQueueMarks(3, []dcsync.QueueMark{{Seq: 4, Acked: true}, {Seq: 9, Attempts: 2}})
+	must(t, err, "EncodeQueueMarks")
+	for _, o := range []dcsync.QueueOffset{{}, {Token: 1<<64 - 1, Next: 1<<64 - 1, Attempts: 1<<31 - 1, Held: true, Version: 1<<64 - 1}, {Token: 2, Next: 3, Version: 4, Marks: marks}} {
+		got, err := decodeOffset(encodeOffset(o))
+		if err != nil || got != o {
+			t.Fatalf("round trip of %+v: %+v, %v", o, got, err)
+		}
+	}
+	got, err := decodeOffset(oldOffsetCell(5, 7, 2, true))
+	if err != nil || got != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}) {
+		t.Fatalf("21-byte cell decoded as %+v, %v", got, err)
+	}
+	bad := [][]byte{nil, make([]byte, 20), make([]byte, 22), make([]byte, 28), append(oldOffsetCell(1, 1, 1, false)[:20], 2),
+		make([]byte, offsetLen+dcsync.MaxQueueMarksLen+1)}
+	for _, v := range bad {
+		if o, err := decodeOffset(v); err == nil {
+			t.Fatalf("decodeOffset of %d bytes %x: %+v, want an error", len(v), v[:min(len(v), 24)], o)
+		}
+	}
+}
+
+// An offset cell written in the first format (by an earlier release) reads as Version
+// 0 with no marks; a claim and a commit on it work, and the commit's late first
+// attempt changes nothing.
+func TestQueueOffsetOldCell(t *testing.T) {
+	s, f := heldStore(t)
+	ctx := ctxT(t, time.Minute)
+	name := qname(t)
+	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	row := offsetRow(name, "g", 0)
+	ok, _, err := s.client.CheckAndMutate(ctx, s.QueueTable(), row, hbaserpc.IfAbsent(famQueue, qualOffset), &hbaserpc.Put{Values: []hbaserpc.Value{
+		{Family: famQueue, Qualifier: qualOffTok, Value: be64(5)},
+		{Family: famQueue, Qualifier: qualOffset, Value: oldOffsetCell(5, 7, 2, true)},
+	}})
+	if err != nil || !ok {
+		t.Fatalf("writing an old offset cell: %v, %v", ok, err)
+	}
+	old := dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}
+	offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
+	if err != nil || offs[0] != old {
+		t.Fatalf("old cell read as %+v, %v; want %+v", offs, err, old)
+	}
+	f.holdNext(row, 1)
+	v1 := dcsync.QueueOffset{Token: 5, Next: 8, Attempts: 0, Held: true, Version: 1}
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit over an old cell, first attempt held")
+	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 6)
+	must(t, err, "claim")
+	if want := (dcsync.QueueOffset{Token: 6, Next: 8, Held: true, Version: 1}); off != want {
+		t.Fatalf("claim returned %+v, want %+v", off, want)
+	}
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("the late first attempt of the commit over the old cell was applied after a claim")
+	}
+	offs, err = s.ReadQueueOffsets(ctx, name, "g", []int{0})
+	if err != nil || offs[0] != off {
+		t.Fatalf("after the late attempt: %+v, %v; want %+v", offs, err, off)
+	}
+}
+
+// TestQueueAbortLandsAfterTrim: a consumer's abort of a seq (a hole) is in doubt and its
+// first attempt held; the producer's event lands at the seq, so the abort's read-back
+// finds it (not aborted); the event is delivered, acked and trimmed; then the abort's
+// first attempt lands. It must change nothing: were it to tombstone the trimmed seq, a
+// retried append of the event's id would take the id over and append the event again.
+func TestQueueAbortLandsAfterTrim(t *testing.T) {
+	s, f := heldStore(t)
+	ctx := ctxT(t, time.Minute)
+	name := qname(t)
+	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	table := s.QueueTable()
+	// A producer that has claimed its id, reserved its seq and placed the id there,
+	// and not yet written: a hole.
+	a := newAppender(s, s.client, table, name, "test", time.Hour, []dcsync.QueueEvent{{Partition: 0, ID: "x", Payload: []byte("event")}})
+	must(t, a.claim(ctx, []int{0}), "claim")
+	must(t, a.reserve(ctx, []int{0}), "reserve")
+	ready, err := a.place(ctx, []int{0})
+	must(t, err, "place")
+	seq := a.seq[0]
+	// The abort's first attempt is held; the producer writes meanwhile.
+	f.holdNext(entryRow(partPrefix(name, 0), seq), 1)
+	f.onHold = func() { must(t, a.write(ctx, ready), "the producer's write") }
+	aborted, err := s.AbortQueueSeq(ctx, name, 0, seq)
+	must(t, err, "AbortQueueSeq whose first attempt is held")
+	if aborted || !a.done[0] {
+		t.Fatalf("abort after the event was written: aborted %v, producer done %v", aborted, a.done[0])
+	}
+	// Delivered, acked, trimmed.
+	r, err := s.ReadQueue(ctx, name, 0, 0, 10)
+	must(t, err, "ReadQueue")
+	if len(r.Entries) != 1 || r.Entries[0].Seq != seq || r.Entries[0].Aborted {
+		t.Fatalf("entries %+v", r.Entries)
+	}
+	_, err = s.ClaimQueuePartition(ctx, name, "g", 0, 1)
+	must(t, err, "ClaimQueuePartition")
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, dcsync.QueueOffset{Token: 1, Next: seq + 1, Held: true, Version: 1}), "CommitQueueOffset")
+	must(t, s.TrimQueue(ctx, name, 0, seq+1), "TrimQueue")
+	// The abort's first attempt lands.
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("the abort's late first attempt tombstoned the trimmed seq %d", seq)
+	}
+	ok, err := s.AbortQueueSeq(ctx, name, 0, seq)
+	if err != nil || ok {
+		t.Fatalf("AbortQueueSeq of the trimmed seq: %v, %v; want false (an event was there)", ok, err)
+	}
+	// The producer's retry of the id (its reply lost, say): a duplicate.
+	res, err := s.AppendQueue(ctx, name, []dcsync.QueueEvent{{Partition: 0, ID: "x", Payload: []byte("event")}})
+	must(t, err, "AppendQueue of the id again")
+	if res[0] != (dcsync.QueueAppend{Partition: 0, Seq: seq, Duplicate: true}) {
+		t.Fatalf("append of the trimmed event's id again: %+v, want a duplicate of seq %d (else delivered twice)", res[0], seq)
+	}
+}
