@@ -688,8 +688,10 @@ func runTakeoverAfterClose(t *testing.T, h Harness) {
 type stalling struct {
 	QueueTestStore
 	stalled atomic.Bool
+	calls   sync.RWMutex // read-held by each call through the wrapper; see freeze
 }
 
+// check returns the error of a stalled store, or nil.
 func (s *stalling) check() error {
 	if s.stalled.Load() {
 		return dcsync.Errorf(dcsync.Connection, "queuetest", "stalled")
@@ -697,87 +699,122 @@ func (s *stalling) check() error {
 	return nil
 }
 
-func (s *stalling) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+// enter is check for a call through the wrapper: on nil the call is in flight until
+// the caller calls s.done.
+func (s *stalling) enter() error {
+	s.calls.RLock()
 	if err := s.check(); err != nil {
+		s.calls.RUnlock()
+		return err
+	}
+	return nil
+}
+
+func (s *stalling) done() { s.calls.RUnlock() }
+
+// freeze stalls the store once every call in flight through it has returned, so that
+// the process can then be stopped (SIGSTOP) holding nothing of the store's: a SQLite
+// process stopped inside a write transaction would hold the file's lock, and every
+// other process would wait for it until it is continued.
+func (s *stalling) freeze() {
+	s.calls.Lock()
+	s.stalled.Store(true)
+	s.calls.Unlock()
+}
+
+func (s *stalling) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+	if err := s.enter(); err != nil {
 		return dcsync.LockState{}, err
 	}
+	defer s.done()
 	return s.QueueTestStore.AcquireLock(ctx, k, owner, ttl)
 }
 
 func (s *stalling) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
-	if err := s.check(); err != nil {
+	if err := s.enter(); err != nil {
 		return dcsync.LockState{}, err
 	}
+	defer s.done()
 	return s.QueueTestStore.RefreshLock(ctx, k, owner, ttl)
 }
 
 func (s *stalling) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
-	if err := s.check(); err != nil {
+	if err := s.enter(); err != nil {
 		return err
 	}
+	defer s.done()
 	return s.QueueTestStore.ReleaseLock(ctx, k, owner)
 }
 
 func (s *stalling) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState, error) {
-	if err := s.check(); err != nil {
+	if err := s.enter(); err != nil {
 		return dcsync.LockState{}, err
 	}
+	defer s.done()
 	return s.QueueTestStore.InspectLock(ctx, k)
 }
 
 func (s *stalling) AppendQueue(ctx context.Context, name string, events []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
-	if err := s.check(); err != nil {
+	if err := s.enter(); err != nil {
 		return nil, err
 	}
+	defer s.done()
 	return s.QueueTestStore.AppendQueue(ctx, name, events)
 }
 
 func (s *stalling) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
-	if err := s.check(); err != nil {
+	if err := s.enter(); err != nil {
 		return dcsync.QueueRead{}, err
 	}
+	defer s.done()
 	return s.QueueTestStore.ReadQueue(ctx, name, p, from, max)
 }
 
 func (s *stalling) AbortQueueSeq(ctx context.Context, name string, p int, seq uint64) (bool, error) {
-	if err := s.check(); err != nil {
+	if err := s.enter(); err != nil {
 		return false, err
 	}
+	defer s.done()
 	return s.QueueTestStore.AbortQueueSeq(ctx, name, p, seq)
 }
 
 func (s *stalling) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
-	if err := s.check(); err != nil {
+	if err := s.enter(); err != nil {
 		return nil, err
 	}
+	defer s.done()
 	return s.QueueTestStore.QueueBounds(ctx, name, ps)
 }
 
 func (s *stalling) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
-	if err := s.check(); err != nil {
+	if err := s.enter(); err != nil {
 		return dcsync.QueueOffset{}, err
 	}
+	defer s.done()
 	return s.QueueTestStore.ClaimQueuePartition(ctx, name, group, p, token)
 }
 
 func (s *stalling) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
-	if err := s.check(); err != nil {
+	if err := s.enter(); err != nil {
 		return err
 	}
+	defer s.done()
 	return s.QueueTestStore.CommitQueueOffset(ctx, name, group, p, off)
 }
 
 func (s *stalling) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]dcsync.QueueOffset, error) {
-	if err := s.check(); err != nil {
+	if err := s.enter(); err != nil {
 		return nil, err
 	}
+	defer s.done()
 	return s.QueueTestStore.ReadQueueOffsets(ctx, name, group, ps)
 }
 
 func (s *stalling) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
-	if err := s.check(); err != nil {
+	if err := s.enter(); err != nil {
 		return err
 	}
+	defer s.done()
 	return s.QueueTestStore.TrimQueue(ctx, name, p, below)
 }
 

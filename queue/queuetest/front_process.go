@@ -148,16 +148,17 @@ func holdAll(ctx context.Context, s QueueTestStore, env childEnv, l time.Duratio
 		}
 		held = append(held, msgs...)
 	}
-	fmt.Printf("held %d\n", len(held))
 	return c, held, nil
 }
 
 // childHold holds env.n messages and waits to be killed. Its lease is the suite's
 // long one, kept until the kill: the case counts the attempts its death costs.
 func childHold(ctx context.Context, s QueueTestStore, env childEnv) error {
-	if _, _, err := holdAll(ctx, s, env, lease); err != nil {
+	_, held, err := holdAll(ctx, s, env, lease)
+	if err != nil {
 		return err
 	}
+	fmt.Printf("held %d\n", len(held))
 	<-ctx.Done()
 	return errors.New("not killed")
 }
@@ -165,15 +166,22 @@ func childHold(ctx context.Context, s QueueTestStore, env childEnv) error {
 // childPause holds env.n messages, waits for a line on stdin (the parent stops and
 // continues the process in between), then acks them: it prints "ack-lost" when the ack
 // is refused with LockLost. Its lease is short (lapsing), so that the successor
-// takes over soon after the stop.
+// takes over soon after the stop. Before it says it holds them, it lets its store
+// calls in flight return and fails the later ones until it is continued (freeze), so
+// that it is stopped holding no lock of the store (a SQLite write transaction would
+// block every other process until it continued).
 func childPause(ctx context.Context, s QueueTestStore, env childEnv) error {
-	c, held, err := holdAll(ctx, s, env, lapsing)
+	fs := &stalling{QueueTestStore: s}
+	c, held, err := holdAll(ctx, fs, env, lapsing)
 	if err != nil {
 		return err
 	}
+	fs.freeze()
+	fmt.Printf("held %d\n", len(held))
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		return err
 	}
+	fs.stalled.Store(false)
 	err = c.Ack(ctx, held...)
 	switch {
 	case errors.Is(err, dcsync.ErrLockLost):
