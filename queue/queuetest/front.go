@@ -296,7 +296,7 @@ func ackEach(ctx context.Context, c *queue.Consumer, group string, tl *tally, ms
 			tl.record(group, ms)
 		case errors.Is(err, dcsync.ErrLockLost):
 		default:
-			return fmt.Errorf("Ack: %w", err)
+			return fmt.Errorf("consumer Ack: %w", err)
 		}
 	}
 	return nil
@@ -878,7 +878,7 @@ func consumeWith(ctx context.Context, c *queue.Consumer, look func([]*queue.Mess
 			if errors.Is(err, context.DeadlineExceeded) {
 				continue
 			}
-			return fmt.Errorf("Receive: %w", err)
+			return fmt.Errorf("consumer Receive: %w", err)
 		}
 		tl.received(group, msgs)
 		if look != nil {
