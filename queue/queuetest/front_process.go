@@ -117,7 +117,7 @@ func (p *printer) acked(msgs []*queue.Message) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, m := range msgs {
-		fmt.Fprintf(p.w, "acked %s %d %d %d\n", m.Payload, m.Partition, m.Seq, m.Attempt)
+		fmt.Fprintf(p.w, "acked %s %d %d %d %d\n", m.Payload, m.Partition, m.Seq, m.Attempt, m.Token)
 	}
 	p.w.Flush()
 }
@@ -130,8 +130,9 @@ func (p *printer) line(format string, args ...any) {
 }
 
 // holdAll receives from group env.arg until it holds env.n messages, never acking.
-func holdAll(ctx context.Context, s QueueTestStore, env childEnv) (*queue.Consumer, []*queue.Message, error) {
-	q, err := queue.Open(ctx, s, env.name, frontOpts(queue.WithVisibility(time.Hour))...)
+// The consumer has lease l.
+func holdAll(ctx context.Context, s QueueTestStore, env childEnv, l time.Duration) (*queue.Consumer, []*queue.Message, error) {
+	q, err := queue.Open(ctx, s, env.name, frontOpts(queue.WithVisibility(time.Hour), queue.WithLease(l))...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -147,30 +148,40 @@ func holdAll(ctx context.Context, s QueueTestStore, env childEnv) (*queue.Consum
 		}
 		held = append(held, msgs...)
 	}
-	fmt.Printf("held %d\n", len(held))
 	return c, held, nil
 }
 
-// childHold holds env.n messages and waits to be killed.
+// childHold holds env.n messages and waits to be killed. Its lease is the suite's
+// long one, kept until the kill: the case counts the attempts its death costs.
 func childHold(ctx context.Context, s QueueTestStore, env childEnv) error {
-	if _, _, err := holdAll(ctx, s, env); err != nil {
+	_, held, err := holdAll(ctx, s, env, lease)
+	if err != nil {
 		return err
 	}
+	fmt.Printf("held %d\n", len(held))
 	<-ctx.Done()
 	return errors.New("not killed")
 }
 
 // childPause holds env.n messages, waits for a line on stdin (the parent stops and
 // continues the process in between), then acks them: it prints "ack-lost" when the ack
-// is refused with LockLost.
+// is refused with LockLost. Its lease is short (lapsing), so that the successor
+// takes over soon after the stop. Before it says it holds them, it lets its store
+// calls in flight return and fails the later ones until it is continued (freeze), so
+// that it is stopped holding no lock of the store (a SQLite write transaction would
+// block every other process until it continued).
 func childPause(ctx context.Context, s QueueTestStore, env childEnv) error {
-	c, held, err := holdAll(ctx, s, env)
+	fs := &stalling{QueueTestStore: s}
+	c, held, err := holdAll(ctx, fs, env, lapsing)
 	if err != nil {
 		return err
 	}
+	fs.freeze()
+	fmt.Printf("held %d\n", len(held))
 	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 		return err
 	}
+	fs.stalled.Store(false)
 	err = c.Ack(ctx, held...)
 	switch {
 	case errors.Is(err, dcsync.ErrLockLost):
@@ -255,26 +266,38 @@ func runFrontProcesses(t *testing.T, h Harness) {
 				c.stdin.Close()
 			}
 			got := map[string]int{}
+			// Per-key order among the acks of every process, ordered by fencing token
+			// (then in each process's order): tally.ackOrder.
+			tl := newTally()
+			tl.init(g)
 			for i, c := range cs {
 				if err := c.wait(); err != nil {
 					t.Fatalf("group %s consumer %d: %v", g, i, err)
 				}
-				last := map[string]int{} // key -> index of its last event this child acked
 				for _, line := range strings.Split(c.out.String(), "\n") {
 					p, ok := strings.CutPrefix(line, "acked ")
 					if !ok {
 						continue
 					}
-					payload := strings.Fields(p)[0]
+					// payload partition seq attempt token
+					f := strings.Fields(p)
+					if len(f) != 5 {
+						t.Fatalf("group %s consumer %d printed %q", g, i, line)
+					}
+					var token uint64
+					if _, err := fmt.Sscan(f[4], &token); err != nil {
+						t.Fatalf("group %s consumer %d printed %q: %v", g, i, line, err)
+					}
+					payload := f[0]
 					got[payload]++
 					// event(prefix, 0, j): payload "<prefix>w0/<j>", key "<prefix>w0-k<j mod 5>".
 					j := index(payload)
 					key := fmt.Sprintf("%s-k%d", payload[:strings.LastIndexByte(payload, '/')], j%5)
-					if prev, ok := last[key]; ok && j <= prev {
-						t.Errorf("group %s consumer %d: key %s: event %d acked after event %d", g, i, key, j, prev)
-					}
-					last[key] = j
+					tl.acks[g][key] = append(tl.acks[g][key], acked{token, j, fmt.Sprintf("consumer %d: %s", i, line)})
 				}
+			}
+			for _, e := range tl.ackOrder(g) {
+				t.Error(e)
 			}
 			for _, p := range want {
 				if got[p] != 1 {
@@ -290,7 +313,7 @@ func runFrontProcesses(t *testing.T, h Harness) {
 	t.Run("KilledConsumer", func(t *testing.T) {
 		noQueueGoroutines(t)
 		s := h.open(t)
-		ctx := ctxT(t, 2*time.Minute)
+		ctx := ctxT(t, 3*time.Minute)
 		const parts = 2
 		q := createQueue(t, ctx, s, parts, []string{"g"}, queue.WithVisibility(time.Hour))
 		want := produce(t, ctx, q, "", 2, 6, 3)
@@ -325,7 +348,7 @@ func runFrontProcesses(t *testing.T, h Harness) {
 		}
 		noQueueGoroutines(t)
 		s := h.open(t)
-		ctx := ctxT(t, 2*time.Minute)
+		ctx := ctxT(t, 3*time.Minute)
 		const parts = 2
 		q := createQueue(t, ctx, s, parts, []string{"g"}, queue.WithVisibility(time.Hour))
 		want := produce(t, ctx, q, "", 2, 6, 3)
