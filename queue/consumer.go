@@ -593,7 +593,9 @@ func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, doomed []dead
 	}
 	for k := range ps {
 		pt := ps[(k+c.rot)%len(ps)]
-		if pt.draining {
+		if pt.draining || !pt.lk.Held() {
+			// A partition whose lease is over hands nothing out (its successor may be
+			// delivering the same events); it is dropped once the lock says it is lost.
 			continue
 		}
 		needWrite := false
