@@ -16,11 +16,22 @@ import (
 	"github.com/dcsync/dcsync/store/memory"
 )
 
+// testLease is the lease of consumers whose renewals must succeed while a test runs:
+// long enough for a loaded 2-core machine. zombieLease is the lease of consumers a test
+// lets lapse on purpose: they only need it to last from their claim to their first
+// delivery, and the test waits it out.
+const (
+	testLease   = 10 * time.Second
+	zombieLease = 5 * time.Second
+)
+
 func newQueue(t *testing.T, parts int, groups []string, opts ...queue.Option) (*memory.Store, *queue.Queue) {
 	t.Helper()
 	s := memory.New()
 	t.Cleanup(func() { s.Close() })
-	opts = append([]queue.Option{queue.WithLease(time.Second), queue.WithPollInterval(20 * time.Millisecond)}, opts...)
+	// A lease a loaded machine keeps: no test here lets a lease run out, and a lapsed
+	// one would fail an Ack.
+	opts = append([]queue.Option{queue.WithLease(testLease), queue.WithPollInterval(20 * time.Millisecond)}, opts...)
 	q, err := queue.Create(context.Background(), s, dcsync.QueueSpec{Name: "q", Partitions: parts, Groups: groups}, opts...)
 	if err != nil {
 		t.Fatal(err)

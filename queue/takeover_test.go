@@ -38,17 +38,18 @@ func (s *stalling) RefreshLock(ctx context.Context, k dcsync.Key, owner string, 
 // to the other consumer, which gets the same events with a greater token; the zombie's
 // late ack is refused with LockLost and changes no offset.
 func TestZombieAckRefusedAndEventsMove(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	base := memory.New()
 	defer base.Close()
 	za, zb := &stalling{Store: base}, &stalling{Store: base}
-	opts := []queue.Option{queue.WithLease(time.Second), queue.WithPollInterval(20 * time.Millisecond), queue.WithVisibility(time.Hour)}
-	qa, err := queue.Create(ctx, za, dcsync.QueueSpec{Name: "z", Partitions: 1, Groups: []string{"g"}}, opts...)
+	opts := []queue.Option{queue.WithPollInterval(20 * time.Millisecond), queue.WithVisibility(time.Hour)}
+	// a's lease is let lapse; b's must be kept until its ack.
+	qa, err := queue.Create(ctx, za, dcsync.QueueSpec{Name: "z", Partitions: 1, Groups: []string{"g"}}, append(opts, queue.WithLease(zombieLease))...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	qb, err := queue.Open(ctx, zb, "z", opts...)
+	qb, err := queue.Open(ctx, zb, "z", append(opts, queue.WithLease(testLease))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,12 +102,13 @@ func TestZombieAckRefusedAndEventsMove(t *testing.T) {
 // A consumer that dies holding an event (no release) makes its successor count a
 // failed attempt: with max attempts 2, the second death dead-letters the event.
 func TestDeathsCountAsAttempts(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	base := memory.New()
 	defer base.Close()
-	opts := []queue.Option{queue.WithLease(time.Second), queue.WithPollInterval(20 * time.Millisecond), queue.WithMaxAttempts(2)}
-	q, err := queue.Create(ctx, base, dcsync.QueueSpec{Name: "d", Partitions: 1, Groups: []string{"g"}}, opts...)
+	opts := []queue.Option{queue.WithPollInterval(20 * time.Millisecond), queue.WithMaxAttempts(2)}
+	// The consumers that die have leases that lapse; the last one's must be kept.
+	q, err := queue.Create(ctx, base, dcsync.QueueSpec{Name: "d", Partitions: 1, Groups: []string{"g"}}, append(opts, queue.WithLease(testLease))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,7 @@ func TestDeathsCountAsAttempts(t *testing.T) {
 	}
 	for death := 1; death <= 2; death++ {
 		s := &stalling{Store: base}
-		qd, err := queue.Open(ctx, s, "d", opts...)
+		qd, err := queue.Open(ctx, s, "d", append(opts, queue.WithLease(zombieLease))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,11 +163,13 @@ func TestDeathsCountAsAttempts(t *testing.T) {
 // counts an attempt against the event at the offset; once the consumer has caught up,
 // its ack clears the mark and a death costs nothing.
 func TestStreamingKeepsOffsetHeld(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	base := memory.New()
 	defer base.Close()
-	opts := []queue.Option{queue.WithLease(time.Second), queue.WithPollInterval(20 * time.Millisecond), queue.WithVisibility(time.Hour)}
+	// a streams 10 batches (its renewals must succeed) before it is let die; b takes
+	// over. Both keep a lease a loaded machine keeps; the test waits a's out.
+	opts := []queue.Option{queue.WithLease(testLease), queue.WithPollInterval(20 * time.Millisecond), queue.WithVisibility(time.Hour)}
 	q, err := queue.Create(ctx, base, dcsync.QueueSpec{Name: "s", Partitions: 1, Groups: []string{"g"}}, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +257,7 @@ func (s *versions) CommitQueueOffset(ctx context.Context, name, group string, p 
 // Concurrent Acks and Nacks of one partition write the offset one at a time, each
 // with a Version above the one before: none is refused as stale.
 func TestOffsetVersionsIncreasePerOwner(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	base := memory.New()
 	defer base.Close()

@@ -2,7 +2,6 @@ package queue_test
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,7 +33,7 @@ func (s *counting) ReadQueue(ctx context.Context, name string, p int, from uint6
 // interval, not one per consumer, and no partition reads at all. An event enqueued
 // through another store handle (as by another process) still wakes every group.
 func TestIdleConsumersShareOneWatcher(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	base := memory.New()
 	defer base.Close()
@@ -67,10 +66,11 @@ func TestIdleConsumersShareOneWatcher(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-			defer rcancel()
-			msgs, err := c.Receive(rctx, 10)
-			if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			// Each waits until the event comes (bounded by the test's deadline): the
+			// event is enqueued after a second of idle waiting, and a loaded machine
+			// may take that long again to enqueue and deliver it.
+			msgs, err := c.Receive(ctx, 10)
+			if err != nil {
 				t.Error(err)
 			}
 			got[i] = len(msgs)

@@ -511,7 +511,9 @@ func TestIntegration(t *testing.T) {
 		defer cancel()
 		start := time.Now()
 		_, err := c2.MultiGet(ctx, table, gets)
-		if el := time.Since(start); el > 500*time.Millisecond {
+		// Generous for a loaded machine; a MultiGet that ignored its 5ms deadline
+		// would finish its 256 cold lookups instead of stopping.
+		if el := time.Since(start); el > 10*time.Second {
 			t.Fatalf("MultiGet past its deadline took %v", el)
 		}
 		if err == nil {

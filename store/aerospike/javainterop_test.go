@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"testing"
@@ -347,6 +348,59 @@ func jcWatch(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, j javacli
 		func() (int64, error) { return e.tool.AerospikeLatchCount(ctx, j, k.Level.String()) })
 }
 
+// jcSteps times the steps of a latch lifetime scenario against the premise they need:
+// every step lands while the latch lives. A step that returned by before+budget (before:
+// just before the create call, so the latch lives at least until before+TTL) landed in
+// time; a later one may have met an ended latch (a JVM call can take seconds on a
+// loaded machine), and the scenario is run again at a larger time scale.
+type jcSteps struct {
+	t      *testing.T
+	before time.Time
+	budget time.Duration
+	late   string
+}
+
+// inTime reports whether step returned in time, failing the test when it failed in
+// time; a late step's outcome (error or not) is not judged.
+func (s *jcSteps) inTime(step string, err error) bool {
+	s.t.Helper()
+	if el := time.Since(s.before); el > s.budget {
+		s.late = fmt.Sprintf("%s returned at +%v, past +%v", step, el.Round(10*time.Millisecond), s.budget)
+		return false
+	}
+	jcMust(s.t, err, step)
+	return true
+}
+
+// jcScaled runs scenario at time scale 1 (offsets and TTLs as written), then 2, 4, 8
+// while the machine was too slow for its premise (scenario returns the steps' verdict:
+// nil when every step landed in time and the scenario was judged). Each run uses a
+// fresh latch.
+func jcScaled(t *testing.T, scenario func(f time.Duration) *jcSteps) {
+	t.Helper()
+	for f := time.Duration(1); f <= 8; f *= 2 {
+		st := scenario(f)
+		if st == nil || st.late == "" {
+			return
+		}
+		t.Logf("time scale %d: %s; run again at scale %d", f, st.late, 2*f)
+	}
+	t.Fatalf("the machine was too slow for the scenario at every time scale up to 8")
+}
+
+// jcGone asserts that dcsync reads k as ended, read after endBy (since created).
+func jcGone(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, created time.Time, endBy time.Duration) {
+	t.Helper()
+	if time.Since(created) <= endBy {
+		t.Fatalf("jcGone called at +%v, before +%v", time.Since(created), endBy)
+	}
+	got, err := e.s.ReadLatches(ctx, []dcsync.Key{k})
+	jcMust(t, err, "final ReadLatches")
+	if got[0].Found {
+		t.Errorf("dcsync reads %d after +%v; the latch must have ended by +%v", got[0].Count, time.Since(created).Round(10*time.Millisecond), endBy)
+	}
+}
+
 // TestJavaClientsLatchLifetime: what Java updates do to a dcsync latch's lifetime and vice
 // versa. The rule dcsync keeps: a latch ends TTL after its creation and dcsync's updates
 // never move that end. The Java library's updates are UPDATE_ONLY operates whose
@@ -354,48 +408,75 @@ func jcWatch(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, j javacli
 // WHOLE record's TTL (every farm's latch of that name) to that TTL from the update,
 // lengthening or shortening it. Asserted: dcsync reads only the exact count or NotFound,
 // sees the latch end by the latest of creation + TTL and the last Java update + the Java
-// TTL (plus 1s for polling), and a latch it saw end does not come back. Logged: when
-// each side saw the latch end.
+// TTL (plus 1s for TTLs kept in whole seconds), each end judged from when the call that
+// set it returned, and a latch it saw end does not come back. Logged: when each side saw
+// the latch end. Scenarios whose steps a loaded machine made too slow to land while the
+// latch lived run again with offsets and TTLs doubled (jcScaled).
 func TestJavaClientsLatchLifetime(t *testing.T) {
 	e := jcStart(t)
-	ctx := jcCtx(t, 3*time.Minute)
-	const ttl = 3 * time.Second
+	ctx := jcCtx(t, 8*time.Minute)
 	const slack = time.Second
 	const client = "MY_SERVICE"
 
 	t.Run("DcsyncCreatesJavaAndDcsyncCountDown", func(t *testing.T) {
-		name := "life_" + jcHex(3)
-		k := dcsync.Key{Level: dcsync.DC, Client: client, Farm: "dc1", Name: name}
-		jTTL := 4 * time.Second
-		j := e.latch(client, name, "dc1", jTTL)
-		jcMust(t, e.s.CreateLatch(ctx, k, 3, ttl), "dcsync create")
-		created := time.Now()
-		time.Sleep(500 * time.Millisecond)
-		jcMust(t, e.tool.AerospikeLatchCountDown(ctx, j), "Java count-down at +0.5s (record TTL reset to 4s)")
-		lastJava := time.Since(created)
-		time.Sleep(time.Second - time.Since(created))
-		if n, err := e.s.AddLatch(ctx, k, -1); err != nil || n != 1 {
-			t.Fatalf("dcsync count-down at +1s = %d, %v; want 1", n, err)
-		}
-		endBy := max(ttl, lastJava+jTTL) + slack
-		javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
+		jcScaled(t, func(f time.Duration) *jcSteps {
+			ttl := 3 * time.Second * f
+			name := "life_" + jcHex(3)
+			k := dcsync.Key{Level: dcsync.DC, Client: client, Farm: "dc1", Name: name}
+			jTTL := 4 * time.Second * f
+			j := e.latch(client, name, "dc1", jTTL)
+			st := &jcSteps{t: t, before: time.Now(), budget: ttl * 5 / 6}
+			jcMust(t, e.s.CreateLatch(ctx, k, 3, ttl), "dcsync create")
+			created := time.Now()
+			time.Sleep(ttl/6 - time.Since(created))
+			if !st.inTime("Java count-down at +TTL/6 (record TTL reset to 4/3 TTL)", e.tool.AerospikeLatchCountDown(ctx, j)) {
+				return st
+			}
+			lastJava := time.Since(created)
+			time.Sleep(ttl/3 - time.Since(created))
+			n, err := e.s.AddLatch(ctx, k, -1)
+			if !st.inTime("dcsync count-down at +TTL/3", err) {
+				return st
+			}
+			if n != 1 {
+				t.Fatalf("dcsync count-down at +TTL/3 = %d; want 1", n)
+			}
+			endBy := max(ttl, lastJava+jTTL) + slack
+			javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
+			jcGone(t, ctx, e, k, created, endBy)
+			return nil
+		})
 	})
 
 	t.Run("JavaCreatesDcsyncAndJavaCountDown", func(t *testing.T) {
-		name := "life_" + jcHex(3)
-		k := dcsync.Key{Level: dcsync.DC, Client: client, Farm: "dc1", Name: name}
-		j := e.latch(client, name, "dc1", ttl)
-		jcMust(t, e.tool.AerospikeLatchCreate(ctx, j, 3), "Java create")
-		created := time.Now()
-		time.Sleep(500 * time.Millisecond)
-		if n, err := e.s.AddLatch(ctx, k, -1); err != nil || n != 2 {
-			t.Fatalf("dcsync count-down at +0.5s = %d, %v; want 2", n, err)
-		}
-		time.Sleep(time.Second - time.Since(created))
-		jcMust(t, e.tool.AerospikeLatchCountDown(ctx, j), "Java count-down at +1s")
-		lastJava := time.Since(created)
-		endBy := lastJava + ttl + slack
-		javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
+		jcScaled(t, func(f time.Duration) *jcSteps {
+			ttl := 3 * time.Second * f
+			name := "life_" + jcHex(3)
+			k := dcsync.Key{Level: dcsync.DC, Client: client, Farm: "dc1", Name: name}
+			j := e.latch(client, name, "dc1", ttl)
+			st := &jcSteps{t: t, before: time.Now(), budget: ttl * 5 / 6}
+			if !st.inTime("Java create", e.tool.AerospikeLatchCreate(ctx, j, 3)) {
+				return st
+			}
+			created := time.Now()
+			time.Sleep(ttl/6 - time.Since(created))
+			n, err := e.s.AddLatch(ctx, k, -1)
+			if !st.inTime("dcsync count-down at +TTL/6", err) {
+				return st
+			}
+			if n != 2 {
+				t.Fatalf("dcsync count-down at +TTL/6 = %d; want 2", n)
+			}
+			time.Sleep(ttl/3 - time.Since(created))
+			if !st.inTime("Java count-down at +TTL/3", e.tool.AerospikeLatchCountDown(ctx, j)) {
+				return st
+			}
+			lastJava := time.Since(created)
+			endBy := lastJava + ttl + slack
+			javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
+			jcGone(t, ctx, e, k, created, endBy)
+			return nil
+		})
 	})
 
 	t.Run("JavaUpdateInAnotherFarmResetsTheRecord", func(t *testing.T) {
@@ -420,20 +501,32 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 	})
 
 	t.Run("XDCDcsyncCreatesJavaCountsDownFromAnotherFarm", func(t *testing.T) {
-		name := "life_" + jcHex(3)
-		k := dcsync.Key{Level: dcsync.XDC, Client: client, Farm: "dc1", Name: name}
-		j2 := e.latch(client, name, "dc2", ttl)
-		jcMust(t, e.s.CreateLatch(ctx, k, 3, ttl), "dcsync XDC create")
-		created := time.Now()
-		time.Sleep(500 * time.Millisecond)
-		jcMust(t, e.tool.AerospikeLatchCountDown(ctx, j2), "Java count-down from dc2")
-		lastJava := time.Since(created)
-		k3 := k
-		k3.Farm = "dc3"
-		if n, err := e.s.AddLatch(ctx, k3, -1); err != nil || n != 1 {
-			t.Fatalf("dcsync count-down from dc3 = %d, %v; want 1", n, err)
-		}
-		endBy := max(ttl, lastJava+ttl) + slack
-		javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j2, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
+		jcScaled(t, func(f time.Duration) *jcSteps {
+			ttl := 3 * time.Second * f
+			name := "life_" + jcHex(3)
+			k := dcsync.Key{Level: dcsync.XDC, Client: client, Farm: "dc1", Name: name}
+			j2 := e.latch(client, name, "dc2", ttl)
+			st := &jcSteps{t: t, before: time.Now(), budget: ttl * 5 / 6}
+			jcMust(t, e.s.CreateLatch(ctx, k, 3, ttl), "dcsync XDC create")
+			created := time.Now()
+			time.Sleep(ttl/6 - time.Since(created))
+			if !st.inTime("Java count-down from dc2", e.tool.AerospikeLatchCountDown(ctx, j2)) {
+				return st
+			}
+			lastJava := time.Since(created)
+			k3 := k
+			k3.Farm = "dc3"
+			n, err := e.s.AddLatch(ctx, k3, -1)
+			if !st.inTime("dcsync count-down from dc3", err) {
+				return st
+			}
+			if n != 1 {
+				t.Fatalf("dcsync count-down from dc3 = %d; want 1", n)
+			}
+			endBy := max(ttl, lastJava+ttl) + slack
+			javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j2, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
+			jcGone(t, ctx, e, k, created, endBy)
+			return nil
+		})
 	})
 }

@@ -140,58 +140,79 @@ func TestAddLatchAfterExpiryWritesNothing(t *testing.T) {
 }
 
 // TestLatchNeverGoesBackUp: count updates never make an older count reappear, and the
-// latch ends with its creation TTL (updates neither shorten nor extend it).
+// latch ends with its creation TTL (updates neither shorten nor extend it). The two
+// updates must land while the latch lives: when a loaded machine made one return later
+// than 2/3 of the TTL after the create began, the run is not judged and is made again
+// with a fresh latch and the TTL and pauses doubled (up to 8 times).
 func TestLatchNeverGoesBackUp(t *testing.T) {
 	s := openStore(t)
 	defer s.Close()
-	ctx := ctxT(t, time.Minute)
+	ctx := ctxT(t, 5*time.Minute)
 	for _, level := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
-		k := key(level, "dc1")
-		start := time.Now()
-		must(t, s.CreateLatch(ctx, k, 3, 3*time.Second), "create")
-		// The server stamped the create between start and created: the latch ends
-		// between start+3s and created+3s, however slow a loaded machine made the
-		// calls. Reads are judged by when they began and returned, not by a fixed
-		// schedule.
-		created := time.Now()
-		for i := 0; i < 2; i++ {
-			time.Sleep(300 * time.Millisecond)
-			u := k
-			if level == dcsync.XDC && i == 1 {
-				u.Farm = "dc2" // a new farm cell of the XDC latch
-			}
-			_, err := s.AddLatch(ctx, u, -1)
-			must(t, err, "count down")
+		judged := false
+		for f := time.Duration(1); f <= 8 && !judged; f *= 2 {
+			judged = latchNeverGoesBackUp(t, ctx, s, level, f)
 		}
-		last := int64(1)
-		ended := false
-		for {
-			began := time.Now()
-			got, err := s.ReadLatches(ctx, []dcsync.Key{k})
-			must(t, err, "ReadLatches")
-			if !got[0].Found {
-				if returned := time.Since(start); returned < 2900*time.Millisecond {
-					t.Fatalf("%v: latch ended after %v, before its 3s", level, returned)
-				}
-				ended = true
-				if began.After(created.Add(3500 * time.Millisecond)) {
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
-				continue
+		if !judged {
+			t.Fatalf("%v: the machine was too slow for two updates within the TTL at every scale up to 8", level)
+		}
+	}
+}
+
+// latchNeverGoesBackUp runs TestLatchNeverGoesBackUp's scenario at time scale f (a 3s
+// TTL times f); it reports false, having judged nothing, when an update came too late.
+func latchNeverGoesBackUp(t *testing.T, ctx context.Context, s *Store, level dcsync.Level, f time.Duration) bool {
+	t.Helper()
+	ttl := 3 * time.Second * f
+	k := key(level, "dc1")
+	start := time.Now()
+	must(t, s.CreateLatch(ctx, k, 3, ttl), "create")
+	// The server stamped the create between start and created: the latch ends
+	// between start+TTL and created+TTL, however slow a loaded machine made the
+	// calls. Reads are judged by when they began and returned, not by a fixed
+	// schedule.
+	created := time.Now()
+	for i := 0; i < 2; i++ {
+		time.Sleep(300 * time.Millisecond * f)
+		u := k
+		if level == dcsync.XDC && i == 1 {
+			u.Farm = "dc2" // a new farm cell of the XDC latch
+		}
+		_, err := s.AddLatch(ctx, u, -1)
+		if el := time.Since(start); el > ttl*2/3 {
+			t.Logf("%v scale %d: update %d returned at +%v, past 2/3 of the %v TTL (error %v); again at a larger scale", level, f, i+1, el, ttl, err)
+			return false
+		}
+		must(t, err, "count down")
+	}
+	last := int64(1)
+	ended := false
+	for {
+		began := time.Now()
+		got, err := s.ReadLatches(ctx, []dcsync.Key{k})
+		must(t, err, "ReadLatches")
+		if !got[0].Found {
+			if returned := time.Since(start); returned < ttl-100*time.Millisecond {
+				t.Fatalf("%v: latch ended after %v, before its %v", level, returned, ttl)
 			}
-			if ended {
-				t.Fatalf("%v: the latch came back after it ended: %+v at %v", level, got[0], time.Since(start))
+			ended = true
+			if began.After(created.Add(ttl + 500*time.Millisecond)) {
+				return true
 			}
-			if began.After(created.Add(3500 * time.Millisecond)) {
-				t.Fatalf("%v: latch still there %v after a 3s create returned (count %d)", level, began.Sub(created), got[0].Count)
-			}
-			if got[0].Count > last {
-				t.Fatalf("%v: count went back up from %d to %d at %v", level, last, got[0].Count, time.Since(start))
-			}
-			last = got[0].Count
 			time.Sleep(50 * time.Millisecond)
+			continue
 		}
+		if ended {
+			t.Fatalf("%v: the latch came back after it ended: %+v at %v", level, got[0], time.Since(start))
+		}
+		if began.After(created.Add(ttl + 500*time.Millisecond)) {
+			t.Fatalf("%v: latch still there %v after a %v create returned (count %d)", level, began.Sub(created), ttl, got[0].Count)
+		}
+		if got[0].Count > last {
+			t.Fatalf("%v: count went back up from %d to %d at %v", level, last, got[0].Count, time.Since(start))
+		}
+		last = got[0].Count
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
