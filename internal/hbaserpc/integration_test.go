@@ -613,9 +613,12 @@ func TestIntegration(t *testing.T) {
 		if v := get(); v != "<none>" {
 			t.Fatalf("column delete at the put's timestamp: %s", v)
 		}
-		// A delete stamped by the server hides a Put stamped 5 ms in the past.
+		// A delete stamped by the server hides a Put stamped 5 ms before the delete was
+		// sent (the server's stamp is at or after the send, on this one host), however
+		// long the calls take on a loaded machine.
+		sent := time.Now().UnixMilli()
 		must(c.Delete(ctx, table, &Delete{Row: row}))
-		must(c.Put(ctx, table, &Put{Row: row, Values: []Value{{f, q, []byte("lagging")}}, Timestamp: time.Now().UnixMilli() - 5}))
+		must(c.Put(ctx, table, &Put{Row: row, Values: []Value{{f, q, []byte("lagging")}}, Timestamp: sent - 5}))
 		if v := get(); v != "<none>" {
 			t.Fatalf("a put stamped 5ms in the past after a server-stamped delete is visible: %s", v)
 		}
