@@ -45,6 +45,12 @@ func RunT(t testing.TB, sc Scenario) Report {
 	if rep.Acquisitions == 0 || rep.LatchOps == 0 {
 		t.Fatalf("the run did nothing: %v", rep)
 	}
+	// A run asked for a volume must check it: a checker that saw a few hundred
+	// operations proves less than the figures in docs/reliability.md say.
+	if checked := 2 * rep.Lock.Holds; sc.MinLockOps > 0 && checked < sc.MinLockOps {
+		t.Fatalf("the run checked %d lock operations in %v, fewer than the %d asked for (MaxDuration too short for this machine?): %v",
+			checked, rep.Ran.Round(100*time.Millisecond), sc.MinLockOps, rep)
+	}
 	return rep
 }
 
