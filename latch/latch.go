@@ -46,6 +46,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/telemetry"
 )
 
@@ -60,7 +61,7 @@ const (
 // Manager creates and opens latches of one client id in one farm, on one store. It is
 // safe for concurrent use; create one per (store, client, farm).
 type Manager struct {
-	store    dcsync.LatchStore
+	store    driver.LatchStore
 	client   string
 	farm     string
 	level    dcsync.Level
@@ -103,29 +104,29 @@ func WithTracerProvider(tp trace.TracerProvider) Option { return func(m *Manager
 
 // New returns a Manager for the given client and farm ids. It validates its input and
 // does no I/O.
-func New(store dcsync.LatchStore, client, farm string, opts ...Option) (*Manager, error) {
+func New(store driver.LatchStore, client, farm string, opts ...Option) (*Manager, error) {
 	m := &Manager{store: store, client: client, farm: farm, level: dcsync.DC,
 		ttl: DefaultTTL, interval: DefaultPollInterval, log: slog.Default()}
 	for _, o := range opts {
 		o(m)
 	}
 	if store == nil {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "latch.New", "store is nil")
+		return nil, driver.Errorf(dcsync.InvalidArgument, "latch.New", "store is nil")
 	}
-	if err := dcsync.ValidateID("client", client); err != nil {
+	if err := driver.ValidateID("client", client); err != nil {
 		return nil, err
 	}
-	if err := dcsync.ValidateID("farm", farm); err != nil {
+	if err := driver.ValidateID("farm", farm); err != nil {
 		return nil, err
 	}
 	if m.level != dcsync.DC && m.level != dcsync.XDC {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "latch.New", "level %d is not DC or XDC", int(m.level))
+		return nil, driver.Errorf(dcsync.InvalidArgument, "latch.New", "level %d is not DC or XDC", int(m.level))
 	}
-	if err := dcsync.ValidateTTL(m.ttl); err != nil {
+	if err := driver.ValidateTTL(m.ttl); err != nil {
 		return nil, err
 	}
 	if m.interval < time.Millisecond {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "latch.New", "poll interval %v is shorter than 1ms", m.interval)
+		return nil, driver.Errorf(dcsync.InvalidArgument, "latch.New", "poll interval %v is shorter than 1ms", m.interval)
 	}
 	m.tel = telemetry.NewScope(store, m.mp, m.tp)
 	if !shareable(store) {
@@ -154,10 +155,10 @@ func (m *Manager) open(name string, opts []CallOption) (*CountDownLatch, error) 
 		o(&s)
 	}
 	l := &CountDownLatch{m: m, key: dcsync.Key{Level: s.level, Client: m.client, Farm: m.farm, Name: name}, ttl: s.ttl}
-	if err := dcsync.CheckLatch(l.key, 0); err != nil {
+	if err := driver.CheckLatch(l.key, 0); err != nil {
 		return nil, err
 	}
-	if err := dcsync.ValidateTTL(l.ttl); err != nil {
+	if err := driver.ValidateTTL(l.ttl); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -170,14 +171,14 @@ func (m *Manager) create(ctx context.Context, name string, count int64, opts []C
 	if err != nil {
 		return nil, err
 	}
-	if err := dcsync.ValidateCount(count); err != nil {
+	if err := driver.ValidateCount(count); err != nil {
 		return nil, err
 	}
 	start := time.Now()
 	err = m.store.CreateLatch(ctx, l.key, count, l.ttl)
 	m.tel.StoreCall(ctx, "create_latch", start, err)
 	if err != nil {
-		return nil, dcsync.Wrap(err, dcsync.Internal, "latch.Create")
+		return nil, driver.Wrap(err, dcsync.Internal, "latch.Create")
 	}
 	return l, nil
 }
@@ -236,7 +237,7 @@ func (m *Manager) GetOrCreateCountUpDown(ctx context.Context, name string, opts 
 	_, err = m.store.EnsureLatch(ctx, l.key, l.ttl)
 	m.tel.StoreCall(ctx, "ensure_latch", start, err)
 	if err != nil {
-		return nil, dcsync.Wrap(err, dcsync.Internal, "latch.GetOrCreate")
+		return nil, driver.Wrap(err, dcsync.Internal, "latch.GetOrCreate")
 	}
 	return &CountUpDownLatch{*l}, nil
 }
@@ -259,13 +260,13 @@ func (l *CountDownLatch) Count(ctx context.Context) (int64, error) {
 	res, err := l.m.store.ReadLatches(ctx, []dcsync.Key{l.key})
 	l.m.tel.StoreCall(ctx, "read_latches", start, err)
 	if err != nil {
-		return 0, dcsync.Wrap(err, dcsync.Internal, "latch.Count")
+		return 0, driver.Wrap(err, dcsync.Internal, "latch.Count")
 	}
 	if len(res) != 1 {
-		return 0, dcsync.Errorf(dcsync.Internal, "latch.Count", "store returned %d results for 1 key", len(res))
+		return 0, driver.Errorf(dcsync.Internal, "latch.Count", "store returned %d results for 1 key", len(res))
 	}
 	if !res[0].Found {
-		return 0, dcsync.Errorf(dcsync.NotFound, "latch.Count", "latch %s does not exist", l.key)
+		return 0, driver.Errorf(dcsync.NotFound, "latch.Count", "latch %s does not exist", l.key)
 	}
 	return res[0].Count, nil
 }
@@ -286,7 +287,7 @@ func (l *CountDownLatch) add(ctx context.Context, op string, delta int64) (n int
 	n, err = l.m.store.AddLatch(ctx, l.key, delta)
 	l.m.tel.StoreCall(ctx, "add_latch", start, err)
 	if err != nil {
-		return 0, dcsync.Wrap(err, dcsync.Internal, op)
+		return 0, driver.Wrap(err, dcsync.Internal, op)
 	}
 	if (delta > 0 && n == math.MinInt64) || (delta < 0 && n == math.MaxInt64) {
 		return 0, l.undoWrap(ctx, op, delta)
@@ -309,9 +310,9 @@ func (l *CountDownLatch) undoWrap(ctx context.Context, op string, delta int64) e
 	_, err := l.m.store.AddLatch(uctx, l.key, -delta)
 	l.m.tel.StoreCall(uctx, "add_latch", start, err)
 	if err != nil {
-		return dcsync.Errorf(dcsync.Internal, op, "store %T wrapped the count of latch %s past the int64 range instead of refusing the update, and undoing it failed: %w", l.m.store, l.key, err)
+		return driver.Errorf(dcsync.Internal, op, "store %T wrapped the count of latch %s past the int64 range instead of refusing the update, and undoing it failed: %w", l.m.store, l.key, err)
 	}
-	return dcsync.Errorf(dcsync.InvalidArgument, op, "the count of latch %s would overflow int64 (store %T wrote it wrapped; undone)", l.key, l.m.store)
+	return driver.Errorf(dcsync.InvalidArgument, op, "the count of latch %s would overflow int64 (store %T wrote it wrapped; undone)", l.key, l.m.store)
 }
 
 // WatcherStats describes the watcher that serves the Waits on a manager's store in this

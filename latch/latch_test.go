@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/memory"
 	"github.com/dcsync/dcsync/store/sqlite"
 )
@@ -35,7 +36,7 @@ type fakeStore struct {
 
 func newFake() *fakeStore { return &fakeStore{Store: memory.New()} }
 
-func (f *fakeStore) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
+func (f *fakeStore) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.LatchCount, error) {
 	f.mu.Lock()
 	f.reads++
 	bad, badErr, hook := f.badName, f.badErr, f.afterRead
@@ -88,14 +89,14 @@ func (c *closingStore) Close() error {
 }
 
 // watcherOf returns the shared watcher of s, or nil.
-func watcherOf(s dcsync.LatchStore) *watcher {
+func watcherOf(s driver.LatchStore) *watcher {
 	watchers.Lock()
 	defer watchers.Unlock()
 	return watchers.m[s]
 }
 
 // waiting returns how many Waits are registered with s's watcher.
-func waiting(s dcsync.LatchStore) int {
+func waiting(s driver.LatchStore) int {
 	if w := watcherOf(s); w != nil {
 		return w.stats().Waits
 	}
@@ -116,7 +117,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 
 // settle waits until s's watcher is between critical sections, so that everything one
 // read delivered has been delivered.
-func settle(s dcsync.LatchStore) {
+func settle(s driver.LatchStore) {
 	if w := watcherOf(s); w != nil {
 		w.mu.Lock()
 		//lint:ignore SA2001 an empty critical section is the point
@@ -130,7 +131,7 @@ func goWait(ctx context.Context, l *CountDownLatch) <-chan error {
 	return ch
 }
 
-func mustManager(t *testing.T, s dcsync.LatchStore, opts ...Option) *Manager {
+func mustManager(t *testing.T, s driver.LatchStore, opts ...Option) *Manager {
 	t.Helper()
 	m, err := New(s, "app", "dc1", opts...)
 	if err != nil {
@@ -273,8 +274,8 @@ func TestOneBadLatchFailsOnlyItsWaiters(t *testing.T) {
 		name string
 		err  error
 	}{
-		{"invalid argument", dcsync.Errorf(dcsync.InvalidArgument, "fake.ReadLatches", "bad key")},
-		{"unreadable cell", dcsync.Errorf(dcsync.Internal, "fake.ReadLatches", "cell count_dc1 is 3 bytes, not 8")},
+		{"invalid argument", driver.Errorf(dcsync.InvalidArgument, "fake.ReadLatches", "bad key")},
+		{"unreadable cell", driver.Errorf(dcsync.Internal, "fake.ReadLatches", "cell count_dc1 is 3 bytes, not 8")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer goleak.VerifyNone(t)

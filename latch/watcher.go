@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/telemetry"
 )
 
@@ -38,16 +39,16 @@ var epochs atomic.Uint64
 // it read more often than once per interval. Closed stores are dropped at once.
 var watchers = struct {
 	sync.Mutex
-	m map[dcsync.LatchStore]*watcher
-}{m: map[dcsync.LatchStore]*watcher{}}
+	m map[driver.LatchStore]*watcher
+}{m: map[driver.LatchStore]*watcher{}}
 
 // shareable reports whether store can key the watcher map. A store whose dynamic type is
 // not comparable gets a watcher per Manager instead.
-func shareable(store dcsync.LatchStore) bool { return reflect.TypeOf(store).Comparable() }
+func shareable(store driver.LatchStore) bool { return reflect.TypeOf(store).Comparable() }
 
 // acquireWatcher returns the shared watcher of store, creating it if needed, and counts
 // the caller as a user until it calls release.
-func acquireWatcher(store dcsync.LatchStore, log *slog.Logger, tel telemetry.Scope) *watcher {
+func acquireWatcher(store driver.LatchStore, log *slog.Logger, tel telemetry.Scope) *watcher {
 	watchers.Lock()
 	defer watchers.Unlock()
 	w := watchers.m[store]
@@ -63,7 +64,7 @@ func acquireWatcher(store dcsync.LatchStore, log *slog.Logger, tel telemetry.Sco
 }
 
 // lookupWatcher returns the shared watcher of store, or nil when nobody waits on it.
-func lookupWatcher(store dcsync.LatchStore) *watcher {
+func lookupWatcher(store driver.LatchStore) *watcher {
 	watchers.Lock()
 	defer watchers.Unlock()
 	return watchers.m[store]
@@ -115,7 +116,7 @@ func (w *watcher) forget() {
 // waits. Each pass reads every awaited latch in one ReadLatches call, and passes start at
 // least the shortest current waiter's interval apart, however waiters come and go.
 type watcher struct {
-	store  dcsync.LatchStore
+	store  driver.LatchStore
 	log    *slog.Logger
 	tel    telemetry.Scope // of the manager that made the watcher
 	closed <-chan struct{} // the store's Done channel; nil (never ready) if it has none
@@ -154,7 +155,7 @@ type waiter struct {
 	source   string
 }
 
-func newWatcher(store dcsync.LatchStore, log *slog.Logger, tel telemetry.Scope) *watcher {
+func newWatcher(store driver.LatchStore, log *slog.Logger, tel telemetry.Scope) *watcher {
 	w := &watcher{store: store, log: log, tel: tel, kick: make(chan struct{}, 1), latches: map[dcsync.Key]*awaited{}}
 	if c, ok := store.(closeNotifier); ok {
 		w.closed = c.Done()
@@ -285,7 +286,7 @@ func (c causes) Error() string {
 func (c causes) Unwrap() []error { return c }
 
 func closedErr(key dcsync.Key) error {
-	return dcsync.Errorf(dcsync.Connection, "latch.Wait", "the store was closed while waiting for latch %s", key)
+	return driver.Errorf(dcsync.Connection, "latch.Wait", "the store was closed while waiting for latch %s", key)
 }
 
 func (w *watcher) stats() WatcherStats {
@@ -429,7 +430,7 @@ func transient(err error) bool {
 // it reads the keys one by one, so that one key the store cannot read (invalid, an
 // unreadable cell) fails only its own waiters. errs[i] is key i's error, if any;
 // batchErr is the batch's transient error, if any, for the log.
-func (w *watcher) read(ctx context.Context, keys []dcsync.Key) (counts []dcsync.LatchCount, errs []error, batchErr error) {
+func (w *watcher) read(ctx context.Context, keys []dcsync.Key) (counts []driver.LatchCount, errs []error, batchErr error) {
 	errs = make([]error, len(keys))
 	counts, err := w.readSome(ctx, keys)
 	if err == nil {
@@ -444,7 +445,7 @@ func (w *watcher) read(ctx context.Context, keys []dcsync.Key) (counts []dcsync.
 		}
 		return nil, errs, batchErr
 	}
-	counts = make([]dcsync.LatchCount, len(keys))
+	counts = make([]driver.LatchCount, len(keys))
 	for i := range keys {
 		c, err := w.readSome(ctx, keys[i:i+1])
 		if err != nil {
@@ -459,19 +460,19 @@ func (w *watcher) read(ctx context.Context, keys []dcsync.Key) (counts []dcsync.
 	return counts, errs, batchErr
 }
 
-func (w *watcher) readSome(ctx context.Context, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
+func (w *watcher) readSome(ctx context.Context, keys []dcsync.Key) ([]driver.LatchCount, error) {
 	start := time.Now()
 	counts, err := w.store.ReadLatches(ctx, keys)
 	w.tel.WatcherRead(ctx)
 	w.tel.StoreCall(ctx, "read_latches", start, err)
 	if err == nil && len(counts) != len(keys) {
-		err = dcsync.Errorf(dcsync.Internal, "latch.Wait", "store returned %d results for %d keys", len(counts), len(keys))
+		err = driver.Errorf(dcsync.Internal, "latch.Wait", "store returned %d results for %d keys", len(counts), len(keys))
 	}
 	return counts, err
 }
 
 // apply finishes the waiters the pass numbered epoch can finish. w.mu must be held.
-func (w *watcher) apply(epoch uint64, observed time.Time, ids, keys []dcsync.Key, counts []dcsync.LatchCount, errs []error) {
+func (w *watcher) apply(epoch uint64, observed time.Time, ids, keys []dcsync.Key, counts []driver.LatchCount, errs []error) {
 	for i, id := range ids {
 		a := w.latches[id]
 		if a == nil {
@@ -481,9 +482,9 @@ func (w *watcher) apply(epoch uint64, observed time.Time, ids, keys []dcsync.Key
 		case err != nil && transient(err):
 			a.lastErr = err
 		case err != nil:
-			w.finish(id, epoch, dcsync.Wrap(err, dcsync.Internal, "latch.Wait"), observed, telemetry.SourceRead)
+			w.finish(id, epoch, driver.Wrap(err, dcsync.Internal, "latch.Wait"), observed, telemetry.SourceRead)
 		case !counts[i].Found:
-			w.finish(id, epoch, dcsync.Errorf(dcsync.NotFound, "latch.Wait", "latch %s does not exist", keys[i]), observed, telemetry.SourceRead)
+			w.finish(id, epoch, driver.Errorf(dcsync.NotFound, "latch.Wait", "latch %s does not exist", keys[i]), observed, telemetry.SourceRead)
 		case counts[i].Count <= 0:
 			w.finish(id, epoch, nil, observed, telemetry.SourceRead)
 		default:

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/memory"
 )
 
@@ -21,7 +22,7 @@ type gatedStore struct {
 	gate    chan struct{}
 }
 
-func (g *gatedStore) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
+func (g *gatedStore) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.LatchCount, error) {
 	g.once.Do(func() {
 		g.entered <- struct{}{}
 		<-g.gate

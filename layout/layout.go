@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // Prefix returns the row-key salt byte of the Java libraries: OneByteSimpleHash(256)
@@ -221,13 +222,13 @@ func AerospikeLockUATBin(farm string) string { return farm + "##uat" }
 func CheckAerospikeKey(k dcsync.Key, latchSuffix, lockSuffix string) error {
 	for _, bin := range []string{AerospikeLatchBin(k.Farm), AerospikeLockDataBin(k.Farm), AerospikeLockUATBin(k.Farm)} {
 		if len(bin) > MaxBinName {
-			return dcsync.Errorf(dcsync.InvalidArgument, "aerospike.Validate",
+			return driver.Errorf(dcsync.InvalidArgument, "aerospike.Validate",
 				"farm id %q makes bin name %q longer than %d bytes", k.Farm, bin, MaxBinName)
 		}
 	}
 	for _, set := range []string{AerospikeLatchSet(latchSuffix), AerospikeLockSet(k.Level, k.Farm, lockSuffix)} {
 		if len(set) > MaxSetName {
-			return dcsync.Errorf(dcsync.InvalidArgument, "aerospike.Validate",
+			return driver.Errorf(dcsync.InvalidArgument, "aerospike.Validate",
 				"set name %q is longer than %d bytes", set, MaxSetName)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 func TestPrefixGoldenVectors(t *testing.T) {
@@ -105,7 +106,7 @@ func FuzzLayout(f *testing.F) {
 	f.Add(uint8(2), "CLIENT_ID", "dc_1", "latch")
 	f.Fuzz(func(t *testing.T, lv uint8, client, farm, name string) {
 		k := dcsync.Key{Level: dcsync.Level(lv%2 + 1), Client: client, Farm: farm, Name: name}
-		if k.Validate("fuzz") != nil {
+		if driver.ValidateKey("fuzz", k) != nil {
 			return
 		}
 		c, l, ok := ParseHBaseLatchRow(HBaseLatchRow(client, name))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // These tests pin issue 14 defect 4: KeepAlive, Deadline, Held and Refresh agree, to
@@ -124,9 +125,9 @@ func TestLateRenewalReplyDoesNotRevive(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	l := f.acquire(t, 10*time.Second)
-	f.gate.set(func(context.Context) (dcsync.LockState, error, bool) {
+	f.gate.set(func(context.Context) (driver.LockState, error, bool) {
 		f.clk.jump(l.lease) // the reply is late: the deadline passes during the call
-		return dcsync.LockState{}, nil, false
+		return driver.LockState{}, nil, false
 	})
 	if err := l.Refresh(ctx); !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("Refresh whose reply came after the deadline: %v, want LockLost", err)
@@ -142,7 +143,7 @@ func TestDeadlineAfterLossAndRelease(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	l := f.acquire(t, 10*time.Second)
-	f.gate.set(failWith(dcsync.Errorf(dcsync.LockLost, "test", "injected")))
+	f.gate.set(failWith(driver.Errorf(dcsync.LockLost, "test", "injected")))
 	if err := l.Refresh(ctx); !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("Refresh: %v, want LockLost", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/telemetry"
 )
 
@@ -68,7 +69,7 @@ type Lock struct {
 	ka       *keeper // the latest KeepAlive, nil if none was started
 }
 
-func newLock(m *Manager, k dcsync.Key, ttl time.Duration, st dcsync.LockState, sent stamp) *Lock {
+func newLock(m *Manager, k dcsync.Key, ttl time.Duration, st driver.LockState, sent stamp) *Lock {
 	return &Lock{m: m, key: k, ttl: ttl, lease: ttl - m.safety(ttl), owner: st.Owner, token: st.Token,
 		expires: st.Expires, sent: sent}
 }
@@ -158,7 +159,7 @@ func (l *Lock) endLocked(now stamp) {
 
 // errRanOut is the cause given when the lease's deadline passed before a renewal.
 func (l *Lock) errRanOut() error {
-	return dcsync.Errorf(dcsync.LockLost, "lock.KeepAlive", "lease on %s ran out (TTL %v less the safety margin) before it could be renewed", l.key, l.ttl)
+	return driver.Errorf(dcsync.LockLost, "lock.KeepAlive", "lease on %s ran out (TTL %v less the safety margin) before it could be renewed", l.key, l.ttl)
 }
 
 // Refresh renews the lease for another TTL. It returns LockLost when the lease has
@@ -181,7 +182,7 @@ func (l *Lock) Refresh(ctx context.Context) (err error) {
 	case lost != nil:
 		return lost
 	case released:
-		return dcsync.Errorf(dcsync.LockLost, "lock.Refresh", "%s was released", l.key)
+		return driver.Errorf(dcsync.LockLost, "lock.Refresh", "%s was released", l.key)
 	case expired:
 		err := l.errRanOut()
 		l.lose(err)
@@ -192,7 +193,7 @@ func (l *Lock) Refresh(ctx context.Context) (err error) {
 	l.m.tel.StoreCall(ctx, "refresh_lock", start, err)
 	l.m.tel.Renewed(ctx, l.key.Level, start, err)
 	if err != nil {
-		err = dcsync.Wrap(err, dcsync.Internal, "lock.Refresh")
+		err = driver.Wrap(err, dcsync.Internal, "lock.Refresh")
 		if errors.Is(err, dcsync.ErrLockLost) {
 			l.lose(err)
 		}
@@ -207,7 +208,7 @@ func (l *Lock) Refresh(ctx context.Context) (err error) {
 	}
 	if l.released {
 		defer l.mu.Unlock()
-		return dcsync.Errorf(dcsync.LockLost, "lock.Refresh", "%s was released while the refresh was out", l.key)
+		return driver.Errorf(dcsync.LockLost, "lock.Refresh", "%s was released while the refresh was out", l.key)
 	}
 	if l.expiredLocked(l.m.clk.now()) {
 		// The deadline passed while this call was out: the lease is over, and a late
@@ -258,13 +259,13 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 		select {
 		case <-k.done:
 		case <-ctx.Done():
-			return dcsync.Errorf(dcsync.Connection, "lock.Release", "%s: keep-alive still in a store call: %w", l.key, ctx.Err())
+			return driver.Errorf(dcsync.Connection, "lock.Release", "%s: keep-alive still in a store call: %w", l.key, ctx.Err())
 		}
 	}
 	start := time.Now()
 	err = l.m.store.ReleaseLock(ctx, l.key, l.owner)
 	l.m.tel.StoreCall(ctx, "release_lock", start, err)
-	err = dcsync.Wrap(err, dcsync.Internal, "lock.Release")
+	err = driver.Wrap(err, dcsync.Internal, "lock.Release")
 	if err == nil || errors.Is(err, dcsync.ErrLockLost) {
 		// Freed now, or earlier when the lease lapsed: acquirers waiting in this
 		// process look again at once.
@@ -274,7 +275,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	lost := l.lost
 	l.mu.Unlock()
 	if err == nil && lost != nil {
-		return dcsync.Errorf(dcsync.LockLost, "lock.Release", "deleted %s, but its lease had been given up before Release: %w", l.key, lost)
+		return driver.Errorf(dcsync.LockLost, "lock.Release", "deleted %s, but its lease had been given up before Release: %w", l.key, lost)
 	}
 	return err
 }
@@ -321,7 +322,7 @@ func (l *Lock) KeepAlive(ctx context.Context) context.Context {
 	if l.released {
 		l.mu.Unlock()
 		kctx, cancel := context.WithCancelCause(ctx)
-		cancel(dcsync.Errorf(dcsync.LockLost, "lock.KeepAlive", "%s was released", l.key))
+		cancel(driver.Errorf(dcsync.LockLost, "lock.KeepAlive", "%s was released", l.key))
 		return kctx
 	}
 	if l.lost == nil && l.expiredLocked(l.m.clk.now()) {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/memory"
 )
 
@@ -115,21 +116,21 @@ func (c *fakeClock) waitTimers(t *testing.T, n int) {
 // gate wraps a store and controls RefreshLock: each call is announced on calls, then
 // hook (if set) decides: it may block, fail, or return ok=false to pass the call on.
 type gate struct {
-	dcsync.Store
+	driver.Store
 	calls chan struct{}
 	mu    sync.Mutex
-	hook  func(ctx context.Context) (dcsync.LockState, error, bool)
+	hook  func(ctx context.Context) (driver.LockState, error, bool)
 }
 
-func newGate(s dcsync.Store) *gate { return &gate{Store: s, calls: make(chan struct{}, 1000)} }
+func newGate(s driver.Store) *gate { return &gate{Store: s, calls: make(chan struct{}, 1000)} }
 
-func (g *gate) set(hook func(ctx context.Context) (dcsync.LockState, error, bool)) {
+func (g *gate) set(hook func(ctx context.Context) (driver.LockState, error, bool)) {
 	g.mu.Lock()
 	g.hook = hook
 	g.mu.Unlock()
 }
 
-func (g *gate) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (g *gate) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	g.calls <- struct{}{}
 	g.mu.Lock()
 	hook := g.hook
@@ -152,11 +153,11 @@ func (g *gate) waitCall(t *testing.T, what string) {
 	}
 }
 
-func failWith(err error) func(context.Context) (dcsync.LockState, error, bool) {
-	return func(context.Context) (dcsync.LockState, error, bool) { return dcsync.LockState{}, err, true }
+func failWith(err error) func(context.Context) (driver.LockState, error, bool) {
+	return func(context.Context) (driver.LockState, error, bool) { return driver.LockState{}, err, true }
 }
 
-var errOutage = dcsync.Errorf(dcsync.Connection, "test", "injected outage")
+var errOutage = driver.Errorf(dcsync.Connection, "test", "injected outage")
 
 type fixture struct {
 	clk   *fakeClock
@@ -256,9 +257,9 @@ func TestKeepAliveLossDoesNotWaitForBlockedRefresh(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	unblock := make(chan struct{})
-	f.gate.set(func(context.Context) (dcsync.LockState, error, bool) {
+	f.gate.set(func(context.Context) (driver.LockState, error, bool) {
 		<-unblock // ignores its context, as SQLite's busy wait did
-		return dcsync.LockState{}, nil, false
+		return driver.LockState{}, nil, false
 	})
 	l := f.acquire(t, 3*time.Second)
 	kctx := l.KeepAlive(ctx)
@@ -382,8 +383,8 @@ func TestWallClockSteps(t *testing.T) {
 	})
 	t.Run("StoredExpiryIsNotTrusted", func(t *testing.T) {
 		f := newFixture(t)
-		f.gate.set(func(context.Context) (dcsync.LockState, error, bool) {
-			return dcsync.LockState{Expires: f.clk.Wall().Add(time.Hour)}, nil, true
+		f.gate.set(func(context.Context) (driver.LockState, error, bool) {
+			return driver.LockState{Expires: f.clk.Wall().Add(time.Hour)}, nil, true
 		})
 		l := f.acquire(t, 10*time.Second)
 		f.clk.advance(time.Second)
@@ -412,7 +413,7 @@ func TestSecondKeepAlive(t *testing.T) {
 	wantLive(t, k2, "second KeepAlive")
 
 	// The store says the lease is gone: both see LockLost, and so does a third call.
-	f.gate.set(failWith(dcsync.Errorf(dcsync.LockLost, "test", "injected")))
+	f.gate.set(failWith(driver.Errorf(dcsync.LockLost, "test", "injected")))
 	f.clk.waitTimers(t, 2)
 	f.clk.advance(l.lease / 3)
 	<-k1.Done()
@@ -465,7 +466,7 @@ func TestRefreshLostEndsKeepAlive(t *testing.T) {
 	f := newFixture(t)
 	l := f.acquire(t, 3*time.Second)
 	kctx := l.KeepAlive(ctx)
-	f.gate.set(failWith(dcsync.Errorf(dcsync.LockLost, "test", "injected")))
+	f.gate.set(failWith(driver.Errorf(dcsync.LockLost, "test", "injected")))
 	if err := l.Refresh(ctx); !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("Refresh: %v, want LockLost", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/lock"
 	"github.com/dcsync/dcsync/store/memory"
 )
@@ -21,14 +22,14 @@ import (
 // blocker is a store whose RefreshLock, once armed, blocks without looking at its
 // context until unblocked, as SQLite's busy wait did.
 type blocker struct {
-	dcsync.Store
+	driver.Store
 	mu      sync.Mutex
 	armed   bool
 	inCall  bool
 	unblock chan struct{}
 }
 
-func (b *blocker) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (b *blocker) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	b.mu.Lock()
 	armed := b.armed
 	b.inCall = armed
@@ -38,7 +39,7 @@ func (b *blocker) RefreshLock(ctx context.Context, k dcsync.Key, owner string, t
 		b.mu.Lock()
 		b.inCall = false
 		b.mu.Unlock()
-		return dcsync.LockState{}, dcsync.Errorf(dcsync.Connection, "test", "blocked call gave up")
+		return driver.LockState{}, driver.Errorf(dcsync.Connection, "test", "blocked call gave up")
 	}
 	return b.Store.RefreshLock(ctx, k, owner, ttl)
 }

@@ -122,6 +122,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/telemetry"
 )
 
@@ -146,7 +147,7 @@ const (
 // Manager acquires locks for one client id in one farm, on one store. It is safe for
 // concurrent use.
 type Manager struct {
-	store      dcsync.LockStore
+	store      driver.LockStore
 	client     string
 	farm       string
 	level      dcsync.Level
@@ -219,7 +220,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option { return func(m *Manager
 
 // New returns a Manager for the given client and farm ids. It validates its input and
 // does no I/O.
-func New(store dcsync.LockStore, client, farm string, opts ...Option) (*Manager, error) {
+func New(store driver.LockStore, client, farm string, opts ...Option) (*Manager, error) {
 	m := &Manager{store: store, client: client, farm: farm, level: dcsync.DC, ttl: DefaultTTL,
 		wait: DefaultWait, minBackoff: 10 * time.Millisecond, maxBackoff: time.Second,
 		drift: DefaultClockDrift, margin: DefaultMargin, log: slog.Default(), clk: sysClock{}}
@@ -227,31 +228,31 @@ func New(store dcsync.LockStore, client, farm string, opts ...Option) (*Manager,
 		o(m)
 	}
 	if store == nil {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "lock.New", "store is nil")
+		return nil, driver.Errorf(dcsync.InvalidArgument, "lock.New", "store is nil")
 	}
-	if err := dcsync.ValidateID("client", client); err != nil {
+	if err := driver.ValidateID("client", client); err != nil {
 		return nil, err
 	}
-	if err := dcsync.ValidateID("farm", farm); err != nil {
+	if err := driver.ValidateID("farm", farm); err != nil {
 		return nil, err
 	}
 	if m.level != dcsync.DC && m.level != dcsync.XDC {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "lock.New", "level %d is not DC or XDC", int(m.level))
+		return nil, driver.Errorf(dcsync.InvalidArgument, "lock.New", "level %d is not DC or XDC", int(m.level))
 	}
 	if !(m.drift >= 0 && m.drift < 0.5) || m.margin < 0 {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "lock.New", "safety margin: drift %v must lie in [0, 0.5) and margin %v must not be negative", m.drift, m.margin)
+		return nil, driver.Errorf(dcsync.InvalidArgument, "lock.New", "safety margin: drift %v must lie in [0, 0.5) and margin %v must not be negative", m.drift, m.margin)
 	}
 	if err := m.checkTTL("lock.New", m.ttl); err != nil {
 		return nil, err
 	}
 	if m.wait < 0 || m.minBackoff <= 0 || m.maxBackoff < m.minBackoff {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "lock.New", "wait %v and backoff [%v, %v] must be positive and ordered", m.wait, m.minBackoff, m.maxBackoff)
+		return nil, driver.Errorf(dcsync.InvalidArgument, "lock.New", "wait %v and backoff [%v, %v] must be positive and ordered", m.wait, m.minBackoff, m.maxBackoff)
 	}
 	if !m.yieldSet {
 		m.yield = m.maxBackoff + m.maxBackoff/4
 	}
 	if m.yield < 0 {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "lock.New", "yield %v is negative", m.yield)
+		return nil, driver.Errorf(dcsync.InvalidArgument, "lock.New", "yield %v is negative", m.yield)
 	}
 	m.shared = shareable(store)
 	m.tel = telemetry.NewScope(store, m.mp, m.tp)
@@ -288,14 +289,14 @@ func (m *Manager) spec(name string, opts []CallOption) (dcsync.Key, spec, error)
 		o(&s)
 	}
 	k := dcsync.Key{Level: s.level, Client: m.client, Farm: m.farm, Name: name}
-	if err := k.Validate("lock"); err != nil {
+	if err := driver.ValidateKey("lock", k); err != nil {
 		return k, s, err
 	}
 	if err := m.checkTTL("lock.Acquire", s.ttl); err != nil {
 		return k, s, err
 	}
 	if s.wait < 0 {
-		return k, s, dcsync.Errorf(dcsync.InvalidArgument, "lock.Acquire", "wait %v is negative", s.wait)
+		return k, s, driver.Errorf(dcsync.InvalidArgument, "lock.Acquire", "wait %v is negative", s.wait)
 	}
 	return k, s, nil
 }
@@ -308,11 +309,11 @@ func (m *Manager) safety(ttl time.Duration) time.Duration {
 
 // checkTTL validates ttl, and that the safety margin leaves at least half of it.
 func (m *Manager) checkTTL(op string, ttl time.Duration) error {
-	if err := dcsync.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return err
 	}
 	if s := m.safety(ttl); s > ttl/2 {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "safety margin %v leaves less than half of the %v lease", s, ttl)
+		return driver.Errorf(dcsync.InvalidArgument, op, "safety margin %v leaves less than half of the %v lease", s, ttl)
 	}
 	return nil
 }
@@ -331,7 +332,7 @@ func (m *Manager) try(ctx context.Context, k dcsync.Key, ttl time.Duration) (*Lo
 	st, err := m.store.AcquireLock(ctx, k, owner, ttl)
 	m.tel.StoreCall(ctx, "acquire_lock", start, err)
 	if err != nil {
-		return nil, dcsync.Wrap(err, dcsync.Internal, "lock.Acquire")
+		return nil, driver.Wrap(err, dcsync.Internal, "lock.Acquire")
 	}
 	return newLock(m, k, ttl, st, sent), nil
 }
@@ -418,7 +419,7 @@ func (m *Manager) acquire(ctx context.Context, k dcsync.Key, s spec) (*Lock, err
 					return nil, gaveUp(nil)
 				}
 				if over {
-					return nil, dcsync.Errorf(dcsync.LockUnavailable, "lock.Acquire", "%s: gave up waiting: %s", k, why)
+					return nil, driver.Errorf(dcsync.LockUnavailable, "lock.Acquire", "%s: gave up waiting: %s", k, why)
 				}
 				if v.ahead == 0 {
 					// Having yielded, poll at the slowest rate: acquirers elsewhere
@@ -476,15 +477,15 @@ func (m *Manager) backOff(ctx context.Context, w *waiter, backoff *time.Duration
 }
 
 // Inspect returns the state of the lock's holder, or NotFound when it is free.
-func (m *Manager) Inspect(ctx context.Context, name string, opts ...CallOption) (dcsync.LockState, error) {
+func (m *Manager) Inspect(ctx context.Context, name string, opts ...CallOption) (driver.LockState, error) {
 	k, _, err := m.spec(name, opts)
 	if err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	start := time.Now()
 	st, err := m.store.InspectLock(ctx, k)
 	m.tel.StoreCall(ctx, "inspect_lock", start, err)
-	return st, dcsync.Wrap(err, dcsync.Internal, "lock.Inspect")
+	return st, driver.Wrap(err, dcsync.Internal, "lock.Inspect")
 }
 
 // Release frees the lock held by owner (an id from Lock.Owner, say from another
@@ -496,13 +497,13 @@ func (m *Manager) Release(ctx context.Context, name, owner string, opts ...CallO
 	if err != nil {
 		return err
 	}
-	if err := dcsync.ValidateOwner(owner); err != nil {
+	if err := driver.ValidateOwner(owner); err != nil {
 		return err
 	}
 	start := time.Now()
 	err = m.store.ReleaseLock(ctx, k, owner)
 	m.tel.StoreCall(ctx, "release_lock", start, err)
-	err = dcsync.Wrap(err, dcsync.Internal, "lock.Release")
+	err = driver.Wrap(err, dcsync.Internal, "lock.Release")
 	if err == nil {
 		m.freed(k, nil)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // This file holds the process-local registry of acquirers waiting for a lock: it lets a
@@ -89,7 +90,7 @@ func (m *Manager) scope() any {
 
 // shareable reports whether store can key the queue map: its value is comparable (a
 // struct holding an interface is comparable only if the value it holds is).
-func shareable(store dcsync.LockStore) bool { return reflect.ValueOf(store).Comparable() }
+func shareable(store driver.LockStore) bool { return reflect.ValueOf(store).Comparable() }
 
 // join queues an Acquire of k.
 func (m *Manager) join(k dcsync.Key, fair bool) *waiter {

@@ -7,15 +7,16 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // acqCount counts AcquireLock calls on the way to a store.
 type acqCount struct {
-	dcsync.Store
+	driver.Store
 	n atomic.Int64
 }
 
-func (c *acqCount) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (c *acqCount) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	c.n.Add(1)
 	return c.Store.AcquireLock(ctx, k, owner, ttl)
 }
@@ -58,9 +59,9 @@ func TestKeepAliveLossWakesWaiters(t *testing.T) {
 			t.Fatal("the waiter never tried")
 		}
 	}
-	f.gate.set(func(ctx context.Context) (dcsync.LockState, error, bool) {
+	f.gate.set(func(ctx context.Context) (driver.LockState, error, bool) {
 		_ = f.store.ReleaseLock(ctx, l.Key(), l.Owner()) // the store lost the lease
-		return dcsync.LockState{}, dcsync.Errorf(dcsync.LockLost, "test", "lease lapsed in the store"), true
+		return driver.LockState{}, driver.Errorf(dcsync.LockLost, "test", "lease lapsed in the store"), true
 	})
 	f.clk.advance(l.lease / 3)
 	f.gate.waitCall(t, "a third into the lease")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/lock"
 	"github.com/dcsync/dcsync/store/memory"
 )
@@ -25,11 +26,11 @@ var never = lock.WithBackoff(time.Hour, time.Hour)
 // counting passes every call to a store and counts AcquireLock calls. Each counting
 // value stands for one process: waiter queues are kept per store value.
 type counting struct {
-	dcsync.Store
+	driver.Store
 	acquires atomic.Int64
 }
 
-func (c *counting) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (c *counting) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	c.acquires.Add(1)
 	return c.Store.AcquireLock(ctx, k, owner, ttl)
 }
@@ -44,7 +45,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("after 30s: %s", what)
 }
 
-func newManager(t *testing.T, s dcsync.Store, farm string, opts ...lock.Option) *lock.Manager {
+func newManager(t *testing.T, s driver.Store, farm string, opts ...lock.Option) *lock.Manager {
 	t.Helper()
 	m, err := lock.New(s, "billing", farm, opts...)
 	if err != nil {

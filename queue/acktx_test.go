@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/store/sqlite"
 )
@@ -27,7 +26,7 @@ func TestAckTxIsAtomicWithTheApplicationsWrite(t *testing.T) {
 	if _, err := s.DB().ExecContext(ctx, `CREATE TABLE totals (k TEXT PRIMARY KEY, n INTEGER)`); err != nil {
 		t.Fatal(err)
 	}
-	q, err := queue.Create(ctx, s, dcsync.QueueSpec{Name: "tx", Partitions: 1, Groups: []string{"g"}},
+	q, err := queue.Create(ctx, s, queue.Spec{Name: "tx", Partitions: 1, Groups: []string{"g"}},
 		queue.WithVisibility(time.Hour), queue.WithRetryBackoff(time.Millisecond, time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

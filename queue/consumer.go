@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/lock"
 )
 
@@ -41,7 +42,7 @@ type Message struct {
 	// DeadFrom, on a dead-letter consumer, is where the event was when it was
 	// dead-lettered ("partition/seq"); empty otherwise. ID is then the event's own id
 	// (empty if it had none, or if with the origin it exceeded
-	// dcsync.MaxQueueKeyLen).
+	// driver.MaxQueueKeyLen).
 	DeadFrom string
 
 	// pt and en are the delivery's partition and entry: Ack, Nack and Extend judge the
@@ -113,11 +114,11 @@ type part struct {
 	clearing bool
 	// init: the stored state of entries not read yet (seq >= read), sorted by Seq: the
 	// attempts of the entry at the claimed offset and the claimed Marks.
-	init []dcsync.QueueMark
+	init []driver.QueueMark
 	// version: the Version of the latest write of the record (or of the claimed one);
 	// last: the record as stored, when known (Version left out).
 	version   uint64
-	last      dcsync.QueueOffset
+	last      driver.QueueOffset
 	known     bool
 	draining  bool
 	holeSeq   uint64
@@ -138,7 +139,7 @@ const (
 )
 
 type entry struct {
-	e     dcsync.QueueEntry
+	e     driver.QueueEntry
 	state int
 	// attempts counts the entry's failed deliveries, plus the one in flight (state
 	// inflight): the Attempt of its latest delivery.
@@ -183,8 +184,8 @@ func (q *Queue) Consumer(ctx context.Context, group string, opts ...ConsumerOpti
 	for _, o := range opts {
 		o(&co)
 	}
-	if co.prefetch < 1 || co.prefetch > dcsync.MaxQueueBatch {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "queue.Consumer", "prefetch %d is outside [1, %d]", co.prefetch, dcsync.MaxQueueBatch)
+	if co.prefetch < 1 || co.prefetch > driver.MaxQueueBatch {
+		return nil, driver.Errorf(dcsync.InvalidArgument, "queue.Consumer", "prefetch %d is outside [1, %d]", co.prefetch, driver.MaxQueueBatch)
 	}
 	c := &Consumer{q: q, group: group, gi: gi, name: spec.Name, dead: co.dead, co: co,
 		owned: map[int]*part{}, wakeCh: make(chan struct{}, 1), tick: make(chan struct{}, 1), slot: -1, pokeDue: true}
@@ -420,7 +421,7 @@ func (c *Consumer) take(ctx context.Context, p int) error {
 		version: off.Version, last: off, known: true}
 	pt.last.Version = 0
 	if off.Attempts > 0 {
-		pt.init = append(pt.init, dcsync.QueueMark{Seq: off.Next, Attempts: off.Attempts})
+		pt.init = append(pt.init, driver.QueueMark{Seq: off.Next, Attempts: off.Attempts})
 	}
 	pt.init = append(pt.init, marks...)
 	c.mu.Lock()
@@ -493,8 +494,8 @@ func (c *Consumer) release(ctx context.Context, pt *part) {
 // Receive returns up to n messages, blocking until at least one is available, ctx
 // ends (its error) or the consumer closes (ErrClosed).
 func (c *Consumer) Receive(ctx context.Context, n int) ([]*Message, error) {
-	if n < 1 || n > dcsync.MaxQueueBatch {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "queue.Receive", "max %d is outside [1, %d]", n, dcsync.MaxQueueBatch)
+	if n < 1 || n > driver.MaxQueueBatch {
+		return nil, driver.Errorf(dcsync.InvalidArgument, "queue.Receive", "max %d is outside [1, %d]", n, driver.MaxQueueBatch)
 	}
 	for {
 		now := time.Now()
@@ -709,10 +710,10 @@ func (c *Consumer) message(pt *part, en *entry) *Message {
 
 // deadID is the idempotency id of a dead-lettered event: unique per (group,
 // partition, seq), so that dead-lettering it again (by a successor) appends it once.
-// The event's own id follows when it fits in dcsync.MaxQueueKeyLen.
+// The event's own id follows when it fits in driver.MaxQueueKeyLen.
 func deadID(group string, p int, seq uint64, orig string) string {
 	id := "\x00dead\x00" + strconv.Itoa(p) + "/" + strconv.FormatUint(seq, 10) + "\x00" + strconv.Itoa(len(group)) + ":" + group
-	if len(id)+len(orig) < dcsync.MaxQueueKeyLen {
+	if len(id)+len(orig) < driver.MaxQueueKeyLen {
 		id += "\x00" + orig
 	}
 	return id
@@ -751,7 +752,7 @@ func parseDeadID(id string) (from, orig string, ok bool) {
 // longer owns the partition appends nothing.
 func (c *Consumer) deadLetter(ctx context.Context, refs []deadRef) error {
 	spec := c.q.Spec()
-	var events []dcsync.QueueEvent
+	var events []driver.QueueEvent
 	var live []deadRef
 	c.mu.Lock()
 	for _, r := range refs {
@@ -760,12 +761,12 @@ func (c *Consumer) deadLetter(ctx context.Context, refs []deadRef) error {
 			continue
 		}
 		live = append(live, r)
-		events = append(events, dcsync.QueueEvent{Partition: spec.Partitions + c.gi, Key: r.en.e.Key,
+		events = append(events, driver.QueueEvent{Partition: spec.Partitions + c.gi, Key: r.en.e.Key,
 			ID: deadID(c.group, r.pt.p, r.en.e.Seq, r.en.e.ID), Payload: r.en.e.Payload})
 	}
 	c.mu.Unlock()
 	if len(live) == 0 {
-		return dcsync.Errorf(dcsync.LockLost, "queue.deadLetter", "the partitions are no longer owned by this consumer")
+		return driver.Errorf(dcsync.LockLost, "queue.deadLetter", "the partitions are no longer owned by this consumer")
 	}
 	if _, err := c.q.append(ctx, events); err != nil {
 		c.mu.Lock()
@@ -806,9 +807,9 @@ func (c *Consumer) fill(ctx context.Context) (bool, error) {
 }
 
 // capacity is how many entries a partition buffers: the Prefetch option, clamped so
-// that no entry more than dcsync.MaxQueueMarks above the committed offset is ever
+// that no entry more than driver.MaxQueueMarks above the committed offset is ever
 // delivered, and the offset's Marks always fit.
-func (c *Consumer) capacity() int { return min(c.co.prefetch, dcsync.MaxQueueMarks+1) }
+func (c *Consumer) capacity() int { return min(c.co.prefetch, driver.MaxQueueMarks+1) }
 
 // prefetch refills, in the background, the partitions whose buffers ran below half
 // while the application works on what Receive returned: the next Receive then finds
@@ -858,7 +859,7 @@ func (c *Consumer) fillLocked(ctx context.Context) (bool, error) {
 	var errs []error
 	// Read up to readers partitions at once, then take the results in order.
 	type result struct {
-		r   dcsync.QueueRead
+		r   driver.QueueRead
 		err error
 	}
 	results := make([]result, len(jobs))
@@ -974,7 +975,7 @@ func (c *Consumer) waitingFor() []int {
 
 // observe takes the hub's read of the bounds; it wakes c if a partition it owns has
 // events beyond what it read.
-func (c *Consumer) observe(by map[int]dcsync.QueueBounds) bool {
+func (c *Consumer) observe(by map[int]driver.QueueBounds) bool {
 	c.mu.Lock()
 	woke := false
 	for p, pt := range c.owned {
@@ -1012,14 +1013,14 @@ func (c *Consumer) observeLocal(ps []int) {
 // owner returns the owned partition of m, checking m's token; LockLost otherwise.
 func (c *Consumer) owner(op string, m *Message) (*part, error) {
 	if m == nil {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "message is nil")
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "message is nil")
 	}
 	if c.closing {
 		return nil, ErrClosed
 	}
 	pt := c.owned[m.Partition]
 	if pt == nil || pt.token != m.Token {
-		return nil, dcsync.Errorf(dcsync.LockLost, op, "partition %d (token %d) is no longer owned by this consumer", m.Partition, m.Token)
+		return nil, driver.Errorf(dcsync.LockLost, op, "partition %d (token %d) is no longer owned by this consumer", m.Partition, m.Token)
 	}
 	return pt, nil
 }
@@ -1072,7 +1073,7 @@ func (c *Consumer) Ack(ctx context.Context, msgs ...*Message) error {
 		c.mu.Unlock()
 		if !recorded {
 			if werr == nil {
-				werr = dcsync.Errorf(dcsync.LockLost, "queue.Ack", "partition %d: the ack was not recorded", pt.p)
+				werr = driver.Errorf(dcsync.LockLost, "queue.Ack", "partition %d: the ack was not recorded", pt.p)
 			}
 			errs = append(errs, werr)
 		}
@@ -1116,7 +1117,7 @@ func (c *Consumer) holding(op string, m *Message, now time.Time) (*part, *entry,
 		en = pt.at(m.Seq)
 	}
 	if en == nil || en.e.Seq != m.Seq {
-		return nil, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "message %d/%d was not delivered by this consumer", m.Partition, m.Seq)
+		return nil, nil, driver.Errorf(dcsync.InvalidArgument, op, "message %d/%d was not delivered by this consumer", m.Partition, m.Seq)
 	}
 	why := ""
 	switch {
@@ -1137,7 +1138,7 @@ func (c *Consumer) holding(op string, m *Message, now time.Time) (*part, *entry,
 	default:
 		return pt, en, nil
 	}
-	return nil, nil, dcsync.Errorf(dcsync.LockLost, op, "message %d/%d (attempt %d) is no longer held: %s", m.Partition, m.Seq, m.Attempt, why)
+	return nil, nil, driver.Errorf(dcsync.LockLost, op, "message %d/%d (attempt %d) is no longer held: %s", m.Partition, m.Seq, m.Attempt, why)
 }
 
 // deliveredFrom reports whether an entry from buf[n] on was delivered by this owner
@@ -1172,7 +1173,7 @@ const (
 
 // snapshot is one write of a partition's offset record, and what it records.
 type snapshot struct {
-	off  dcsync.QueueOffset
+	off  driver.QueueOffset
 	same bool   // the record is stored already: nothing to write
 	base uint64 // pt.next when it was taken
 	n    int    // buffered entries below off.Next
@@ -1200,7 +1201,7 @@ func (c *Consumer) snapshot(pt *part, kind int) (snapshot, error) {
 		}
 	}
 	s.n, s.off.Token, s.off.Next = n, pt.token, next
-	var marks []dcsync.QueueMark
+	var marks []driver.QueueMark
 	for i, en := range pt.buf {
 		f := en.failed(kind == writeRelease)
 		s.ents, s.fail = append(s.ents, en), append(s.fail, f)
@@ -1212,9 +1213,9 @@ func (c *Consumer) snapshot(pt *part, kind int) (snapshot, error) {
 		case i == n:
 			s.off.Attempts = f
 		case en.state == acked:
-			marks = append(marks, dcsync.QueueMark{Seq: en.e.Seq, Acked: true})
+			marks = append(marks, driver.QueueMark{Seq: en.e.Seq, Acked: true})
 		case f > 0:
-			marks = append(marks, dcsync.QueueMark{Seq: en.e.Seq, Attempts: f})
+			marks = append(marks, driver.QueueMark{Seq: en.e.Seq, Attempts: f})
 		}
 	}
 	for _, m := range init {
@@ -1225,7 +1226,7 @@ func (c *Consumer) snapshot(pt *part, kind int) (snapshot, error) {
 		marks = append(marks, m)
 	}
 	var err error
-	if s.off.Marks, err = dcsync.EncodeQueueMarks(next, marks); err != nil {
+	if s.off.Marks, err = driver.EncodeQueueMarks(next, marks); err != nil {
 		return s, err
 	}
 	switch kind {
@@ -1249,7 +1250,7 @@ func (c *Consumer) write(ctx context.Context, pt *part, kind int) error {
 	c.mu.Lock()
 	if c.owned[pt.p] != pt {
 		c.mu.Unlock()
-		return dcsync.Errorf(dcsync.LockLost, "queue.commit", "partition %d (token %d) is no longer owned by this consumer", pt.p, pt.token)
+		return driver.Errorf(dcsync.LockLost, "queue.commit", "partition %d (token %d) is no longer owned by this consumer", pt.p, pt.token)
 	}
 	s, err := c.snapshot(pt, kind)
 	c.mu.Unlock()
@@ -1271,7 +1272,7 @@ func (c *Consumer) put(ctx context.Context, pt *part, s snapshot, live bool) err
 	switch {
 	case s.same:
 	case live && !pt.lk.Held():
-		err = dcsync.Errorf(dcsync.LockLost, "queue.commit", "partition %d: the lease of token %d is over", pt.p, pt.token)
+		err = driver.Errorf(dcsync.LockLost, "queue.commit", "partition %d: the lease of token %d is over", pt.p, pt.token)
 	default:
 		pt.version++
 		s.off.Version = pt.version
@@ -1457,7 +1458,7 @@ func (c *Consumer) Nack(ctx context.Context, m *Message) error {
 // dcsync.ErrLockLost when the consumer no longer holds m (see Ack).
 func (c *Consumer) Extend(ctx context.Context, m *Message, d time.Duration) error {
 	if d <= 0 {
-		return dcsync.Errorf(dcsync.InvalidArgument, "queue.Extend", "extension %v must be positive", d)
+		return driver.Errorf(dcsync.InvalidArgument, "queue.Extend", "extension %v must be positive", d)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -1466,7 +1467,7 @@ func (c *Consumer) Extend(ctx context.Context, m *Message, d time.Duration) erro
 		return err
 	}
 	if en.state != inflight {
-		return dcsync.Errorf(dcsync.InvalidArgument, "queue.Extend", "message %d/%d is not in flight", m.Partition, m.Seq)
+		return driver.Errorf(dcsync.InvalidArgument, "queue.Extend", "message %d/%d is not in flight", m.Partition, m.Seq)
 	}
 	en.deadline = time.Now().Add(d)
 	m.Deadline = en.deadline
@@ -1482,12 +1483,12 @@ func (c *Consumer) Seek(ctx context.Context, p int, seq uint64) error {
 	pt := c.owned[p]
 	c.mu.Unlock()
 	if pt == nil {
-		return dcsync.Errorf(dcsync.LockLost, "queue.Seek", "partition %d is not owned by this consumer", p)
+		return driver.Errorf(dcsync.LockLost, "queue.Seek", "partition %d is not owned by this consumer", p)
 	}
 	pt.commitMu.Lock()
 	defer pt.commitMu.Unlock()
 	pt.version++
-	off := dcsync.QueueOffset{Token: pt.token, Next: seq, Version: pt.version}
+	off := driver.QueueOffset{Token: pt.token, Next: seq, Version: pt.version}
 	if err := c.q.store.CommitQueueOffset(ctx, c.name, c.group, p, off); err != nil {
 		c.mu.Lock()
 		pt.known = false

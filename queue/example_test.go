@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/store/memory"
 )
@@ -17,7 +16,7 @@ func Example() {
 	s := memory.New() // or sqlite.Open, hbase.Open, aerospike.Open
 	defer s.Close()
 
-	q, _ := queue.Create(ctx, s, dcsync.QueueSpec{Name: "orders", Partitions: 8, Groups: []string{"billing"}})
+	q, _ := queue.Create(ctx, s, queue.Spec{Name: "orders", Partitions: 8, Groups: []string{"billing"}})
 	q.Enqueue(ctx, queue.Event{Key: "customer-1", ID: "order-1", Payload: []byte("paid")},
 		queue.Event{Key: "customer-1", ID: "order-2", Payload: []byte("shipped")})
 
@@ -38,7 +37,7 @@ func ExampleQueue_Enqueue_idempotent() {
 	ctx := context.Background()
 	s := memory.New()
 	defer s.Close()
-	q, _ := queue.Create(ctx, s, dcsync.QueueSpec{Name: "q", Partitions: 4, Groups: []string{"g"}})
+	q, _ := queue.Create(ctx, s, queue.Spec{Name: "q", Partitions: 4, Groups: []string{"g"}})
 	ev := queue.Event{Key: "k", ID: "evt-42", Payload: []byte("x")}
 	first, _ := q.Enqueue(ctx, ev)
 	again, _ := q.Enqueue(ctx, ev)
@@ -52,7 +51,7 @@ func ExampleConsumer_Nack() {
 	ctx := context.Background()
 	s := memory.New()
 	defer s.Close()
-	q, _ := queue.Create(ctx, s, dcsync.QueueSpec{Name: "q", Partitions: 1, Groups: []string{"g"}},
+	q, _ := queue.Create(ctx, s, queue.Spec{Name: "q", Partitions: 1, Groups: []string{"g"}},
 		queue.WithMaxAttempts(2), queue.WithRetryBackoff(time.Millisecond, time.Millisecond))
 	q.Enqueue(ctx, queue.Event{Payload: []byte("poison")})
 	c, _ := q.Consumer(ctx, "g")

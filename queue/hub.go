@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // A hub is the shared watcher of one queue in one store value: while any consumer of the
@@ -16,7 +16,7 @@ import (
 // behind. Enqueues in the same process wake the owners of their partitions at once,
 // with no read.
 type hub struct {
-	store    Store
+	store    driver.Store
 	name     string
 	interval time.Duration
 
@@ -27,7 +27,7 @@ type hub struct {
 }
 
 type hubKey struct {
-	store Store
+	store driver.Store
 	name  string
 }
 
@@ -40,7 +40,7 @@ var hubs = struct {
 // returns it; the hub's goroutine runs while it has subscribers, and the hub leaves
 // the registry with its last subscriber. Stores whose dynamic type is not comparable
 // get a hub per consumer (they miss the local wake-ups of other handles' enqueues).
-func subscribe(s Store, name string, interval time.Duration, c *Consumer) *hub {
+func subscribe(s driver.Store, name string, interval time.Duration, c *Consumer) *hub {
 	hubs.Lock()
 	defer hubs.Unlock()
 	var h *hub
@@ -65,7 +65,7 @@ func subscribe(s Store, name string, interval time.Duration, c *Consumer) *hub {
 
 // lookupHub returns the process's hub of (s, name), or nil when no consumer of it
 // runs in this process.
-func lookupHub(s Store, name string) *hub {
+func lookupHub(s driver.Store, name string) *hub {
 	if !reflect.TypeOf(s).Comparable() {
 		return nil
 	}
@@ -74,7 +74,7 @@ func lookupHub(s Store, name string) *hub {
 	return hubs.m[hubKey{s, name}]
 }
 
-func newHub(s Store, name string, interval time.Duration) *hub {
+func newHub(s driver.Store, name string, interval time.Duration) *hub {
 	return &hub{store: s, name: name, interval: interval, subs: map[*Consumer]struct{}{}, kick: make(chan struct{}, 1)}
 }
 
@@ -171,7 +171,7 @@ func (h *hub) run() {
 		last = time.Now()
 		progressed := false
 		if err == nil {
-			by := make(map[int]dcsync.QueueBounds, len(ps))
+			by := make(map[int]driver.QueueBounds, len(ps))
 			for i, p := range ps {
 				by[p] = bounds[i]
 			}

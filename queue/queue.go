@@ -60,15 +60,21 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/lock"
 )
 
-// Store is what a queue needs of a back end: locks for partition ownership and the
-// queue's own storage. Every store in this module implements it.
-type Store interface {
-	dcsync.LockStore
-	dcsync.QueueStore
-}
+// Spec describes a queue to Create: its name, partition count, consumer groups and
+// dedup window (the fields are documented on driver.QueueSpec, which stores receive).
+type Spec = driver.QueueSpec
+
+// Limits of an event, as every store enforces them.
+const (
+	// MaxPayload bounds one event's payload, in bytes.
+	MaxPayload = driver.MaxQueuePayload
+	// MaxKeyLen bounds an event's partition key and its idempotency id, in bytes.
+	MaxKeyLen = driver.MaxQueueKeyLen
+)
 
 // Defaults of the options.
 const (
@@ -157,22 +163,22 @@ func newOptions(opts []Option) (options, error) {
 	const op = "queue.Options"
 	switch {
 	case o.visibility <= 0:
-		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "visibility %v must be positive", o.visibility)
+		return o, driver.Errorf(dcsync.InvalidArgument, op, "visibility %v must be positive", o.visibility)
 	case o.maxAttempts < 1:
-		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "max attempts %d must be at least 1", o.maxAttempts)
+		return o, driver.Errorf(dcsync.InvalidArgument, op, "max attempts %d must be at least 1", o.maxAttempts)
 	case o.minBackoff < 0 || o.maxBackoff < o.minBackoff:
-		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "retry backoff [%v, %v] must be ordered and not negative", o.minBackoff, o.maxBackoff)
+		return o, driver.Errorf(dcsync.InvalidArgument, op, "retry backoff [%v, %v] must be ordered and not negative", o.minBackoff, o.maxBackoff)
 	case o.holeTimeout <= 0:
-		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "hole timeout %v must be positive", o.holeTimeout)
+		return o, driver.Errorf(dcsync.InvalidArgument, op, "hole timeout %v must be positive", o.holeTimeout)
 	case o.pollInterval <= 0:
-		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "poll interval %v must be positive", o.pollInterval)
+		return o, driver.Errorf(dcsync.InvalidArgument, op, "poll interval %v must be positive", o.pollInterval)
 	case o.retention < 0:
-		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "retention %v is negative", o.retention)
+		return o, driver.Errorf(dcsync.InvalidArgument, op, "retention %v is negative", o.retention)
 	case o.log == nil:
-		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "logger is nil")
+		return o, driver.Errorf(dcsync.InvalidArgument, op, "logger is nil")
 	}
-	if err := dcsync.ValidateTTL(o.lease); err != nil {
-		return o, dcsync.Errorf(dcsync.InvalidArgument, op, "lease: %v", err)
+	if err := driver.ValidateTTL(o.lease); err != nil {
+		return o, driver.Errorf(dcsync.InvalidArgument, op, "lease: %v", err)
 	}
 	return o, nil
 }
@@ -180,21 +186,21 @@ func newOptions(opts []Option) (options, error) {
 // Queue is a handle on one queue: it enqueues, makes consumers and reports lag. It is
 // safe for concurrent use.
 type Queue struct {
-	store Store
+	store driver.Store
 	opts  options
 	locks *lock.Manager
-	spec  atomic.Pointer[dcsync.QueueSpec]
+	spec  atomic.Pointer[Spec]
 	rr    atomic.Uint64
 }
 
-// Create creates a queue with spec (see dcsync.QueueSpec; spec.Created is ignored) and
+// Create creates a queue with spec (see Spec; spec.Created is ignored) and
 // returns a handle on it. It returns an error matching dcsync.ErrAlreadyExists when a
 // queue of that name exists.
-func Create(ctx context.Context, s Store, spec dcsync.QueueSpec, opts ...Option) (*Queue, error) {
+func Create(ctx context.Context, s driver.Store, spec Spec, opts ...Option) (*Queue, error) {
 	if s == nil {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "queue.Create", "store is nil")
+		return nil, driver.Errorf(dcsync.InvalidArgument, "queue.Create", "store is nil")
 	}
-	if err := dcsync.ValidateQueueSpec(spec); err != nil {
+	if err := driver.ValidateQueueSpec(spec); err != nil {
 		return nil, err
 	}
 	o, err := newOptions(opts)
@@ -210,11 +216,11 @@ func Create(ctx context.Context, s Store, spec dcsync.QueueSpec, opts ...Option)
 
 // Open returns a handle on an existing queue; an error matching dcsync.ErrNotFound when
 // there is none.
-func Open(ctx context.Context, s Store, name string, opts ...Option) (*Queue, error) {
+func Open(ctx context.Context, s driver.Store, name string, opts ...Option) (*Queue, error) {
 	if s == nil {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "queue.Open", "store is nil")
+		return nil, driver.Errorf(dcsync.InvalidArgument, "queue.Open", "store is nil")
 	}
-	if err := dcsync.ValidateID("queue", name); err != nil {
+	if err := driver.ValidateID("queue", name); err != nil {
 		return nil, err
 	}
 	o, err := newOptions(opts)
@@ -224,7 +230,7 @@ func Open(ctx context.Context, s Store, name string, opts ...Option) (*Queue, er
 	return open(ctx, s, name, o)
 }
 
-func open(ctx context.Context, s Store, name string, o options) (*Queue, error) {
+func open(ctx context.Context, s driver.Store, name string, o options) (*Queue, error) {
 	spec, err := s.ReadQueueSpec(ctx, name)
 	if err != nil {
 		return nil, err
@@ -242,7 +248,7 @@ func open(ctx context.Context, s Store, name string, o options) (*Queue, error) 
 }
 
 // Spec returns the queue's spec as last read.
-func (q *Queue) Spec() dcsync.QueueSpec { return *q.spec.Load() }
+func (q *Queue) Spec() Spec { return *q.spec.Load() }
 
 // Name returns the queue's name.
 func (q *Queue) Name() string { return q.spec.Load().Name }
@@ -250,7 +256,7 @@ func (q *Queue) Name() string { return q.spec.Load().Name }
 // AddGroup adds a consumer group. Its consumers start at the oldest event still
 // stored. It returns an error matching dcsync.ErrAlreadyExists when the group exists.
 func (q *Queue) AddGroup(ctx context.Context, group string) error {
-	if err := dcsync.ValidateID("group", group); err != nil {
+	if err := driver.ValidateID("group", group); err != nil {
 		return err
 	}
 	spec, err := q.store.AddQueueGroup(ctx, q.Name(), group)
@@ -272,7 +278,7 @@ type Event struct {
 	// event an ID to make retrying a failed Enqueue safe. IDs starting with a NUL byte
 	// are reserved.
 	ID string
-	// Payload is the event's body, at most dcsync.MaxQueuePayload bytes.
+	// Payload is the event's body, at most MaxPayload bytes.
 	Payload []byte
 }
 
@@ -288,16 +294,16 @@ func Partition(key string, p int) int {
 // for a duplicate ID, the earlier event's). The store applies the batch exactly once
 // also when an attempt failed in doubt; when Enqueue returns an error some events may
 // be stored, and enqueueing them again is safe if they have IDs.
-func (q *Queue) Enqueue(ctx context.Context, events ...Event) ([]dcsync.QueueAppend, error) {
+func (q *Queue) Enqueue(ctx context.Context, events ...Event) ([]driver.QueueAppend, error) {
 	spec := q.spec.Load()
 	if len(events) == 0 {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "queue.Enqueue", "no events")
+		return nil, driver.Errorf(dcsync.InvalidArgument, "queue.Enqueue", "no events")
 	}
 	rr := -1
-	qe := make([]dcsync.QueueEvent, len(events))
+	qe := make([]driver.QueueEvent, len(events))
 	for i, e := range events {
 		if strings.HasPrefix(e.ID, "\x00") {
-			return nil, dcsync.Errorf(dcsync.InvalidArgument, "queue.Enqueue", "event %d: ids starting with NUL are reserved", i)
+			return nil, driver.Errorf(dcsync.InvalidArgument, "queue.Enqueue", "event %d: ids starting with NUL are reserved", i)
 		}
 		p := 0
 		if e.Key != "" {
@@ -308,13 +314,13 @@ func (q *Queue) Enqueue(ctx context.Context, events ...Event) ([]dcsync.QueueApp
 			}
 			p = rr
 		}
-		qe[i] = dcsync.QueueEvent{Partition: p, Key: e.Key, ID: e.ID, Payload: e.Payload}
+		qe[i] = driver.QueueEvent{Partition: p, Key: e.Key, ID: e.ID, Payload: e.Payload}
 	}
 	return q.append(ctx, qe)
 }
 
-func (q *Queue) append(ctx context.Context, qe []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
-	if err := dcsync.ValidateQueueEvents(qe); err != nil {
+func (q *Queue) append(ctx context.Context, qe []driver.QueueEvent) ([]driver.QueueAppend, error) {
+	if err := driver.ValidateQueueEvents(qe); err != nil {
 		return nil, err
 	}
 	res, err := q.store.AppendQueue(ctx, q.Name(), qe)
@@ -377,9 +383,9 @@ func (q *Queue) Lag(ctx context.Context, group string) ([]PartitionLag, error) {
 
 // group returns the spec and index of group, re-reading the spec once when the group
 // is unknown (another process may have added it).
-func (q *Queue) group(ctx context.Context, group string) (dcsync.QueueSpec, int, error) {
-	if err := dcsync.ValidateID("group", group); err != nil {
-		return dcsync.QueueSpec{}, 0, err
+func (q *Queue) group(ctx context.Context, group string) (Spec, int, error) {
+	if err := driver.ValidateID("group", group); err != nil {
+		return Spec{}, 0, err
 	}
 	spec := *q.spec.Load()
 	if gi := spec.GroupIndex(group); gi >= 0 {
@@ -393,5 +399,5 @@ func (q *Queue) group(ctx context.Context, group string) (dcsync.QueueSpec, int,
 	if gi := fresh.GroupIndex(group); gi >= 0 {
 		return fresh, gi, nil
 	}
-	return fresh, 0, dcsync.Errorf(dcsync.NotFound, "queue", "queue %q has no group %q", spec.Name, group)
+	return fresh, 0, driver.Errorf(dcsync.NotFound, "queue", "queue %q has no group %q", spec.Name, group)
 }

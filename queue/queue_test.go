@@ -11,7 +11,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/store/memory"
 )
@@ -32,7 +31,7 @@ func newQueue(t *testing.T, parts int, groups []string, opts ...queue.Option) (*
 	// A lease a loaded machine keeps: no test here lets a lease run out, and a lapsed
 	// one would fail an Ack.
 	opts = append([]queue.Option{queue.WithLease(testLease), queue.WithPollInterval(20 * time.Millisecond)}, opts...)
-	q, err := queue.Create(context.Background(), s, dcsync.QueueSpec{Name: "q", Partitions: parts, Groups: groups}, opts...)
+	q, err := queue.Create(context.Background(), s, queue.Spec{Name: "q", Partitions: parts, Groups: groups}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/store/memory"
 )
@@ -22,14 +23,14 @@ type stalling struct {
 	commits atomic.Int64
 }
 
-func (s *stalling) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+func (s *stalling) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
 	s.commits.Add(1)
 	return s.Store.CommitQueueOffset(ctx, name, group, p, off)
 }
 
-func (s *stalling) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (s *stalling) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	if s.stalled.Load() {
-		return dcsync.LockState{}, dcsync.Errorf(dcsync.Connection, "test", "stalled")
+		return driver.LockState{}, driver.Errorf(dcsync.Connection, "test", "stalled")
 	}
 	return s.Store.RefreshLock(ctx, k, owner, ttl)
 }
@@ -45,7 +46,7 @@ func TestZombieAckRefusedAndEventsMove(t *testing.T) {
 	za, zb := &stalling{Store: base}, &stalling{Store: base}
 	opts := []queue.Option{queue.WithPollInterval(20 * time.Millisecond), queue.WithVisibility(time.Hour)}
 	// a's lease is let lapse; b's must be kept until its ack.
-	qa, err := queue.Create(ctx, za, dcsync.QueueSpec{Name: "z", Partitions: 1, Groups: []string{"g"}}, append(opts, queue.WithLease(zombieLease))...)
+	qa, err := queue.Create(ctx, za, queue.Spec{Name: "z", Partitions: 1, Groups: []string{"g"}}, append(opts, queue.WithLease(zombieLease))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestZombieAckRefusedAndEventsMove(t *testing.T) {
 		t.Fatalf("zombie ack: %v, want LockLost", err)
 	}
 	// The store-side fence: a commit with a's token is refused, whatever a believes.
-	err = base.CommitQueueOffset(ctx, "z", "g", 0, dcsync.QueueOffset{Token: held[0].Token, Next: 2, Held: true})
+	err = base.CommitQueueOffset(ctx, "z", "g", 0, driver.QueueOffset{Token: held[0].Token, Next: 2, Held: true})
 	if !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("stale-token commit: %v, want LockLost", err)
 	}
@@ -108,7 +109,7 @@ func TestDeathsCountAsAttempts(t *testing.T) {
 	defer base.Close()
 	opts := []queue.Option{queue.WithPollInterval(20 * time.Millisecond), queue.WithMaxAttempts(2)}
 	// The consumers that die have leases that lapse; the last one's must be kept.
-	q, err := queue.Create(ctx, base, dcsync.QueueSpec{Name: "d", Partitions: 1, Groups: []string{"g"}}, append(opts, queue.WithLease(testLease))...)
+	q, err := queue.Create(ctx, base, queue.Spec{Name: "d", Partitions: 1, Groups: []string{"g"}}, append(opts, queue.WithLease(testLease))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestStreamingKeepsOffsetHeld(t *testing.T) {
 	// a streams 10 batches (its renewals must succeed) before it is let die; b takes
 	// over. Both keep a lease a loaded machine keeps; the test waits a's out.
 	opts := []queue.Option{queue.WithLease(testLease), queue.WithPollInterval(20 * time.Millisecond), queue.WithVisibility(time.Hour)}
-	q, err := queue.Create(ctx, base, dcsync.QueueSpec{Name: "s", Partitions: 1, Groups: []string{"g"}}, opts...)
+	q, err := queue.Create(ctx, base, queue.Spec{Name: "s", Partitions: 1, Groups: []string{"g"}}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +182,7 @@ func TestStreamingKeepsOffsetHeld(t *testing.T) {
 	if _, err := q.Enqueue(ctx, evs...); err != nil {
 		t.Fatal(err)
 	}
-	offset := func() dcsync.QueueOffset {
+	offset := func() driver.QueueOffset {
 		t.Helper()
 		offs, err := base.ReadQueueOffsets(ctx, "s", "g", []int{0})
 		if err != nil {
@@ -247,7 +248,7 @@ type versions struct {
 	seen map[uint64][]uint64
 }
 
-func (s *versions) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+func (s *versions) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
 	s.mu.Lock()
 	s.seen[off.Token] = append(s.seen[off.Token], off.Version)
 	s.mu.Unlock()
@@ -263,7 +264,7 @@ func TestOffsetVersionsIncreasePerOwner(t *testing.T) {
 	defer base.Close()
 	s := &versions{Store: base, seen: map[uint64][]uint64{}}
 	opts := []queue.Option{queue.WithLease(10 * time.Second), queue.WithVisibility(time.Hour), queue.WithRetryBackoff(time.Millisecond, time.Millisecond)}
-	q, err := queue.Create(ctx, s, dcsync.QueueSpec{Name: "v", Partitions: 1, Groups: []string{"g"}}, opts...)
+	q, err := queue.Create(ctx, s, queue.Spec{Name: "v", Partitions: 1, Groups: []string{"g"}}, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // txStore is implemented by stores whose queue lives in a SQL database (SQLite):
@@ -29,13 +30,13 @@ type txStore interface {
 // dcsync.ErrNotImplemented.
 func (c *Consumer) AckTx(ctx context.Context, msgs []*Message, fn func(tx *sql.Tx) error) (err error) {
 	const op = "queue.AckTx"
-	txc, ok1 := c.q.store.(dcsync.QueueTxCommitter)
+	txc, ok1 := c.q.store.(driver.QueueTxCommitter)
 	txs, ok2 := c.q.store.(txStore)
 	if !ok1 || !ok2 {
-		return dcsync.Errorf(dcsync.NotImplemented, op, "the store has no SQL database: use Ack, and fence the output with Message.Token")
+		return driver.Errorf(dcsync.NotImplemented, op, "the store has no SQL database: use Ack, and fence the output with Message.Token")
 	}
 	if fn == nil {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "fn is nil")
+		return driver.Errorf(dcsync.InvalidArgument, op, "fn is nil")
 	}
 	// The partitions, with commitMu held in partition order.
 	c.mu.Lock()
@@ -104,7 +105,7 @@ func (c *Consumer) AckTx(ctx context.Context, msgs []*Message, fn func(tx *sql.T
 			}
 			if !pt.lk.Held() {
 				lost = pt
-				return dcsync.Errorf(dcsync.LockLost, op, "partition %d: the lease of token %d is over", pt.p, pt.token)
+				return driver.Errorf(dcsync.LockLost, op, "partition %d: the lease of token %d is over", pt.p, pt.token)
 			}
 			if err := txc.CommitQueueOffsetTx(ctx, tx, c.name, c.group, pt.p, snaps[i].off); err != nil {
 				if errors.Is(err, dcsync.ErrLockLost) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/store/memory"
 )
@@ -18,12 +18,12 @@ type counting struct {
 	bounds, reads atomic.Int64
 }
 
-func (s *counting) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
+func (s *counting) QueueBounds(ctx context.Context, name string, ps []int) ([]driver.QueueBounds, error) {
 	s.bounds.Add(1)
 	return s.Store.QueueBounds(ctx, name, ps)
 }
 
-func (s *counting) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
+func (s *counting) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (driver.QueueRead, error) {
 	s.reads.Add(1)
 	return s.Store.ReadQueue(ctx, name, p, from, max)
 }
@@ -40,7 +40,7 @@ func TestIdleConsumersShareOneWatcher(t *testing.T) {
 	s := &counting{Store: base}
 	const interval = 20 * time.Millisecond
 	groups := []string{"g0", "g1", "g2", "g3", "g4", "g5", "g6", "g7"}
-	q, err := queue.Create(ctx, s, dcsync.QueueSpec{Name: "w", Partitions: 4, Groups: groups}, queue.WithPollInterval(interval))
+	q, err := queue.Create(ctx, s, queue.Spec{Name: "w", Partitions: 4, Groups: groups}, queue.WithPollInterval(interval))
 	if err != nil {
 		t.Fatal(err)
 	}

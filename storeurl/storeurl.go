@@ -49,6 +49,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/aerospike"
 	"github.com/dcsync/dcsync/store/hbase"
 	"github.com/dcsync/dcsync/store/memory"
@@ -67,7 +68,7 @@ func DefaultSQLitePath() (string, error) {
 	if !filepath.IsAbs(dir) { // the XDG spec says to ignore a relative path
 		home, err := os.UserHomeDir()
 		if err != nil {
-			return "", dcsync.Errorf(dcsync.InvalidArgument, "storeurl.DefaultSQLitePath", "no XDG_STATE_HOME and no home directory: %w", err)
+			return "", driver.Errorf(dcsync.InvalidArgument, "storeurl.DefaultSQLitePath", "no XDG_STATE_HOME and no home directory: %w", err)
 		}
 		dir = filepath.Join(home, ".local", "state")
 	}
@@ -95,12 +96,12 @@ func SQLiteURL(path string) string {
 }
 
 func invalid(raw, format string, args ...any) error {
-	return dcsync.Errorf(dcsync.InvalidArgument, "storeurl.Open", "store URL %q: "+format, append([]any{raw}, args...)...)
+	return driver.Errorf(dcsync.InvalidArgument, "storeurl.Open", "store URL %q: "+format, append([]any{raw}, args...)...)
 }
 
 // Open opens the store that raw names. Bad URLs, unknown parameters and fragments are
 // InvalidArgument, refused before any I/O.
-func Open(ctx context.Context, raw string) (dcsync.Store, error) {
+func Open(ctx context.Context, raw string) (driver.Store, error) {
 	scheme, rest, ok := strings.Cut(raw, ":")
 	if !ok || scheme == "" {
 		return nil, invalid(raw, "no scheme (want sqlite:, memory:, hbase:// or aerospike://)")
@@ -120,7 +121,7 @@ func Open(ctx context.Context, raw string) (dcsync.Store, error) {
 		if errors.As(err, &ue) {
 			err = ue.Err // the *url.Error repeats the URL
 		}
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "storeurl.Open", "store URL %q: %w", raw, err)
+		return nil, driver.Errorf(dcsync.InvalidArgument, "storeurl.Open", "store URL %q: %w", raw, err)
 	}
 	if u.User != nil {
 		// Neither store takes credentials in the URL; dropping them silently would
@@ -141,7 +142,7 @@ func Open(ctx context.Context, raw string) (dcsync.Store, error) {
 }
 
 // openSQLite opens "sqlite:" + rest.
-func openSQLite(ctx context.Context, raw, rest string) (dcsync.Store, error) {
+func openSQLite(ctx context.Context, raw, rest string) (driver.Store, error) {
 	if i := strings.IndexByte(rest, '#'); i >= 0 {
 		return nil, invalid(raw, "unexpected fragment %q: a '#' in a file name must be written %%23", rest[i:])
 	}

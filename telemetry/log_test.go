@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/lock"
 	"github.com/dcsync/dcsync/store/memory"
@@ -129,9 +130,9 @@ type failingStore struct {
 
 func (s *failingStore) StoreName() string { return "memory" }
 
-func (s *failingStore) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
+func (s *failingStore) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.LatchCount, error) {
 	if s.fail.Load() {
-		return nil, dcsync.Errorf(dcsync.Connection, "test", "store unreachable")
+		return nil, driver.Errorf(dcsync.Connection, "test", "store unreachable")
 	}
 	return s.Store.ReadLatches(ctx, keys)
 }

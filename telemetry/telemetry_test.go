@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/lock"
 	"github.com/dcsync/dcsync/store/memory"
@@ -372,7 +373,7 @@ func TestStoreName(t *testing.T) {
 }
 
 func TestCodeName(t *testing.T) {
-	if got := telemetry.CodeName(dcsync.Errorf(dcsync.LockUnavailable, "op", "x")); got != "lock_unavailable" {
+	if got := telemetry.CodeName(driver.Errorf(dcsync.LockUnavailable, "op", "x")); got != "lock_unavailable" {
 		t.Errorf("CodeName = %q", got)
 	}
 	if got := telemetry.CodeName(nil); got != "" {

@@ -20,7 +20,6 @@ import (
 
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/lock"
-	"github.com/dcsync/dcsync/queue"
 )
 
 func newDemoCmd(a *app) *cobra.Command {
@@ -102,11 +101,7 @@ func (a *app) demo(ctx context.Context, workers, rounds, events int) error {
 	if err != nil {
 		return err
 	}
-	qs, ok := s.(queue.Store)
-	if !ok {
-		return fmt.Errorf("store %s has no queues", a.storeURL)
-	}
-	q, done, err := a.demoCreateQueue(ctx, qs, lm, name)
+	q, done, err := a.demoCreateQueue(ctx, s, lm, name)
 	if err != nil {
 		return err
 	}
@@ -274,9 +269,5 @@ func (a *app) demoWorker(ctx context.Context, name string, rounds int) error {
 	if _, err = l.CountDown(ctx); err != nil {
 		return err
 	}
-	qs, ok := s.(queue.Store)
-	if !ok {
-		return fmt.Errorf("store %s has no queues", a.storeURL)
-	}
-	return a.demoConsume(ctx, s, qs, name)
+	return a.demoConsume(ctx, s, name)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/queue"
 )
@@ -31,8 +32,8 @@ func demoQueueOptions() []queue.Option {
 }
 
 // demoCreateQueue creates the demo's queue and the latch that tells the workers to stop.
-func (a *app) demoCreateQueue(ctx context.Context, s queue.Store, lm *latch.Manager, name string) (*queue.Queue, *latch.CountDownLatch, error) {
-	q, err := queue.Create(ctx, s, dcsync.QueueSpec{Name: name, Partitions: demoPartitions, Groups: []string{demoGroup}},
+func (a *app) demoCreateQueue(ctx context.Context, s driver.Store, lm *latch.Manager, name string) (*queue.Queue, *latch.CountDownLatch, error) {
+	q, err := queue.Create(ctx, s, queue.Spec{Name: name, Partitions: demoPartitions, Groups: []string{demoGroup}},
 		append(demoQueueOptions(), queue.WithIdentity(a.client, a.farm))...)
 	if err != nil {
 		return nil, nil, err
@@ -86,8 +87,8 @@ func (a *app) demoProduce(ctx context.Context, q *queue.Queue, done *latch.Count
 
 // demoConsume is a worker's queue phase: it receives and acks until the done latch
 // reaches zero, and reports each acked event.
-func (a *app) demoConsume(ctx context.Context, s dcsync.Store, qs queue.Store, name string) error {
-	q, err := queue.Open(ctx, qs, name, append(demoQueueOptions(), queue.WithIdentity(a.client, a.farm))...)
+func (a *app) demoConsume(ctx context.Context, s driver.Store, name string) error {
+	q, err := queue.Open(ctx, s, name, append(demoQueueOptions(), queue.WithIdentity(a.client, a.farm))...)
 	if err != nil {
 		return err
 	}

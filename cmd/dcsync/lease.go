@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // Safety margin of `lock run`: the command is treated as unprotected from
@@ -31,14 +32,14 @@ func safeEnd(sent time.Time, ttl time.Duration) time.Time {
 // this process's clock. (lock.Lock keeps such a deadline for KeepAlive but does not
 // expose it; this wrapper sees the same calls KeepAlive makes.)
 type leaseClock struct {
-	dcsync.LockStore
+	driver.LockStore
 
 	mu      sync.Mutex
 	end     time.Time
 	changed chan struct{} // a token when end moved; capacity 1
 }
 
-func newLeaseClock(s dcsync.LockStore) *leaseClock {
+func newLeaseClock(s driver.LockStore) *leaseClock {
 	return &leaseClock{LockStore: s, changed: make(chan struct{}, 1)}
 }
 
@@ -67,7 +68,7 @@ func (c *leaseClock) extend(sent time.Time, ttl time.Duration) {
 }
 
 // AcquireLock records when a successful acquisition was sent.
-func (c *leaseClock) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (c *leaseClock) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	sent := time.Now()
 	st, err := c.LockStore.AcquireLock(ctx, k, owner, ttl)
 	if err == nil {
@@ -77,7 +78,7 @@ func (c *leaseClock) AcquireLock(ctx context.Context, k dcsync.Key, owner string
 }
 
 // RefreshLock records when a successful renewal was sent.
-func (c *leaseClock) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (c *leaseClock) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	sent := time.Now()
 	st, err := c.LockStore.RefreshLock(ctx, k, owner, ttl)
 	if err == nil {

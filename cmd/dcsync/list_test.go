@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/memory"
 )
 
@@ -158,7 +159,7 @@ func TestLatchListDeleteAndCountJSON(t *testing.T) {
 }
 
 // plainStore is a store with none of the optional listing interfaces.
-type plainStore struct{ dcsync.Store }
+type plainStore struct{ driver.Store }
 
 func TestListNotSupported(t *testing.T) {
 	for _, args := range [][]string{{"lock", "list"}, {"latch", "list"}, {"latch", "delete", "x"}} {

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/lock"
 )
 
@@ -69,7 +70,7 @@ func ownerText(owner string) string {
 }
 
 func notSupported(op string) error {
-	return dcsync.Errorf(dcsync.NotImplemented, op, "not supported by this store")
+	return driver.Errorf(dcsync.NotImplemented, op, "not supported by this store")
 }
 
 // newLockListCmd is 'lock list'.
@@ -89,7 +90,7 @@ Stores that cannot list exit 1 ("not supported by this store").`,
 			if err != nil {
 				return err
 			}
-			ll, ok := s.(dcsync.LockLister)
+			ll, ok := s.(driver.LockLister)
 			if !ok {
 				return notSupported("dcsync lock list")
 			}
@@ -173,7 +174,7 @@ the whole latch table or set: an operator's command. Stores that cannot list exi
 			if err != nil {
 				return err
 			}
-			ll, ok := s.(dcsync.LatchLister)
+			ll, ok := s.(driver.LatchLister)
 			if !ok {
 				return notSupported("dcsync latch list")
 			}
@@ -216,7 +217,7 @@ func joinFarms(fs []string) string {
 
 // latchRows renders listed cells: one row per cell at DC, one per name at XDC (the sum
 // of its cells, saturating as an XDC read does, and the latest end).
-func latchRows(cells []dcsync.LatchInfo, level dcsync.Level) []latchJSON {
+func latchRows(cells []driver.LatchInfo, level dcsync.Level) []latchJSON {
 	out := make([]latchJSON, 0, len(cells))
 	if level == dcsync.DC {
 		for _, c := range cells {
@@ -253,7 +254,7 @@ func latchRows(cells []dcsync.LatchInfo, level dcsync.Level) []latchJSON {
 	for _, n := range names {
 		g := byName[n]
 		sort.Strings(g.farms)
-		j := latchJSON{Name: n, Level: "XDC", Farms: g.farms, Count: dcsync.SumCounts(g.counts...)}
+		j := latchJSON{Name: n, Level: "XDC", Farms: g.farms, Count: driver.SumCounts(g.counts...)}
 		if !g.noEnd {
 			j.ExpiresAt, j.ExpiresInMS = expiry(g.end)
 		}
@@ -279,7 +280,7 @@ latches exit 1 ("not supported by this store").`,
 			if err != nil {
 				return err
 			}
-			d, ok := s.(dcsync.LatchDeleter)
+			d, ok := s.(driver.LatchDeleter)
 			if !ok {
 				return notSupported("dcsync latch delete")
 			}
@@ -302,20 +303,20 @@ func defaultIsTerminal(w any) bool {
 // from the acquisition attempts themselves: a refused AcquireLock returns the holder's
 // state. (No extra reads, and never the waiter's own hold.)
 type holderWatch struct {
-	dcsync.LockStore
+	driver.LockStore
 
 	mu      sync.Mutex
-	st      dcsync.LockState
+	st      driver.LockState
 	seen    bool
 	changed chan struct{} // a token when st was recorded; capacity 1
 }
 
-func newHolderWatch(s dcsync.LockStore) *holderWatch {
+func newHolderWatch(s driver.LockStore) *holderWatch {
 	return &holderWatch{LockStore: s, changed: make(chan struct{}, 1)}
 }
 
 // AcquireLock records the holder's state when the lock is held by another.
-func (h *holderWatch) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (h *holderWatch) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	st, err := h.LockStore.AcquireLock(ctx, k, owner, ttl)
 	if dcsync.CodeOf(err) == dcsync.LockUnavailable {
 		h.mu.Lock()
@@ -329,7 +330,7 @@ func (h *holderWatch) AcquireLock(ctx context.Context, k dcsync.Key, owner strin
 	return st, err
 }
 
-func (h *holderWatch) holder() (dcsync.LockState, bool) {
+func (h *holderWatch) holder() (driver.LockState, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.st, h.seen

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/lock"
 )
 
@@ -33,12 +34,12 @@ const holderTick = 250 * time.Millisecond
 
 // lockManager returns a lock manager on the store; wrap, if not nil, wraps the store's
 // lock operations first.
-func (a *app) lockManager(ctx context.Context, wrap func(dcsync.LockStore) dcsync.LockStore) (*lock.Manager, []lock.CallOption, error) {
+func (a *app) lockManager(ctx context.Context, wrap func(driver.LockStore) driver.LockStore) (*lock.Manager, []lock.CallOption, error) {
 	s, level, err := a.setup(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	var ls dcsync.LockStore = s
+	var ls driver.LockStore = s
 	if wrap != nil {
 		ls = wrap(ls)
 	}
@@ -87,9 +88,9 @@ nothing more when stderr is not a terminal.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
 			var watch *holderWatch
-			var wrap func(dcsync.LockStore) dcsync.LockStore
+			var wrap func(driver.LockStore) driver.LockStore
 			if f.wait > 0 {
-				wrap = func(s dcsync.LockStore) dcsync.LockStore {
+				wrap = func(s driver.LockStore) driver.LockStore {
 					watch = newHolderWatch(s)
 					return watch
 				}

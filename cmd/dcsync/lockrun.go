@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/lock"
 )
 
@@ -34,7 +35,7 @@ func (a *app) runLocked(ctx context.Context, name string, f *lockFlags, argv []s
 		return err
 	}
 	var lc *leaseClock
-	m, opts, err := a.lockManager(ctx, func(s dcsync.LockStore) dcsync.LockStore {
+	m, opts, err := a.lockManager(ctx, func(s driver.LockStore) driver.LockStore {
 		lc = newLeaseClock(s)
 		return lc
 	})

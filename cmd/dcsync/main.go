@@ -48,6 +48,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/storeurl"
 )
 
@@ -139,7 +140,7 @@ type app struct {
 	level    string
 	stdout   io.Writer
 	stderr   io.Writer
-	store    dcsync.Store
+	store    driver.Store
 }
 
 // defaultStoreURL is the store of a user who names none: a SQLite file in their state
@@ -164,7 +165,7 @@ func envOr(name, def string) string {
 }
 
 // open opens the store named by --store, creating the default file's directory.
-func (a *app) open(ctx context.Context) (dcsync.Store, error) {
+func (a *app) open(ctx context.Context) (driver.Store, error) {
 	if a.store != nil {
 		return a.store, nil
 	}
@@ -191,7 +192,7 @@ func (a *app) close() {
 
 // setup checks the client id and --level and opens the store: what every lock and
 // latch command needs first.
-func (a *app) setup(ctx context.Context) (dcsync.Store, dcsync.Level, error) {
+func (a *app) setup(ctx context.Context) (driver.Store, dcsync.Level, error) {
 	if a.client == "" {
 		return nil, 0, withCode(exitUsage, errors.New("no client id: pass --client or set DCSYNC_CLIENT"))
 	}

@@ -19,7 +19,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/storeurl"
 )
@@ -299,7 +299,7 @@ func TestQueueDeadLetters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	q, err := queue.Open(ctx, s.(queue.Store), "q", queue.WithIdentity("app", "dc1"), queue.WithMaxAttempts(1),
+	q, err := queue.Open(ctx, s, "q", queue.WithIdentity("app", "dc1"), queue.WithMaxAttempts(1),
 		queue.WithLease(30*time.Second), queue.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
@@ -389,7 +389,7 @@ func TestQueueBadInput(t *testing.T) {
 		t.Fatalf("bad sends wrote: %+v", l)
 	}
 	// A line longer than an event's limit ends the send; the lines before it are sent.
-	long := strings.Repeat("z", dcsync.MaxQueuePayload+1)
+	long := strings.Repeat("z", driver.MaxQueuePayload+1)
 	_, errs := c.wantSend(2, "before\n"+long+"\nafter\n", "q")
 	if !strings.Contains(errs, "line 2") || !strings.Contains(errs, "sent 1 events") {
 		t.Fatalf("long line: stderr %q", errs)

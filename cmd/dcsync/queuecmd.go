@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/queue"
 )
 
@@ -102,25 +103,21 @@ type queueFlags struct {
 
 // queueStore opens the store for a queue command: it needs the client id (the
 // consumers' locks are the client's) and a store that has queues.
-func (a *app) queueStore(ctx context.Context) (queue.Store, error) {
+func (a *app) queueStore(ctx context.Context) (driver.Store, error) {
 	if a.client == "" {
 		return nil, withCode(exitUsage, errors.New("no client id: pass --client or set DCSYNC_CLIENT"))
 	}
-	if err := dcsync.ValidateID("client", a.client); err != nil {
+	if err := driver.ValidateID("client", a.client); err != nil {
 		return nil, err
 	}
-	if err := dcsync.ValidateID("farm", a.farm); err != nil {
+	if err := driver.ValidateID("farm", a.farm); err != nil {
 		return nil, err
 	}
 	s, err := a.open(ctx)
 	if err != nil {
 		return nil, err
 	}
-	qs, ok := s.(queue.Store)
-	if !ok {
-		return nil, notSupported("dcsync queue")
-	}
-	return qs, nil
+	return s, nil
 }
 
 // queueOptions are the queue options of the CLI: the client's identity, the consumer
@@ -145,7 +142,7 @@ func (a *app) queueOptions(f *queueFlags) []queue.Option {
 
 // openQueue opens queue name for a command.
 func (a *app) openQueue(ctx context.Context, name string, f *queueFlags) (*queue.Queue, error) {
-	if err := dcsync.ValidateID("queue", name); err != nil {
+	if err := driver.ValidateID("queue", name); err != nil {
 		return nil, err
 	}
 	s, err := a.queueStore(ctx)
@@ -157,7 +154,7 @@ func (a *app) openQueue(ctx context.Context, name string, f *queueFlags) (*queue
 
 // checkGroup refuses a group the queue does not have with exit 2, naming its groups.
 func checkGroup(ctx context.Context, q *queue.Queue, group string) error {
-	if err := dcsync.ValidateID("group", group); err != nil {
+	if err := driver.ValidateID("group", group); err != nil {
 		return err
 	}
 	if q.Spec().GroupIndex(group) >= 0 {
@@ -203,8 +200,8 @@ nothing; bad input (no group, N out of range, a group named twice) exits 2 and c
 nothing.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			spec := dcsync.QueueSpec{Name: args[0], Partitions: f.partitions, Groups: f.groups, Dedup: f.dedup}
-			if err := dcsync.ValidateQueueSpec(spec); err != nil {
+			spec := queue.Spec{Name: args[0], Partitions: f.partitions, Groups: f.groups, Dedup: f.dedup}
+			if err := driver.ValidateQueueSpec(spec); err != nil {
 				return err
 			}
 			s, err := a.queueStore(c.Context())
@@ -243,15 +240,15 @@ printed as one JSON object a line: {"line","id","partition","seq","duplicate"}.
 A line that is too long ends the send with exit 2 after the lines before it are sent.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
-			if len(f.key) > dcsync.MaxQueueKeyLen {
-				return withCode(exitUsage, fmt.Errorf("--key is %d bytes, more than %d", len(f.key), dcsync.MaxQueueKeyLen))
+			if len(f.key) > driver.MaxQueueKeyLen {
+				return withCode(exitUsage, fmt.Errorf("--key is %d bytes, more than %d", len(f.key), driver.MaxQueueKeyLen))
 			}
 			if f.idPrefix != "" {
 				if strings.HasPrefix(f.idPrefix, "\x00") {
 					return withCode(exitUsage, errors.New("--id-prefix must not start with a NUL byte"))
 				}
-				if len(f.idPrefix)+21 > dcsync.MaxQueueKeyLen {
-					return withCode(exitUsage, fmt.Errorf("--id-prefix is %d bytes, more than %d", len(f.idPrefix), dcsync.MaxQueueKeyLen-21))
+				if len(f.idPrefix)+21 > driver.MaxQueueKeyLen {
+					return withCode(exitUsage, fmt.Errorf("--id-prefix is %d bytes, more than %d", len(f.idPrefix), driver.MaxQueueKeyLen-21))
 				}
 			}
 			q, err := a.openQueue(c.Context(), args[0], f)
@@ -340,10 +337,10 @@ func (a *app) send(ctx context.Context, q *queue.Queue, in io.Reader, f *queueFl
 				summary()
 				return errors.Join(err, l.err)
 			}
-			if l.size > dcsync.MaxQueuePayload {
+			if l.size > driver.MaxQueuePayload {
 				err := flush()
 				summary()
-				return errors.Join(err, withCode(exitUsage, fmt.Errorf("line %d is %d bytes, more than %d: not sent, nor anything after it", next, l.size, dcsync.MaxQueuePayload)))
+				return errors.Join(err, withCode(exitUsage, fmt.Errorf("line %d is %d bytes, more than %d: not sent, nor anything after it", next, l.size, driver.MaxQueuePayload)))
 			}
 			e := queue.Event{Key: f.key, Payload: []byte(l.text)}
 			if f.idPrefix != "" {
@@ -376,7 +373,7 @@ func readLines(in io.Reader, out chan<- sendLine, stop <-chan struct{}) {
 			var chunk []byte
 			chunk, err = r.ReadSlice('\n')
 			size += len(chunk)
-			if len(buf) <= dcsync.MaxQueuePayload { // past that, only its length counts
+			if len(buf) <= driver.MaxQueuePayload { // past that, only its length counts
 				buf = append(buf, chunk...)
 			}
 			if err != bufio.ErrBufferFull {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/faultproxy"
 	"github.com/dcsync/dcsync/store/memory"
 	"github.com/dcsync/dcsync/storeurl"
@@ -21,7 +22,7 @@ import (
 
 func TestMain(m *testing.M) {
 	if IsChild() {
-		ChildMain(func(ctx context.Context, url string) (dcsync.Store, error) { return storeurl.Open(ctx, url) })
+		ChildMain(func(ctx context.Context, url string) (driver.Store, error) { return storeurl.Open(ctx, url) })
 	}
 	os.Exit(m.Run())
 }
@@ -126,11 +127,11 @@ type brokenStore struct {
 	token uint64
 }
 
-func (b *brokenStore) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (b *brokenStore) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.token++
-	return dcsync.LockState{Owner: owner, Token: b.token, Expires: time.Now().Add(ttl)}, nil
+	return driver.LockState{Owner: owner, Token: b.token, Expires: time.Now().Add(ttl)}, nil
 }
 
 func (b *brokenStore) ReleaseLock(context.Context, dcsync.Key, string) error { return nil }
@@ -145,7 +146,7 @@ func (b *brokenStore) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (
 func TestHarnessFindsABrokenStore(t *testing.T) {
 	broken := &brokenStore{Store: memory.New()}
 	rep, err := Scenario{
-		Open:      func(context.Context) (dcsync.Store, error) { return broken, nil },
+		Open:      func(context.Context) (driver.Store, error) { return broken, nil },
 		Goroutine: 3, Duration: 2 * time.Second, TTL: time.Second, Level: dcsync.DC, Name: unique(t), Child: self,
 	}.Run(context.Background())
 	if err != nil {
@@ -162,13 +163,13 @@ func TestHarnessFindsABrokenStore(t *testing.T) {
 // clock.
 type earlyStore struct{ *memory.Store }
 
-func (e earlyStore) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (e earlyStore) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	st, err := e.Store.AcquireLock(ctx, k, owner, ttl/2)
 	st.Expires = st.Expires.Add(ttl - ttl/2)
 	return st, err
 }
 
-func (e earlyStore) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (e earlyStore) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	st, err := e.Store.RefreshLock(ctx, k, owner, ttl/2)
 	st.Expires = st.Expires.Add(ttl - ttl/2)
 	return st, err
@@ -180,7 +181,7 @@ func (e earlyStore) RefreshLock(ctx context.Context, k dcsync.Key, owner string,
 func TestHarnessFindsLeasesThatEndEarly(t *testing.T) {
 	s := earlyStore{memory.New()}
 	rep, err := Scenario{
-		Open:      func(context.Context) (dcsync.Store, error) { return s, nil },
+		Open:      func(context.Context) (driver.Store, error) { return s, nil },
 		Goroutine: 2, Locks: 8, Duration: 5 * time.Second, TTL: 2 * time.Second, Level: dcsync.DC, Name: unique(t), Child: self,
 	}.Run(context.Background())
 	if err != nil {
@@ -220,7 +221,7 @@ func TestRunFailsBelowMinLockOps(t *testing.T) {
 	go func() {
 		defer close(done)
 		RunT(rec, Scenario{
-			Open:      func(context.Context) (dcsync.Store, error) { return memory.New(), nil },
+			Open:      func(context.Context) (driver.Store, error) { return memory.New(), nil },
 			Goroutine: 1, Locks: 4, Duration: time.Second, MaxDuration: 2 * time.Second,
 			MinLockOps: 1 << 30, Name: unique(t), Child: self,
 		})
@@ -264,7 +265,7 @@ func runScenario(t *testing.T, sc Scenario) {
 func TestChaosMemory(t *testing.T) {
 	s := memory.New()
 	runScenario(t, Scenario{
-		Open:       func(context.Context) (dcsync.Store, error) { return s, nil },
+		Open:       func(context.Context) (driver.Store, error) { return s, nil },
 		Goroutine:  4,
 		MinLockOps: minLockOps, MaxDuration: 90 * time.Second,
 	})
@@ -273,7 +274,7 @@ func TestChaosMemory(t *testing.T) {
 func TestChaosSQLite(t *testing.T) {
 	url := "sqlite://" + filepath.Join(t.TempDir(), "chaos.db")
 	runScenario(t, Scenario{
-		Open:      func(ctx context.Context) (dcsync.Store, error) { return storeurl.Open(ctx, url) },
+		Open:      func(ctx context.Context) (driver.Store, error) { return storeurl.Open(ctx, url) },
 		StoreURL:  url,
 		Goroutine: 2, Processes: 2, Pause: true, Kill: true,
 		// SQLite's writers in five processes share one file: more time for the same
@@ -293,7 +294,7 @@ func TestChaosAerospike(t *testing.T) {
 	}
 	url := "aerospike://" + addr + "/" + ns
 	runScenario(t, Scenario{
-		Open:      func(ctx context.Context) (dcsync.Store, error) { return storeurl.Open(ctx, url) },
+		Open:      func(ctx context.Context) (driver.Store, error) { return storeurl.Open(ctx, url) },
 		StoreURL:  url,
 		Goroutine: 2, Processes: 2, Pause: true, Kill: true,
 		MinLockOps: minLockOps, MaxDuration: 90 * time.Second,
@@ -315,7 +316,7 @@ func TestChaosAerospikeDroppedReplies(t *testing.T) {
 	p.SetMaxHold(2 * time.Second)
 	url := "aerospike://" + p.Addr() + "/" + ns + "?timeout=150ms&attempts=8"
 	runScenario(t, Scenario{
-		Open:      func(ctx context.Context) (dcsync.Store, error) { return storeurl.Open(ctx, url) },
+		Open:      func(ctx context.Context) (driver.Store, error) { return storeurl.Open(ctx, url) },
 		StoreURL:  url,
 		Goroutine: 3, Processes: 1, Pause: true, Kill: true,
 		Locks:      lockFaultLocks,
@@ -335,7 +336,7 @@ func TestChaosHBase(t *testing.T) {
 	zk := real(t, "DCSYNC_HBASE_ZK", "HBase")
 	url := "hbase://" + zk
 	runScenario(t, Scenario{
-		Open:      func(ctx context.Context) (dcsync.Store, error) { return storeurl.Open(ctx, url) },
+		Open:      func(ctx context.Context) (driver.Store, error) { return storeurl.Open(ctx, url) },
 		StoreURL:  url,
 		Goroutine: 2, Processes: 2, Pause: true, Kill: true,
 		Duration: 10 * time.Second, MinLockOps: minLockOps, MaxDuration: 90 * time.Second,

@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dcsync/dcsync"
-	"github.com/dcsync/dcsync/queue"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/memory"
 )
 
@@ -320,13 +319,13 @@ func TestQueueCheckerFindsAnIDStoredTwice(t *testing.T) {
 
 // --- Broken stores through the real harness ---------------------------------------------
 
-func memoryQueue() func(context.Context) (queue.Store, error) {
+func memoryQueue() func(context.Context) (driver.Store, error) {
 	s := memory.New()
-	return func(context.Context) (queue.Store, error) { return keepQueueStore{s}, nil }
+	return func(context.Context) (driver.Store, error) { return keepQueueStore{s}, nil }
 }
 
 // keepQueueStore hides the store's Close: the harness closes what Open returned.
-type keepQueueStore struct{ queue.Store }
+type keepQueueStore struct{ driver.Store }
 
 func runQueue(t *testing.T, sc QueueScenario) QueueReport {
 	t.Helper()
@@ -351,13 +350,13 @@ type offKey struct {
 // the owner's later commits. The new owner then starts below offsets whose acks
 // returned nil.
 type rewindStore struct {
-	queue.Store
+	driver.Store
 	mu      sync.Mutex
-	commits map[offKey][]dcsync.QueueOffset // the current owner's commits, oldest first
+	commits map[offKey][]driver.QueueOffset // the current owner's commits, oldest first
 	rewinds int
 }
 
-func (s *rewindStore) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+func (s *rewindStore) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
 	err := s.Store.CommitQueueOffset(ctx, name, group, p, off)
 	if err == nil {
 		k := offKey{group, p}
@@ -372,7 +371,7 @@ func (s *rewindStore) CommitQueueOffset(ctx context.Context, name, group string,
 	return err
 }
 
-func (s *rewindStore) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
+func (s *rewindStore) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (driver.QueueOffset, error) {
 	k := offKey{group, p}
 	s.mu.Lock()
 	hist := s.commits[k]
@@ -393,7 +392,7 @@ func (s *rewindStore) ClaimQueuePartition(ctx context.Context, name, group strin
 
 // churnScenario has no nack (so the consumer never acks out of order, and dead-letters
 // nothing): consumers that leave and join, and freezes past the lease.
-func churnScenario(open func(context.Context) (queue.Store, error)) QueueScenario {
+func churnScenario(open func(context.Context) (driver.Store, error)) QueueScenario {
 	return QueueScenario{
 		Open:      open,
 		Producers: 1, Consumers: 2, Groups: 1, Partitions: 4,
@@ -414,9 +413,9 @@ func TestQueueHarnessPassesACorrectStore(t *testing.T) {
 // TestQueueHarnessFindsARewindingStore: defect 1 (the offset moves backwards) through the
 // real harness: memory store, goroutine consumers that leave and join, and freezes.
 func TestQueueHarnessFindsARewindingStore(t *testing.T) {
-	rs := &rewindStore{Store: keepQueueStore{memory.New()}, commits: map[offKey][]dcsync.QueueOffset{}}
-	sc := churnScenario(func(context.Context) (queue.Store, error) { return rs.Store, nil })
-	sc.Wrap = func(queue.Store) queue.Store { return rs }
+	rs := &rewindStore{Store: keepQueueStore{memory.New()}, commits: map[offKey][]driver.QueueOffset{}}
+	sc := churnScenario(func(context.Context) (driver.Store, error) { return rs.Store, nil })
+	sc.Wrap = func(driver.Store) driver.Store { return rs }
 	rep := runQueue(t, sc)
 	t.Logf("offsets rewound: %d", rs.rewinds)
 	if rep.Violations[ViolationRedelivered] == 0 {
@@ -427,16 +426,16 @@ func TestQueueHarnessFindsARewindingStore(t *testing.T) {
 // lostMarksStore breaks defect 2's guarantee on a consumer that persists acks out of
 // order as marks: it drops them, so a successor delivers again what was acked above a
 // pending (nacked) event.
-type lostMarksStore struct{ queue.Store }
+type lostMarksStore struct{ driver.Store }
 
-func (s lostMarksStore) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+func (s lostMarksStore) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
 	off.Marks = ""
 	return s.Store.CommitQueueOffset(ctx, name, group, p, off)
 }
 
 // rebalanceScenario is defect 2's scenario: no fault, consumers that leave and join
 // (each join and leave moves partitions) while nacked events wait out a long backoff.
-func rebalanceScenario(open func(context.Context) (queue.Store, error)) QueueScenario {
+func rebalanceScenario(open func(context.Context) (driver.Store, error)) QueueScenario {
 	return QueueScenario{
 		Open:      open,
 		Producers: 1, Consumers: 2, Groups: 1, Partitions: 4,
@@ -448,7 +447,7 @@ func rebalanceScenario(open func(context.Context) (queue.Store, error)) QueueSce
 
 func TestQueueHarnessFindsLostMarks(t *testing.T) {
 	sc := rebalanceScenario(memoryQueue())
-	sc.Wrap = func(s queue.Store) queue.Store { return lostMarksStore{s} }
+	sc.Wrap = func(s driver.Store) driver.Store { return lostMarksStore{s} }
 	rep := runQueue(t, sc)
 	if rep.Violations[ViolationRedelivered] == 0 {
 		t.Fatalf("the checker passed a rebalance that loses acks above a pending nack:\n%v", rep)
@@ -469,14 +468,14 @@ func TestQueueRebalanceWithANackPending(t *testing.T) {
 // event partition, it lands a dead letter of one of the events read, as an unfenced
 // dead-letter append of a paused owner would land after its successor took over.
 type ghostDeadLetters struct {
-	queue.Store
+	driver.Store
 	partitions int
 	group      string
 	mu         sync.Mutex
 	n          int
 }
 
-func (s *ghostDeadLetters) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
+func (s *ghostDeadLetters) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (driver.QueueRead, error) {
 	r, err := s.Store.ReadQueue(ctx, name, p, from, max)
 	if err != nil || p >= s.partitions || len(r.Entries) == 0 {
 		return r, err
@@ -495,11 +494,11 @@ func (s *ghostDeadLetters) ReadQueue(ctx context.Context, name string, p int, fr
 	from2 := strconv.Itoa(p) + "/" + strconv.FormatUint(e.Seq, 10)
 	// The consumer's dead-letter id: origin, group and the event's own id.
 	id := "\x00dead\x00" + from2 + "\x00" + strconv.Itoa(len(s.group)) + ":" + s.group + "\x00" + e.ID
-	_, _ = s.Store.AppendQueue(ctx, name, []dcsync.QueueEvent{{Partition: s.partitions, Key: e.Key, ID: id, Payload: e.Payload}})
+	_, _ = s.Store.AppendQueue(ctx, name, []driver.QueueEvent{{Partition: s.partitions, Key: e.Key, ID: id, Payload: e.Payload}})
 	return r, nil
 }
 
-func deadLetterScenario(open func(context.Context) (queue.Store, error)) QueueScenario {
+func deadLetterScenario(open func(context.Context) (driver.Store, error)) QueueScenario {
 	return QueueScenario{
 		Open:      open,
 		Producers: 1, Consumers: 2, Groups: 1, Partitions: 4,
@@ -515,7 +514,7 @@ func deadLetterScenario(open func(context.Context) (queue.Store, error)) QueueSc
 func TestQueueHarnessFindsGhostDeadLetters(t *testing.T) {
 	sc := churnScenario(memoryQueue())
 	sc.Freeze = false
-	sc.Wrap = func(s queue.Store) queue.Store { return &ghostDeadLetters{Store: s, partitions: 4, group: "g1"} }
+	sc.Wrap = func(s driver.Store) driver.Store { return &ghostDeadLetters{Store: s, partitions: 4, group: "g1"} }
 	rep := runQueue(t, sc)
 	if rep.Violations[ViolationDeadAndAcked] == 0 {
 		t.Fatalf("the checker passed events both dead-lettered and acked:\n%v", rep)

@@ -2,11 +2,12 @@ package chaos
 
 import (
 	"context"
+	"github.com/dcsync/dcsync/queue"
 	"sync"
 	"time"
 
 	"github.com/dcsync/dcsync"
-	"github.com/dcsync/dcsync/queue"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // queueFreezer is a queue store for one in-process consumer that can be frozen: while
@@ -15,12 +16,12 @@ import (
 // lapses because its renewals wait, another consumer takes its partitions, and when it
 // thaws its held-back writes land after its successor's. Close is not forwarded.
 type queueFreezer struct {
-	queue.Store
+	driver.Store
 	mu   sync.Mutex
 	gate chan struct{} // closed while not frozen
 }
 
-func newQueueFreezer(s queue.Store) *queueFreezer {
+func newQueueFreezer(s driver.Store) *queueFreezer {
 	g := make(chan struct{})
 	close(g)
 	return &queueFreezer{Store: s, gate: g}
@@ -45,12 +46,12 @@ func (f *queueFreezer) wait() {
 	<-g
 }
 
-func (f *queueFreezer) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (f *queueFreezer) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	f.wait()
 	return f.Store.AcquireLock(ctx, k, owner, ttl)
 }
 
-func (f *queueFreezer) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (f *queueFreezer) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	f.wait()
 	return f.Store.RefreshLock(ctx, k, owner, ttl)
 }
@@ -60,32 +61,32 @@ func (f *queueFreezer) ReleaseLock(ctx context.Context, k dcsync.Key, owner stri
 	return f.Store.ReleaseLock(ctx, k, owner)
 }
 
-func (f *queueFreezer) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState, error) {
+func (f *queueFreezer) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockState, error) {
 	f.wait()
 	return f.Store.InspectLock(ctx, k)
 }
 
-func (f *queueFreezer) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
+func (f *queueFreezer) CreateQueue(ctx context.Context, spec queue.Spec) error {
 	f.wait()
 	return f.Store.CreateQueue(ctx, spec)
 }
 
-func (f *queueFreezer) ReadQueueSpec(ctx context.Context, name string) (dcsync.QueueSpec, error) {
+func (f *queueFreezer) ReadQueueSpec(ctx context.Context, name string) (queue.Spec, error) {
 	f.wait()
 	return f.Store.ReadQueueSpec(ctx, name)
 }
 
-func (f *queueFreezer) AddQueueGroup(ctx context.Context, name, group string) (dcsync.QueueSpec, error) {
+func (f *queueFreezer) AddQueueGroup(ctx context.Context, name, group string) (queue.Spec, error) {
 	f.wait()
 	return f.Store.AddQueueGroup(ctx, name, group)
 }
 
-func (f *queueFreezer) AppendQueue(ctx context.Context, name string, events []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
+func (f *queueFreezer) AppendQueue(ctx context.Context, name string, events []driver.QueueEvent) ([]driver.QueueAppend, error) {
 	f.wait()
 	return f.Store.AppendQueue(ctx, name, events)
 }
 
-func (f *queueFreezer) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
+func (f *queueFreezer) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (driver.QueueRead, error) {
 	f.wait()
 	return f.Store.ReadQueue(ctx, name, p, from, max)
 }
@@ -95,22 +96,22 @@ func (f *queueFreezer) AbortQueueSeq(ctx context.Context, name string, p int, se
 	return f.Store.AbortQueueSeq(ctx, name, p, seq)
 }
 
-func (f *queueFreezer) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
+func (f *queueFreezer) QueueBounds(ctx context.Context, name string, ps []int) ([]driver.QueueBounds, error) {
 	f.wait()
 	return f.Store.QueueBounds(ctx, name, ps)
 }
 
-func (f *queueFreezer) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
+func (f *queueFreezer) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (driver.QueueOffset, error) {
 	f.wait()
 	return f.Store.ClaimQueuePartition(ctx, name, group, p, token)
 }
 
-func (f *queueFreezer) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+func (f *queueFreezer) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
 	f.wait()
 	return f.Store.CommitQueueOffset(ctx, name, group, p, off)
 }
 
-func (f *queueFreezer) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]dcsync.QueueOffset, error) {
+func (f *queueFreezer) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]driver.QueueOffset, error) {
 	f.wait()
 	return f.Store.ReadQueueOffsets(ctx, name, group, ps)
 }

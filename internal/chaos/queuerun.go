@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/queue"
 )
 
@@ -28,7 +28,7 @@ import (
 type QueueScenario struct {
 	// Open opens the store of the goroutine workers, the set-up and the drain. A store
 	// reached through a fault proxy is opened here like any other.
-	Open func(ctx context.Context) (queue.Store, error)
+	Open func(ctx context.Context) (driver.Store, error)
 	// StoreURL, when set, is what child processes open (with the function given to
 	// QueueChildMain in the test binary), and ProcessProducers and ProcessConsumers
 	// are started as processes.
@@ -76,7 +76,7 @@ type QueueScenario struct {
 	FaultEvery time.Duration // default 700 ms
 	// Wrap, when set, wraps the store of every goroutine worker (a deliberately
 	// broken store, in the checker's own tests).
-	Wrap func(queue.Store) queue.Store
+	Wrap func(driver.Store) driver.Store
 	// Drain bounds the drain after the run (default 2 min).
 	Drain time.Duration
 	// Logf, when set, receives progress lines.
@@ -151,7 +151,7 @@ func IsQueueChild() bool { return os.Getenv(envQueueChild) != "" }
 // as one (call it first in the test binary, e.g. from an init function): it opens the
 // store URL it was given with open, writes its records to stdout as JSON lines until
 // stdin closes or it is signalled, and exits. Otherwise it returns at once.
-func QueueChildMain(open func(ctx context.Context, url string) (queue.Store, error)) {
+func QueueChildMain(open func(ctx context.Context, url string) (driver.Store, error)) {
 	raw := os.Getenv(envQueueChild)
 	if raw == "" {
 		return
@@ -275,13 +275,13 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 		NackPercent: sc.NackPercent, PoisonEvery: sc.PoisonEvery, Lease: sc.Lease, Visibility: sc.Visibility,
 		MaxAttempts: sc.MaxAttempts, MinBackoff: sc.MinBackoff, MaxBackoff: sc.MaxBackoff}
 	opts := queueOptions(base)
-	wrap := func(s queue.Store) queue.Store {
+	wrap := func(s driver.Store) driver.Store {
 		if sc.Wrap != nil {
 			return sc.Wrap(s)
 		}
 		return s
 	}
-	setup, err := queue.Create(ctx, wrap(store), dcsync.QueueSpec{Name: sc.Name, Partitions: sc.Partitions, Groups: groups}, opts...)
+	setup, err := queue.Create(ctx, wrap(store), queue.Spec{Name: sc.Name, Partitions: sc.Partitions, Groups: groups}, opts...)
 	if err != nil {
 		return rep, fmt.Errorf("create the queue: %w", err)
 	}
@@ -596,7 +596,7 @@ func resolveUnknown(ctx context.Context, q *queue.Queue, l *QueueLog, client int
 			op++
 			l.Add(QueueRecord{Client: client, Op: op, Phase: PhaseCall, Kind: QueueKindEnqueue, ID: id, Key: e.Key, At: now()})
 			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			var res []dcsync.QueueAppend
+			var res []driver.QueueAppend
 			res, err = q.Enqueue(cctx, e)
 			cancel()
 			rec := QueueRecord{Client: client, Op: op, Phase: PhaseReturn, Kind: QueueKindEnqueue, ID: id, Key: e.Key, Outcome: outcomeOf(err), At: now()}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/lock"
 )
@@ -22,7 +23,7 @@ import (
 // Scenario is one run: workers on one lock and one latch of one store, with faults.
 type Scenario struct {
 	// Open opens the store for the goroutine workers (and the set-up and final read).
-	Open func(ctx context.Context) (dcsync.Store, error)
+	Open func(ctx context.Context) (driver.Store, error)
 	// StoreURL, when set, is what child processes open (storeurl); Processes of each
 	// kind are started.
 	StoreURL  string
@@ -154,7 +155,7 @@ func IsChild() bool { return os.Getenv(envChild) != "" }
 // ChildMain runs a worker as a child process: it opens the store URL it was given with
 // open (normally storeurl.Open), writes its records to stdout until stdin closes or it is
 // signalled, and exits.
-func ChildMain(open func(ctx context.Context, url string) (dcsync.Store, error)) {
+func ChildMain(open func(ctx context.Context, url string) (driver.Store, error)) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin); cancel() }()
 	store, err := open(ctx, os.Getenv(envURL))

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc/pb"
 )
 
@@ -163,7 +164,7 @@ func (c *Client) DescribeTable(ctx context.Context, table string) (*TableDescrip
 		}
 		return d, nil
 	}
-	return nil, dcsync.Errorf(dcsync.Internal, op, "%w", &RemoteError{Class: classTableNotFound, Message: table})
+	return nil, driver.Errorf(dcsync.Internal, op, "%w", &RemoteError{Class: classTableNotFound, Message: table})
 }
 
 // CreateTable creates a table and waits until it is available (bounded by ctx).
@@ -174,22 +175,22 @@ func (c *Client) CreateTable(ctx context.Context, spec TableSpec) error {
 		return err
 	}
 	if len(spec.Families) == 0 {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "table %s: no column families", spec.Name)
+		return driver.Errorf(dcsync.InvalidArgument, op, "table %s: no column families", spec.Name)
 	}
 	schema := &pb.TableSchema{TableName: tableName(spec.Name)}
 	for _, f := range spec.Families {
 		cf, err := f.toProto()
 		if err != nil {
-			return dcsync.Errorf(dcsync.InvalidArgument, op, "table %s: %v", spec.Name, err)
+			return driver.Errorf(dcsync.InvalidArgument, op, "table %s: %v", spec.Name, err)
 		}
 		schema.ColumnFamilies = append(schema.ColumnFamilies, cf)
 	}
 	for i, k := range spec.SplitKeys {
 		if len(k) == 0 {
-			return dcsync.Errorf(dcsync.InvalidArgument, op, "table %s: empty split key", spec.Name)
+			return driver.Errorf(dcsync.InvalidArgument, op, "table %s: empty split key", spec.Name)
 		}
 		if i > 0 && string(spec.SplitKeys[i-1]) >= string(k) {
-			return dcsync.Errorf(dcsync.InvalidArgument, op, "table %s: split keys not sorted and distinct", spec.Name)
+			return driver.Errorf(dcsync.InvalidArgument, op, "table %s: split keys not sorted and distinct", spec.Name)
 		}
 	}
 	req := &pb.CreateTableRequest{
@@ -280,7 +281,7 @@ func (c *Client) waitProcedure(ctx context.Context, op string, id uint64) error 
 					re.Class = "ProcedureFailed"
 					re.Message = ex.GetSource()
 				}
-				return dcsync.Errorf(dcsync.Internal, op, "procedure %d failed: %w", id, re)
+				return driver.Errorf(dcsync.Internal, op, "procedure %d failed: %w", id, re)
 			}
 			return nil
 		case pb.GetProcedureResultResponse_NOT_FOUND:
@@ -292,7 +293,7 @@ func (c *Client) waitProcedure(ctx context.Context, op string, id uint64) error 
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return dcsync.Errorf(dcsync.Connection, op, "waiting for procedure %d: %w", id, ctx.Err())
+			return driver.Errorf(dcsync.Connection, op, "waiting for procedure %d: %w", id, ctx.Err())
 		}
 		delay = min(delay*2, 500*time.Millisecond)
 	}

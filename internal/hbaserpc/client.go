@@ -64,6 +64,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // Client is a connection to one HBase cluster. It is safe for concurrent use; Close
@@ -122,7 +123,7 @@ type dialCall struct {
 // errClientClosed is returned by calls made after (or cut short by) Close. It is
 // final: the retry loop returns it as is.
 func errClientClosed() error {
-	return dcsync.Errorf(dcsync.Connection, "hbase", "client is closed")
+	return driver.Errorf(dcsync.Connection, "hbase", "client is closed")
 }
 
 // Dial checks the configuration, finds hbase:meta through ZooKeeper, and returns a
@@ -297,7 +298,7 @@ func (c *Client) retry(ctx context.Context, op string, idempotent bool, attempt 
 			return nil
 		}
 		if ctx.Err() != nil {
-			return dcsync.Errorf(dcsync.Connection, op, "%v: gave up: %w", err, ctx.Err())
+			return driver.Errorf(dcsync.Connection, op, "%v: gave up: %w", err, ctx.Err())
 		}
 		last = err
 		switch classify(err) {
@@ -311,11 +312,11 @@ func (c *Client) retry(ctx context.Context, op string, idempotent bool, attempt 
 			return toDcsync(op, err)
 		}
 		if n >= c.cfg.MaxAttempts {
-			return dcsync.Errorf(dcsync.RetriesExhausted, op, "%d attempts: %w", n, toDcsync(op, last))
+			return driver.Errorf(dcsync.RetriesExhausted, op, "%d attempts: %w", n, toDcsync(op, last))
 		}
 		c.log.Debug("hbase: retrying", "op", op, "attempt", n, "err", err)
 		if err := c.sleep(ctx, n); err != nil {
-			return dcsync.Errorf(dcsync.Connection, op, "%v: gave up: %w", last, err)
+			return driver.Errorf(dcsync.Connection, op, "%v: gave up: %w", last, err)
 		}
 	}
 }

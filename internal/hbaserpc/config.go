@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // Config configures a Client. Only ZKQuorum is required; every zero field takes the
@@ -49,7 +50,7 @@ type Config struct {
 func (c Config) withDefaults() (Config, error) {
 	c.ZKQuorum = strings.TrimSpace(c.ZKQuorum)
 	if c.ZKQuorum == "" {
-		return c, dcsync.Errorf(dcsync.InvalidArgument, "hbase.Dial", "empty ZooKeeper quorum")
+		return c, driver.Errorf(dcsync.InvalidArgument, "hbase.Dial", "empty ZooKeeper quorum")
 	}
 	if c.ZKRoot == "" {
 		c.ZKRoot = "/hbase"
@@ -59,7 +60,7 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	c.ZKRoot = strings.TrimRight(c.ZKRoot, "/")
 	if c.ZKRoot == "" {
-		return c, dcsync.Errorf(dcsync.InvalidArgument, "hbase.Dial", "root znode must not be /")
+		return c, driver.Errorf(dcsync.InvalidArgument, "hbase.Dial", "root znode must not be /")
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = 5 * time.Second

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // RemoteError is an exception thrown by an HBase server (or a condition this client
@@ -203,14 +204,14 @@ func toDcsync(op string, err error) error {
 	}
 	switch classify(err) {
 	case kindCancelled, kindInDoubt:
-		return dcsync.Errorf(dcsync.Connection, op, "outcome unknown: %w", err)
+		return driver.Errorf(dcsync.Connection, op, "outcome unknown: %w", err)
 	case kindRetry:
 		var ce *connError
 		if errors.As(err, &ce) {
-			return dcsync.Errorf(dcsync.Connection, op, "%w", err)
+			return driver.Errorf(dcsync.Connection, op, "%w", err)
 		}
 	}
-	return dcsync.Errorf(dcsync.Internal, op, "%w", err)
+	return driver.Errorf(dcsync.Internal, op, "%w", err)
 }
 
 // remoteFromNameBytes builds a RemoteError from the NameBytesPair form that Multi

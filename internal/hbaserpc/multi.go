@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc/pb"
 )
 
@@ -105,11 +106,11 @@ func (c *Client) MultiMutate(ctx context.Context, table string, actions []Action
 	}
 	for i, a := range actions {
 		if a.Mutation == nil {
-			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "action %d: no mutation", i)
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "action %d: no mutation", i)
 		}
 		row := a.Mutation.mutationRow()
 		if len(row) == 0 {
-			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "action %d: empty row", i)
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "action %d: empty row", i)
 		}
 		var nonce uint64
 		if a.Mutation.needsNonce() {
@@ -117,23 +118,23 @@ func (c *Client) MultiMutate(ctx context.Context, table string, actions []Action
 		}
 		mp, err := a.Mutation.toProto(nonce)
 		if err != nil {
-			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "action %d: %v", i, err)
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "action %d: %v", i, err)
 		}
 		m.protos[i] = mp
 		if a.Read != nil {
 			switch a.Mutation.(type) {
 			case *Put, *Delete:
 			default:
-				return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "action %d: Read is for a Put or a Delete", i)
+				return nil, driver.Errorf(dcsync.InvalidArgument, op, "action %d: Read is for a Put or a Delete", i)
 			}
 			if a.Cond != nil {
-				return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "action %d: Read is for an unconditional action", i)
+				return nil, driver.Errorf(dcsync.InvalidArgument, op, "action %d: Read is for an unconditional action", i)
 			}
 		}
 		if a.Cond != nil {
 			pc, err := a.Cond.toProto(row)
 			if err != nil {
-				return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "action %d: %v", i, err)
+				return nil, driver.Errorf(dcsync.InvalidArgument, op, "action %d: %v", i, err)
 			}
 			m.conds[i] = pc
 			m.retry[i] = c.retrySafe(*a.Cond, []Mutation{a.Mutation})
@@ -226,7 +227,7 @@ func (m *multiCall) run(ctx context.Context) {
 		}
 		if err := ctx.Err(); err != nil {
 			m.giveUp(pend, func(i int) error {
-				return dcsync.Errorf(dcsync.Connection, m.op, "%v: gave up: %w", m.state[i].last, err)
+				return driver.Errorf(dcsync.Connection, m.op, "%v: gave up: %w", m.state[i].last, err)
 			})
 			return
 		}
@@ -237,20 +238,20 @@ func (m *multiCall) run(ctx context.Context) {
 		}
 		if err := ctx.Err(); err != nil {
 			m.giveUp(pend, func(i int) error {
-				return dcsync.Errorf(dcsync.Connection, m.op, "%v: gave up: %w", m.state[i].last, err)
+				return driver.Errorf(dcsync.Connection, m.op, "%v: gave up: %w", m.state[i].last, err)
 			})
 			return
 		}
 		if n >= c.cfg.MaxAttempts {
 			m.giveUp(pend, func(i int) error {
-				return dcsync.Errorf(dcsync.RetriesExhausted, m.op, "%d attempts: %w", n, toDcsync(m.op, m.state[i].last))
+				return driver.Errorf(dcsync.RetriesExhausted, m.op, "%d attempts: %w", n, toDcsync(m.op, m.state[i].last))
 			})
 			return
 		}
 		c.log.Debug("hbase: retrying", "op", m.op, "attempt", n, "actions", len(pend), "err", m.state[pend[0]].last)
 		if err := c.sleep(ctx, n); err != nil {
 			m.giveUp(pend, func(i int) error {
-				return dcsync.Errorf(dcsync.Connection, m.op, "%v: gave up: %w", m.state[i].last, err)
+				return driver.Errorf(dcsync.Connection, m.op, "%v: gave up: %w", m.state[i].last, err)
 			})
 			return
 		}
@@ -263,7 +264,7 @@ func (m *multiCall) giveUp(pend []int, errOf func(i int) error) {
 	for _, i := range pend {
 		err := errOf(i)
 		if m.state[i].doubt {
-			err = dcsync.Errorf(dcsync.Connection, m.op, "outcome unknown (an attempt may have been applied): %w", err)
+			err = driver.Errorf(dcsync.Connection, m.op, "outcome unknown (an attempt may have been applied): %w", err)
 		}
 		m.finish(i, false, nil, err)
 	}
@@ -529,7 +530,7 @@ func (m *multiCall) failed(i int, err error) {
 	case kindInDoubt, kindCancelled:
 		st.doubt = true
 		if !m.retry[i] {
-			m.finish(i, false, nil, dcsync.Errorf(dcsync.Connection, m.op, "outcome unknown: %w", err))
+			m.finish(i, false, nil, driver.Errorf(dcsync.Connection, m.op, "outcome unknown: %w", err))
 		}
 		// Otherwise retried (a cancelled ctx ends the call in run).
 	default:

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc/pb"
 )
 
@@ -338,7 +339,7 @@ func cellsFromResult(r *pb.Result) []Cell {
 
 func validTable(op, table string) error {
 	if table == "" {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "empty table name")
+		return driver.Errorf(dcsync.InvalidArgument, op, "empty table name")
 	}
 	return nil
 }
@@ -367,7 +368,7 @@ func (c *Client) Get(ctx context.Context, table string, row []byte, cols ...Colu
 		return nil, err
 	}
 	if len(row) == 0 {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "empty row")
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "empty row")
 	}
 	var cells []Cell
 	err := c.onRegion(ctx, op, table, row, true, func(ctx context.Context, r *Region) error {
@@ -412,7 +413,7 @@ func (c *Client) mutate(ctx context.Context, op, table string, m Mutation) ([]Ce
 	}
 	mp, err := m.toProto(nonce)
 	if err != nil {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "%v", err)
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "%v", err)
 	}
 	req := &pb.MutateRequest{Mutation: mp}
 	if nonce != 0 {
@@ -687,24 +688,24 @@ func (c *Client) checkAndMutate(ctx context.Context, op, table string, row []byt
 		return false, nil, nil, err
 	}
 	if len(row) == 0 {
-		return false, nil, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "empty row")
+		return false, nil, nil, driver.Errorf(dcsync.InvalidArgument, op, "empty row")
 	}
 	if len(muts) == 0 {
-		return false, nil, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "no mutations")
+		return false, nil, nil, driver.Errorf(dcsync.InvalidArgument, op, "no mutations")
 	}
 	pcond, err := cond.toProto(row)
 	if err != nil {
-		return false, nil, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "%v", err)
+		return false, nil, nil, driver.Errorf(dcsync.InvalidArgument, op, "%v", err)
 	}
 	nonce := c.newNonce()
 	var mps []*pb.MutationProto
 	for _, m := range muts {
 		if r := m.mutationRow(); len(r) != 0 && !bytes.Equal(r, row) {
-			return false, nil, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "mutation row %q differs from row %q", r, row)
+			return false, nil, nil, driver.Errorf(dcsync.InvalidArgument, op, "mutation row %q differs from row %q", r, row)
 		}
 		mp, err := fillRow(m, row, nonce)
 		if err != nil {
-			return false, nil, nil, dcsync.Errorf(dcsync.InvalidArgument, op, "%v", err)
+			return false, nil, nil, driver.Errorf(dcsync.InvalidArgument, op, "%v", err)
 		}
 		mps = append(mps, mp)
 	}
@@ -790,13 +791,13 @@ func (c *Client) GetWithClock(ctx context.Context, table string, row, probeFamil
 		return nil, 0, err
 	}
 	if len(row) == 0 || len(probeFamily) == 0 {
-		return nil, 0, dcsync.Errorf(dcsync.InvalidArgument, op, "empty row or probe family")
+		return nil, 0, driver.Errorf(dcsync.InvalidArgument, op, "empty row or probe family")
 	}
 	probeRow := append(append([]byte(nil), row...), 0xff, 0xff, 'c', 'l', 'o', 'c', 'k')
 	q := binary.BigEndian.AppendUint64(nil, randUint64())
 	probe, err := (&Increment{Row: probeRow, Deltas: []Delta{{probeFamily, q, 1}}, TTL: time.Millisecond, SkipWAL: true}).toProto(0)
 	if err != nil {
-		return nil, 0, dcsync.Errorf(dcsync.InvalidArgument, op, "%v", err)
+		return nil, 0, driver.Errorf(dcsync.InvalidArgument, op, "%v", err)
 	}
 	get := toGetProto(row, cols)
 	err = c.onRegion(ctx, op, table, row, true, func(ctx context.Context, r *Region) error {
@@ -916,7 +917,7 @@ func (c *Client) MultiGet(ctx context.Context, table string, gets []Get) ([][]Ce
 	}
 	for _, g := range gets {
 		if len(g.Row) == 0 {
-			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "empty row")
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "empty row")
 		}
 	}
 	out := make([][]Cell, len(gets))

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc/pb"
 )
 
@@ -57,7 +58,7 @@ func (c *Client) ScanFunc(ctx context.Context, table string, s Scan, fn func(Row
 		return err
 	}
 	if s.Limit < 0 {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "negative limit")
+		return driver.Errorf(dcsync.InvalidArgument, op, "negative limit")
 	}
 	caching := s.Caching
 	if caching <= 0 {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/lock"
 )
 
@@ -27,7 +28,7 @@ type Hold struct {
 // of (Client, Farm) on Store, contend with the Java workers that RunJava starts, for
 // Duration, all on the lock Name.
 type Mixed struct {
-	Store         dcsync.LockStore
+	Store         driver.LockStore
 	Client, Farm  string
 	Level         dcsync.Level
 	Name          string

@@ -6,13 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // Sample is what each side read at one moment of a latch's life.
 type Sample struct {
 	At        time.Duration // since the latch's creation
-	Dcsync    dcsync.LatchCount
+	Dcsync    driver.LatchCount
 	Java      int64
 	JavaFound bool
 }
@@ -21,7 +21,7 @@ type Sample struct {
 // returns the samples. readDcsync and readJava are one read each; readJava returns a
 // *Error whose Missing reports a latch the Java library cannot find.
 func Watch(t testing.TB, created time.Time, until time.Duration,
-	readDcsync func() (dcsync.LatchCount, error), readJava func() (int64, error)) []Sample {
+	readDcsync func() (driver.LatchCount, error), readJava func() (int64, error)) []Sample {
 	t.Helper()
 	var out []Sample
 	for time.Since(created) < until {

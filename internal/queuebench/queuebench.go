@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/queue"
 )
 
@@ -36,7 +36,7 @@ type Raw interface {
 // Config of a run.
 type Config struct {
 	// Open opens the store (each call its own handle on the same data).
-	Open func(b *testing.B) queue.Store
+	Open func(b *testing.B) driver.Store
 	Raw  Raw
 	// Batch is the events per Enqueue and per Receive (default 500); Payload the size
 	// of each (default 1024).
@@ -156,7 +156,7 @@ func Run(b *testing.B, cfg Config) {
 	for _, n := range cfg.Scales {
 		b.Run(fmt.Sprintf("Enqueue/producers=%d/queue", n), func(b *testing.B) {
 			s := cfg.Open(b)
-			q, err := queue.Create(ctx, s, dcsync.QueueSpec{Name: name(b), Partitions: cfg.Partitions, Groups: []string{"g"}}, cfg.QueueOptions...)
+			q, err := queue.Create(ctx, s, queue.Spec{Name: name(b), Partitions: cfg.Partitions, Groups: []string{"g"}}, cfg.QueueOptions...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -177,7 +177,7 @@ func Run(b *testing.B, cfg Config) {
 	for _, n := range cfg.Scales {
 		b.Run(fmt.Sprintf("ReceiveAck/consumers=%d/queue", n), func(b *testing.B) {
 			s := cfg.Open(b)
-			q, err := queue.Create(ctx, s, dcsync.QueueSpec{Name: name(b), Partitions: cfg.Partitions, Groups: []string{"g"}}, cfg.QueueOptions...)
+			q, err := queue.Create(ctx, s, queue.Spec{Name: name(b), Partitions: cfg.Partitions, Groups: []string{"g"}}, cfg.QueueOptions...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -270,7 +270,7 @@ func Run(b *testing.B, cfg Config) {
 	}
 	b.Run("ProduceConsume/queue", func(b *testing.B) {
 		s := cfg.Open(b)
-		q, err := queue.Create(ctx, s, dcsync.QueueSpec{Name: name(b), Partitions: cfg.Partitions, Groups: []string{"g"}}, cfg.QueueOptions...)
+		q, err := queue.Create(ctx, s, queue.Spec{Name: name(b), Partitions: cfg.Partitions, Groups: []string{"g"}}, cfg.QueueOptions...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -318,7 +318,7 @@ func Run(b *testing.B, cfg Config) {
 		// Producer and consumer on different store handles: the consumer learns of
 		// events by its poll, as one in another process would.
 		name := name(b)
-		qp, err := queue.Create(ctx, cfg.Open(b), dcsync.QueueSpec{Name: name, Partitions: cfg.Partitions, Groups: []string{"g"}}, cfg.QueueOptions...)
+		qp, err := queue.Create(ctx, cfg.Open(b), queue.Spec{Name: name, Partitions: cfg.Partitions, Groups: []string{"g"}}, cfg.QueueOptions...)
 		if err != nil {
 			b.Fatal(err)
 		}

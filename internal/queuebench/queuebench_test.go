@@ -2,11 +2,11 @@ package queuebench_test
 
 import (
 	"context"
+	"github.com/dcsync/dcsync/driver"
 	"sync"
 	"testing"
 
 	"github.com/dcsync/dcsync/internal/queuebench"
-	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/store/memory"
 )
 
@@ -43,7 +43,7 @@ func BenchmarkMemory(b *testing.B) {
 	s := memory.New()
 	b.Cleanup(func() { s.Close() })
 	queuebench.Run(b, queuebench.Config{
-		Open: func(*testing.B) queue.Store { return s },
+		Open: func(*testing.B) driver.Store { return s },
 		Raw:  &mapRaw{rows: map[int][][]byte{}, pos: map[int]int{}},
 	})
 }

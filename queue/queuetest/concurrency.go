@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // located is where an appended event went.
@@ -20,7 +20,7 @@ type located struct {
 // checkDense reads every partition of the queue and checks: dense seqs from 0 (nothing
 // trimmed), no aborted entry, every payload exactly once. It returns where each payload
 // is.
-func checkDense(t *testing.T, ctx context.Context, s dcsync.QueueStore, name string, partitions int) map[string]located {
+func checkDense(t *testing.T, ctx context.Context, s driver.QueueStore, name string, partitions int) map[string]located {
 	t.Helper()
 	at := map[string]located{}
 	for p := range partitions {
@@ -54,9 +54,9 @@ func runConcurrency(t *testing.T, h Harness) {
 			results[w] = map[string]located{}
 			wg.Go(func() {
 				for b := range batches {
-					var events []dcsync.QueueEvent
+					var events []driver.QueueEvent
 					for j := range b%5 + 1 {
-						e := dcsync.QueueEvent{Partition: (w + j) % parts, Payload: fmt.Appendf(nil, "w%d-b%d-e%d", w, b, j)}
+						e := driver.QueueEvent{Partition: (w + j) % parts, Payload: fmt.Appendf(nil, "w%d-b%d-e%d", w, b, j)}
 						if j%2 == 0 {
 							e.ID = string(e.Payload)
 						}
@@ -111,18 +111,18 @@ func runConcurrency(t *testing.T, h Harness) {
 		const parts, writers, ids = 4, 8, 60
 		spec := create(t, ctx, s, parts, "g")
 		var wg sync.WaitGroup
-		results := make([]map[string]dcsync.QueueAppend, writers)
+		results := make([]map[string]driver.QueueAppend, writers)
 		errs := make([]error, writers)
 		for w := range writers {
-			results[w] = map[string]dcsync.QueueAppend{}
+			results[w] = map[string]driver.QueueAppend{}
 			wg.Go(func() {
 				order := rand.Perm(ids)
 				for len(order) > 0 {
 					n := min(len(order), 1+rand.IntN(10))
-					var events []dcsync.QueueEvent
+					var events []driver.QueueEvent
 					for _, i := range order[:n] {
 						id := fmt.Sprintf("id-%d", i)
-						events = append(events, dcsync.QueueEvent{Partition: (i + w) % parts, ID: id, Payload: []byte(id)})
+						events = append(events, driver.QueueEvent{Partition: (i + w) % parts, ID: id, Payload: []byte(id)})
 					}
 					order = order[n:]
 					res, err := s.AppendQueue(ctx, spec.Name, events)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/queue"
 )
 
@@ -235,7 +236,7 @@ func runVisibilityAttemptsMove(t *testing.T, h Harness) {
 }
 
 // deadLetters reads group's dead-letter partition from the store: its events' ids.
-func deadLetters(t *testing.T, ctx context.Context, s dcsync.QueueStore, q *queue.Queue, group string) []dcsync.QueueEntry {
+func deadLetters(t *testing.T, ctx context.Context, s driver.QueueStore, q *queue.Queue, group string) []driver.QueueEntry {
 	t.Helper()
 	spec := q.Spec()
 	es, _ := readAll(t, ctx, s, q.Name(), spec.Partitions+spec.GroupIndex(group), 0)
@@ -294,14 +295,14 @@ type crashAfterDeadLetter struct {
 	deadFrom int
 }
 
-func (s *crashAfterDeadLetter) AppendQueue(ctx context.Context, name string, events []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
+func (s *crashAfterDeadLetter) AppendQueue(ctx context.Context, name string, events []driver.QueueEvent) ([]driver.QueueAppend, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
 	res, err := s.QueueTestStore.AppendQueue(ctx, name, events)
 	if err == nil && events[0].Partition >= s.deadFrom {
 		s.stalled.Store(true)
-		return nil, dcsync.Errorf(dcsync.Connection, "queuetest", "crashed after the dead-letter append")
+		return nil, driver.Errorf(dcsync.Connection, "queuetest", "crashed after the dead-letter append")
 	}
 	return res, err
 }
@@ -364,14 +365,14 @@ type fencing struct {
 	appends  atomic.Int64
 }
 
-func (s *fencing) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+func (s *fencing) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
 	if s.fenced.Load() {
-		return dcsync.Errorf(dcsync.LockLost, "queuetest", "fenced")
+		return driver.Errorf(dcsync.LockLost, "queuetest", "fenced")
 	}
 	return s.QueueTestStore.CommitQueueOffset(ctx, name, group, p, off)
 }
 
-func (s *fencing) AppendQueue(ctx context.Context, name string, events []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
+func (s *fencing) AppendQueue(ctx context.Context, name string, events []driver.QueueEvent) ([]driver.QueueAppend, error) {
 	if events[0].Partition >= s.deadFrom {
 		s.appends.Add(1)
 	}
@@ -459,7 +460,7 @@ func runAckAfterDeadline(t *testing.T, h Harness) {
 	}
 }
 
-// runMarksWindow: a consumer never delivers an event more than dcsync.MaxQueueMarks
+// runMarksWindow: a consumer never delivers an event more than driver.MaxQueueMarks
 // above the committed offset, whatever its Prefetch, so acks above an un-acked event
 // always fit in the offset's Marks.
 func runMarksWindow(t *testing.T, h Harness) {
@@ -467,7 +468,7 @@ func runMarksWindow(t *testing.T, h Harness) {
 	s := h.open(t)
 	ctx := ctxT(t, 2*time.Minute)
 	q := createQueue(t, ctx, s, 1, []string{"g"}, queue.WithLease(longLease), queue.WithVisibility(time.Hour))
-	const n = dcsync.MaxQueueMarks + 100
+	const n = driver.MaxQueueMarks + 100
 	evs := make([]queue.Event, n)
 	for i := range evs {
 		evs[i] = queue.Event{Payload: []byte(fmt.Sprint(i))}
@@ -477,7 +478,7 @@ func runMarksWindow(t *testing.T, h Harness) {
 	c, err := q.Consumer(ctx, "g", queue.Prefetch(2*n))
 	must(t, err, "Consumer")
 	defer c.Close(context.Background())
-	const window = dcsync.MaxQueueMarks + 1
+	const window = driver.MaxQueueMarks + 1
 	held := receiveAll(t, ctx, c, window)
 	if len(held) > window {
 		t.Fatalf("received %d events with none acked, want at most %d (the offset and MaxQueueMarks above it)", len(held), window)
@@ -493,8 +494,8 @@ func runMarksWindow(t *testing.T, h Harness) {
 	must(t, err, "ReadQueueOffsets")
 	marks, err := offs[0].Marks.Decode(offs[0].Next)
 	must(t, err, "Marks.Decode")
-	if offs[0].Next != 0 || len(marks) != dcsync.MaxQueueMarks {
-		t.Fatalf("offset next %d with %d marks, want next 0 and %d acked marks", offs[0].Next, len(marks), dcsync.MaxQueueMarks)
+	if offs[0].Next != 0 || len(marks) != driver.MaxQueueMarks {
+		t.Fatalf("offset next %d with %d marks, want next 0 and %d acked marks", offs[0].Next, len(marks), driver.MaxQueueMarks)
 	}
 	must(t, c.Ack(ctx, held[0]), "Ack of the first")
 	rest := receiveAll(t, ctx, c, n-window)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/queue"
 )
 
@@ -41,9 +42,9 @@ func frontOpts(extra ...queue.Option) []queue.Option {
 }
 
 // createQueue creates a queue with a unique name through package queue.
-func createQueue(t *testing.T, ctx context.Context, s queue.Store, parts int, groups []string, opts ...queue.Option) *queue.Queue {
+func createQueue(t *testing.T, ctx context.Context, s driver.Store, parts int, groups []string, opts ...queue.Option) *queue.Queue {
 	t.Helper()
-	q, err := queue.Create(ctx, s, dcsync.QueueSpec{Name: unique(t), Partitions: parts, Groups: groups}, frontOpts(opts...)...)
+	q, err := queue.Create(ctx, s, driver.QueueSpec{Name: unique(t), Partitions: parts, Groups: groups}, frontOpts(opts...)...)
 	must(t, err, "queue.Create")
 	return q
 }
@@ -617,7 +618,7 @@ func runLag(t *testing.T, h Harness) {
 			t.Fatalf("Lag has %d entries, want %d partitions and the dead-letter one", len(lag), parts+1)
 		}
 		for p, l := range lag[:parts] {
-			want := dcsync.QueueBounds{Head: per[p]}
+			want := driver.QueueBounds{Head: per[p]}
 			if l.Partition != p || l.Head != want.Head {
 				t.Fatalf("group %s lag[%d] = %+v, want partition %d head %d", group, p, l, p, want.Head)
 			}
@@ -694,7 +695,7 @@ type stalling struct {
 // check returns the error of a stalled store, or nil.
 func (s *stalling) check() error {
 	if s.stalled.Load() {
-		return dcsync.Errorf(dcsync.Connection, "queuetest", "stalled")
+		return driver.Errorf(dcsync.Connection, "queuetest", "stalled")
 	}
 	return nil
 }
@@ -722,17 +723,17 @@ func (s *stalling) freeze() {
 	s.calls.Unlock()
 }
 
-func (s *stalling) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (s *stalling) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	if err := s.enter(); err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	defer s.done()
 	return s.QueueTestStore.AcquireLock(ctx, k, owner, ttl)
 }
 
-func (s *stalling) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (s *stalling) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	if err := s.enter(); err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	defer s.done()
 	return s.QueueTestStore.RefreshLock(ctx, k, owner, ttl)
@@ -746,15 +747,15 @@ func (s *stalling) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) 
 	return s.QueueTestStore.ReleaseLock(ctx, k, owner)
 }
 
-func (s *stalling) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState, error) {
+func (s *stalling) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockState, error) {
 	if err := s.enter(); err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	defer s.done()
 	return s.QueueTestStore.InspectLock(ctx, k)
 }
 
-func (s *stalling) AppendQueue(ctx context.Context, name string, events []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
+func (s *stalling) AppendQueue(ctx context.Context, name string, events []driver.QueueEvent) ([]driver.QueueAppend, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -762,9 +763,9 @@ func (s *stalling) AppendQueue(ctx context.Context, name string, events []dcsync
 	return s.QueueTestStore.AppendQueue(ctx, name, events)
 }
 
-func (s *stalling) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
+func (s *stalling) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (driver.QueueRead, error) {
 	if err := s.enter(); err != nil {
-		return dcsync.QueueRead{}, err
+		return driver.QueueRead{}, err
 	}
 	defer s.done()
 	return s.QueueTestStore.ReadQueue(ctx, name, p, from, max)
@@ -778,7 +779,7 @@ func (s *stalling) AbortQueueSeq(ctx context.Context, name string, p int, seq ui
 	return s.QueueTestStore.AbortQueueSeq(ctx, name, p, seq)
 }
 
-func (s *stalling) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
+func (s *stalling) QueueBounds(ctx context.Context, name string, ps []int) ([]driver.QueueBounds, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}
@@ -786,15 +787,15 @@ func (s *stalling) QueueBounds(ctx context.Context, name string, ps []int) ([]dc
 	return s.QueueTestStore.QueueBounds(ctx, name, ps)
 }
 
-func (s *stalling) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
+func (s *stalling) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (driver.QueueOffset, error) {
 	if err := s.enter(); err != nil {
-		return dcsync.QueueOffset{}, err
+		return driver.QueueOffset{}, err
 	}
 	defer s.done()
 	return s.QueueTestStore.ClaimQueuePartition(ctx, name, group, p, token)
 }
 
-func (s *stalling) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+func (s *stalling) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
 	if err := s.enter(); err != nil {
 		return err
 	}
@@ -802,7 +803,7 @@ func (s *stalling) CommitQueueOffset(ctx context.Context, name, group string, p 
 	return s.QueueTestStore.CommitQueueOffset(ctx, name, group, p, off)
 }
 
-func (s *stalling) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]dcsync.QueueOffset, error) {
+func (s *stalling) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]driver.QueueOffset, error) {
 	if err := s.enter(); err != nil {
 		return nil, err
 	}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // Environment of a child process of the suite.
@@ -83,16 +83,16 @@ func childAppend(ctx context.Context, s QueueTestStore, env childEnv) error {
 	if err != nil {
 		return err
 	}
-	var events []dcsync.QueueEvent
+	var events []driver.QueueEvent
 	for i := range env.n {
 		own := fmt.Sprintf("c%d-%d", env.index, i)
 		shared := fmt.Sprintf("shared-%d", (i+env.index*7)%env.n)
 		events = append(events,
-			dcsync.QueueEvent{Partition: i % spec.Partitions, ID: own, Payload: []byte(own)},
-			dcsync.QueueEvent{Partition: (i + env.index) % spec.Partitions, ID: shared, Payload: []byte(shared)})
+			driver.QueueEvent{Partition: i % spec.Partitions, ID: own, Payload: []byte(own)},
+			driver.QueueEvent{Partition: (i + env.index) % spec.Partitions, ID: shared, Payload: []byte(shared)})
 	}
-	first := map[string]dcsync.QueueAppend{}
-	appendAll := func(events []dcsync.QueueEvent, check bool) error {
+	first := map[string]driver.QueueAppend{}
+	appendAll := func(events []driver.QueueEvent, check bool) error {
 		for len(events) > 0 {
 			n := min(len(events), 7)
 			res, err := s.AppendQueue(ctx, env.name, events[:n])
@@ -119,7 +119,7 @@ func childAppend(ctx context.Context, s QueueTestStore, env childEnv) error {
 	if err := appendAll(events, false); err != nil {
 		return err
 	}
-	var own []dcsync.QueueEvent
+	var own []driver.QueueEvent
 	for _, e := range events {
 		if strings.HasPrefix(e.ID, "c") {
 			e.Partition = (e.Partition + 1) % spec.Partitions

@@ -1,4 +1,4 @@
-// Package queuetest is the conformance suite of dcsync.QueueStore and of package queue
+// Package queuetest is the conformance suite of driver.QueueStore and of package queue
 // on top of it. A store's tests call RunStore (the storage contract alone) or Run (that
 // and the queue's delivery guarantees) with a Harness that opens the store.
 //
@@ -20,14 +20,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/suitekit"
 )
 
 // QueueTestStore is a store with locks, latches and a queue: what package queue needs.
 type QueueTestStore interface {
-	dcsync.Store
-	dcsync.QueueStore
+	driver.Store
+	driver.QueueStore
 }
 
 // Harness tells the suite how to reach the store under test.
@@ -44,7 +44,7 @@ type Harness struct {
 	Holes bool
 }
 
-// RunStore runs the cases of the storage contract, dcsync.QueueStore.
+// RunStore runs the cases of the storage contract, driver.QueueStore.
 func RunStore(t *testing.T, h Harness) {
 	t.Run("Spec", func(t *testing.T) { runSpec(t, h) })
 	t.Run("Validation", func(t *testing.T) { runValidation(t, h) })
@@ -101,12 +101,12 @@ var (
 
 // create makes a queue with a unique name, partitions and groups, and returns its spec
 // as read back.
-func create(t *testing.T, ctx context.Context, s dcsync.QueueStore, partitions int, groups ...string) dcsync.QueueSpec {
+func create(t *testing.T, ctx context.Context, s driver.QueueStore, partitions int, groups ...string) driver.QueueSpec {
 	t.Helper()
 	if len(groups) == 0 {
 		groups = []string{"g"}
 	}
-	spec := dcsync.QueueSpec{Name: unique(t), Partitions: partitions, Groups: groups}
+	spec := driver.QueueSpec{Name: unique(t), Partitions: partitions, Groups: groups}
 	must(t, s.CreateQueue(ctx, spec), "CreateQueue "+spec.Name)
 	got, err := s.ReadQueueSpec(ctx, spec.Name)
 	must(t, err, "ReadQueueSpec")
@@ -114,7 +114,7 @@ func create(t *testing.T, ctx context.Context, s dcsync.QueueStore, partitions i
 }
 
 // bounds reads one partition's bounds.
-func bounds(t *testing.T, ctx context.Context, s dcsync.QueueStore, name string, p int) dcsync.QueueBounds {
+func bounds(t *testing.T, ctx context.Context, s driver.QueueStore, name string, p int) driver.QueueBounds {
 	t.Helper()
 	b, err := s.QueueBounds(ctx, name, []int{p})
 	must(t, err, "QueueBounds")
@@ -126,10 +126,10 @@ func bounds(t *testing.T, ctx context.Context, s dcsync.QueueStore, name string,
 
 // readAll reads partition p from from to its end, checking that the entries are
 // consecutive.
-func readAll(t *testing.T, ctx context.Context, s dcsync.QueueStore, name string, p int, from uint64) ([]dcsync.QueueEntry, dcsync.QueueBounds) {
+func readAll(t *testing.T, ctx context.Context, s driver.QueueStore, name string, p int, from uint64) ([]driver.QueueEntry, driver.QueueBounds) {
 	t.Helper()
-	var out []dcsync.QueueEntry
-	var b dcsync.QueueBounds
+	var out []driver.QueueEntry
+	var b driver.QueueBounds
 	for {
 		r, err := s.ReadQueue(ctx, name, p, from, 1000)
 		must(t, err, "ReadQueue")
@@ -144,7 +144,7 @@ func readAll(t *testing.T, ctx context.Context, s dcsync.QueueStore, name string
 }
 
 // checkConsecutive checks a read's entries run from max(from, Floor) without a gap.
-func checkConsecutive(t *testing.T, r dcsync.QueueRead, from uint64) {
+func checkConsecutive(t *testing.T, r driver.QueueRead, from uint64) {
 	t.Helper()
 	start := max(from, r.Floor)
 	for i, e := range r.Entries {

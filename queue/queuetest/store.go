@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 func runSpec(t *testing.T, h Harness) {
 	t.Run("CreateReadAndAlreadyExists", func(t *testing.T) {
 		s := h.open(t)
 		ctx := ctxT(t, time.Minute)
-		spec := dcsync.QueueSpec{Name: unique(t), Partitions: 3, Groups: []string{"billing", "audit#1"}, Dedup: time.Hour}
+		spec := driver.QueueSpec{Name: unique(t), Partitions: 3, Groups: []string{"billing", "audit#1"}, Dedup: time.Hour}
 		before := time.Now()
 		must(t, s.CreateQueue(ctx, spec), "CreateQueue")
 		got, err := s.ReadQueueSpec(ctx, spec.Name)
@@ -30,7 +31,7 @@ func runSpec(t *testing.T, h Harness) {
 		if got.StoragePartitions() != 5 {
 			t.Fatalf("StoragePartitions = %d, want 5", got.StoragePartitions())
 		}
-		other := dcsync.QueueSpec{Name: spec.Name, Partitions: 7, Groups: []string{"x"}}
+		other := driver.QueueSpec{Name: spec.Name, Partitions: 7, Groups: []string{"x"}}
 		wantCode(t, s.CreateQueue(ctx, other), dcsync.AlreadyExists, "CreateQueue of an existing name")
 		again, err := s.ReadQueueSpec(ctx, spec.Name)
 		must(t, err, "ReadQueueSpec")
@@ -38,9 +39,9 @@ func runSpec(t *testing.T, h Harness) {
 			t.Fatalf("spec after a refused CreateQueue = %+v, want the first one", again)
 		}
 		// Dedup 0 reads back as 0, meaning the default window.
-		zero := dcsync.QueueSpec{Name: unique(t), Partitions: 1, Groups: []string{"g"}}
+		zero := driver.QueueSpec{Name: unique(t), Partitions: 1, Groups: []string{"g"}}
 		must(t, s.CreateQueue(ctx, zero), "CreateQueue")
-		if z, err := s.ReadQueueSpec(ctx, zero.Name); err != nil || z.DedupWindow() != dcsync.DefaultQueueDedup {
+		if z, err := s.ReadQueueSpec(ctx, zero.Name); err != nil || z.DedupWindow() != driver.DefaultQueueDedup {
 			t.Fatalf("spec with Dedup 0 = %+v, %v; want the default window", z, err)
 		}
 	})
@@ -55,7 +56,7 @@ func runSpec(t *testing.T, h Harness) {
 		wantCode(t, err, dcsync.NotFound, "AddQueueGroup to a missing queue")
 		_, err = s.ReadQueueSpec(ctx, name)
 		wantCode(t, err, dcsync.NotFound, "ReadQueueSpec after AddQueueGroup to a missing queue")
-		if _, err := s.AppendQueue(ctx, name, []dcsync.QueueEvent{{Payload: []byte("x")}}); err == nil {
+		if _, err := s.AppendQueue(ctx, name, []driver.QueueEvent{{Payload: []byte("x")}}); err == nil {
 			t.Fatal("AppendQueue to a missing queue succeeded")
 		}
 		_, err = s.ReadQueueSpec(ctx, name)
@@ -86,7 +87,7 @@ func runSpec(t *testing.T, h Harness) {
 	t.Run("AddQueueGroupLimit", func(t *testing.T) {
 		s := h.open(t)
 		ctx := ctxT(t, time.Minute)
-		groups := make([]string, dcsync.MaxQueueGroups-1)
+		groups := make([]string, driver.MaxQueueGroups-1)
 		for i := range groups {
 			groups[i] = fmt.Sprintf("g%d", i)
 		}
@@ -97,8 +98,8 @@ func runSpec(t *testing.T, h Harness) {
 		wantCode(t, err, dcsync.InvalidArgument, "AddQueueGroup beyond MaxQueueGroups")
 		read, err := s.ReadQueueSpec(ctx, spec.Name)
 		must(t, err, "ReadQueueSpec")
-		if len(read.Groups) != dcsync.MaxQueueGroups || read.Groups[len(read.Groups)-1] != "last" {
-			t.Fatalf("spec has %d groups (last %q), want %d ending with \"last\"", len(read.Groups), read.Groups[len(read.Groups)-1], dcsync.MaxQueueGroups)
+		if len(read.Groups) != driver.MaxQueueGroups || read.Groups[len(read.Groups)-1] != "last" {
+			t.Fatalf("spec has %d groups (last %q), want %d ending with \"last\"", len(read.Groups), read.Groups[len(read.Groups)-1], driver.MaxQueueGroups)
 		}
 	})
 
@@ -135,25 +136,25 @@ func runValidation(t *testing.T, h Harness) {
 	s := h.open(t)
 	ctx := ctxT(t, 2*time.Minute)
 	badIDs := []string{"", "\xff\xfe", "a\nb", "tab\there", "nul\x00", strings.Repeat("q", dcsync.MaxIDLen+1)}
-	maxP := dcsync.MaxQueuePartitions + dcsync.MaxQueueGroups
+	maxP := driver.MaxQueuePartitions + driver.MaxQueueGroups
 	badPs := []int{-1, maxP, maxP + 1000}
 
 	t.Run("CreateQueue", func(t *testing.T) {
 		name := unique(t)
 		for _, id := range badIDs {
-			err := s.CreateQueue(ctx, dcsync.QueueSpec{Name: id, Partitions: 1, Groups: []string{"g"}})
+			err := s.CreateQueue(ctx, driver.QueueSpec{Name: id, Partitions: 1, Groups: []string{"g"}})
 			wantCode(t, err, dcsync.InvalidArgument, fmt.Sprintf("CreateQueue name %q", id))
-			err = s.CreateQueue(ctx, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{id}})
+			err = s.CreateQueue(ctx, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{id}})
 			wantCode(t, err, dcsync.InvalidArgument, fmt.Sprintf("CreateQueue group %q", id))
 		}
-		many := make([]string, dcsync.MaxQueueGroups+1)
+		many := make([]string, driver.MaxQueueGroups+1)
 		for i := range many {
 			many[i] = fmt.Sprintf("g%d", i)
 		}
-		for i, spec := range []dcsync.QueueSpec{
+		for i, spec := range []driver.QueueSpec{
 			{Name: name, Partitions: 0, Groups: []string{"g"}},
 			{Name: name, Partitions: -1, Groups: []string{"g"}},
-			{Name: name, Partitions: dcsync.MaxQueuePartitions + 1, Groups: []string{"g"}},
+			{Name: name, Partitions: driver.MaxQueuePartitions + 1, Groups: []string{"g"}},
 			{Name: name, Partitions: 1},
 			{Name: name, Partitions: 1, Groups: []string{}},
 			{Name: name, Partitions: 1, Groups: many},
@@ -187,27 +188,27 @@ func runValidation(t *testing.T, h Harness) {
 
 	t.Run("AppendQueue", func(t *testing.T) {
 		spec := create(t, ctx, s, 2, "g")
-		good := dcsync.QueueEvent{Partition: 0, ID: "good-" + spec.Name, Payload: []byte("ok")}
-		long := strings.Repeat("k", dcsync.MaxQueueKeyLen+1)
-		bad := []dcsync.QueueEvent{
+		good := driver.QueueEvent{Partition: 0, ID: "good-" + spec.Name, Payload: []byte("ok")}
+		long := strings.Repeat("k", driver.MaxQueueKeyLen+1)
+		bad := []driver.QueueEvent{
 			{Partition: -1},
 			{Partition: maxP},
 			{Partition: 0, Key: long},
 			{Partition: 0, ID: long},
-			{Partition: 0, Payload: make([]byte, dcsync.MaxQueuePayload+1)},
+			{Partition: 0, Payload: make([]byte, driver.MaxQueuePayload+1)},
 		}
 		for i, e := range bad {
 			// The bad event comes after a good one: nothing of the batch may be written.
-			_, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{good, e})
+			_, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{good, e})
 			wantCode(t, err, dcsync.InvalidArgument, fmt.Sprintf("AppendQueue bad event %d", i))
 		}
 		_, err := s.AppendQueue(ctx, spec.Name, nil)
 		wantCode(t, err, dcsync.InvalidArgument, "AppendQueue of no events")
-		huge := make([]dcsync.QueueEvent, dcsync.MaxQueueBatch+1)
+		huge := make([]driver.QueueEvent, driver.MaxQueueBatch+1)
 		_, err = s.AppendQueue(ctx, spec.Name, huge)
 		wantCode(t, err, dcsync.InvalidArgument, "AppendQueue beyond MaxQueueBatch")
 		for _, id := range badIDs {
-			_, err := s.AppendQueue(ctx, id, []dcsync.QueueEvent{good})
+			_, err := s.AppendQueue(ctx, id, []driver.QueueEvent{good})
 			wantCode(t, err, dcsync.InvalidArgument, fmt.Sprintf("AppendQueue to queue %q", id))
 		}
 		for p := range 2 {
@@ -216,24 +217,24 @@ func runValidation(t *testing.T, h Harness) {
 			}
 		}
 		// The good event's id was not remembered by a refused batch.
-		res, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{good})
+		res, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{good})
 		must(t, err, "AppendQueue")
 		if res[0].Duplicate || res[0].Seq != 0 {
 			t.Fatalf("first accepted append = %+v, want seq 0, not a duplicate (a refused batch must not record ids)", res[0])
 		}
 		// The limits themselves are accepted.
-		edge := dcsync.QueueEvent{Partition: 1, Key: long[1:], ID: "edge" + long[5:], Payload: make([]byte, dcsync.MaxQueuePayload)}
-		_, err = s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{edge})
+		edge := driver.QueueEvent{Partition: 1, Key: long[1:], ID: "edge" + long[5:], Payload: make([]byte, driver.MaxQueuePayload)}
+		_, err = s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{edge})
 		must(t, err, "AppendQueue of an event at every limit")
 		es, _ := readAll(t, ctx, s, spec.Name, 1, 0)
-		if len(es) != 1 || es[0].Key != edge.Key || es[0].ID != edge.ID || len(es[0].Payload) != dcsync.MaxQueuePayload {
+		if len(es) != 1 || es[0].Key != edge.Key || es[0].ID != edge.ID || len(es[0].Payload) != driver.MaxQueuePayload {
 			t.Fatalf("event at the limits read back as %d entries", len(es))
 		}
 	})
 
 	t.Run("Reads", func(t *testing.T) {
 		spec := create(t, ctx, s, 1, "g")
-		_, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{{Payload: []byte("a")}, {Payload: []byte("b")}, {Payload: []byte("c")}})
+		_, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{{Payload: []byte("a")}, {Payload: []byte("b")}, {Payload: []byte("c")}})
 		must(t, err, "AppendQueue")
 		for _, id := range badIDs {
 			_, err := s.ReadQueue(ctx, id, 0, 0, 10)
@@ -253,7 +254,7 @@ func runValidation(t *testing.T, h Harness) {
 			_, err = s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0, p})
 			wantCode(t, err, dcsync.InvalidArgument, fmt.Sprintf("ReadQueueOffsets partition %d", p))
 		}
-		for _, m := range []int{0, -1, dcsync.MaxQueueBatch + 1} {
+		for _, m := range []int{0, -1, driver.MaxQueueBatch + 1} {
 			_, err := s.ReadQueue(ctx, spec.Name, 0, 0, m)
 			wantCode(t, err, dcsync.InvalidArgument, fmt.Sprintf("ReadQueue max %d", m))
 		}
@@ -261,7 +262,7 @@ func runValidation(t *testing.T, h Harness) {
 
 	t.Run("AbortAndTrim", func(t *testing.T) {
 		spec := create(t, ctx, s, 1, "g")
-		_, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{{Payload: []byte("a")}, {Payload: []byte("b")}, {Payload: []byte("c")}})
+		_, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{{Payload: []byte("a")}, {Payload: []byte("b")}, {Payload: []byte("c")}})
 		must(t, err, "AppendQueue")
 		for _, id := range badIDs {
 			_, err := s.AbortQueueSeq(ctx, id, 0, 0)
@@ -299,7 +300,7 @@ func runValidation(t *testing.T, h Harness) {
 		spec := create(t, ctx, s, 1, "g")
 		_, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 5)
 		must(t, err, "ClaimQueuePartition")
-		off := dcsync.QueueOffset{Token: 5, Next: 1, Held: true, Version: 1}
+		off := driver.QueueOffset{Token: 5, Next: 1, Held: true, Version: 1}
 		for _, id := range badIDs {
 			_, err := s.ClaimQueuePartition(ctx, id, "g", 0, 9)
 			wantCode(t, err, dcsync.InvalidArgument, fmt.Sprintf("ClaimQueuePartition queue %q", id))
@@ -315,8 +316,8 @@ func runValidation(t *testing.T, h Harness) {
 		}
 		// Marks that are not an encoding of EncodeQueueMarks, or too long, are refused
 		// before any write: also for a commit that would otherwise be LockLost.
-		long := strings.Repeat("\x01\x01", dcsync.MaxQueueMarksLen/2+1)
-		for i, bad := range []dcsync.QueueMarks{"\x00\x01", "\x01", "\x01\x03", "\x81\x00\x01", "\x01\x01\x00", dcsync.QueueMarks(long)} {
+		long := strings.Repeat("\x01\x01", driver.MaxQueueMarksLen/2+1)
+		for i, bad := range []driver.QueueMarks{"\x00\x01", "\x01", "\x01\x03", "\x81\x00\x01", "\x01\x01\x00", driver.QueueMarks(long)} {
 			for _, tok := range []uint64{5, 6} {
 				o := off
 				o.Token, o.Marks = tok, bad
@@ -328,7 +329,7 @@ func runValidation(t *testing.T, h Harness) {
 		wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, o), dcsync.InvalidArgument, "CommitQueueOffset with negative attempts")
 		got, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
 		must(t, err, "ReadQueueOffsets")
-		if got[0] != (dcsync.QueueOffset{Token: 5}) {
+		if got[0] != (driver.QueueOffset{Token: 5}) {
 			t.Fatalf("offset after refused claims and commits = %+v, want token 5 and nothing else (a claim writes the token only)", got[0])
 		}
 	})
@@ -341,14 +342,14 @@ func runAppend(t *testing.T, h Harness) {
 		spec := create(t, ctx, s, 3, "g", "h")
 		// Event partitions and the dead-letter partition of group h (3+1).
 		ps := []int{0, 1, 0, 2, 1, 0, 4, 0, 4}
-		var events []dcsync.QueueEvent
+		var events []driver.QueueEvent
 		for i, p := range ps {
-			events = append(events, dcsync.QueueEvent{Partition: p, Key: fmt.Sprintf("k%d", i%2), ID: fmt.Sprintf("id-%d", i), Payload: []byte(fmt.Sprintf("payload %d", i))})
+			events = append(events, driver.QueueEvent{Partition: p, Key: fmt.Sprintf("k%d", i%2), ID: fmt.Sprintf("id-%d", i), Payload: []byte(fmt.Sprintf("payload %d", i))})
 		}
 		events[3].Key, events[3].ID = "", ""
 		events[5].Payload = nil
 		next := map[int]uint64{}
-		check := func(res []dcsync.QueueAppend, events []dcsync.QueueEvent) {
+		check := func(res []driver.QueueAppend, events []driver.QueueEvent) {
 			t.Helper()
 			if len(res) != len(events) {
 				t.Fatalf("AppendQueue returned %d results for %d events", len(res), len(events))
@@ -365,14 +366,14 @@ func runAppend(t *testing.T, h Harness) {
 		must(t, err, "AppendQueue")
 		check(res, events)
 		// A second batch continues each partition.
-		more := []dcsync.QueueEvent{{Partition: 2, Payload: []byte("m0")}, {Partition: 0, Payload: []byte("m1")}, {Partition: 2, Payload: []byte("m2")}}
+		more := []driver.QueueEvent{{Partition: 2, Payload: []byte("m0")}, {Partition: 0, Payload: []byte("m1")}, {Partition: 2, Payload: []byte("m2")}}
 		res, err = s.AppendQueue(ctx, spec.Name, more)
 		must(t, err, "AppendQueue")
 		check(res, more)
 		all := append(events, more...)
 		for _, p := range []int{0, 1, 2, 3, 4} {
 			es, b := readAll(t, ctx, s, spec.Name, p, 0)
-			var want []dcsync.QueueEvent
+			var want []driver.QueueEvent
 			for _, e := range all {
 				if e.Partition == p {
 					want = append(want, e)
@@ -407,7 +408,7 @@ func runAppend(t *testing.T, h Harness) {
 			bin[i] = byte(i)
 		}
 		in := slices.Clone(bin)
-		_, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{{Key: "ключ/#|_", Payload: in}})
+		_, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{{Key: "ключ/#|_", Payload: in}})
 		must(t, err, "AppendQueue")
 		for i := range in {
 			in[i] = 0xEE
@@ -429,7 +430,7 @@ func runAppend(t *testing.T, h Harness) {
 		s := h.open(t)
 		ctx := ctxT(t, time.Minute)
 		spec := create(t, ctx, s, 1, "g")
-		_, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{{}, {Payload: []byte{}}, {Payload: []byte{0}}})
+		_, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{{}, {Payload: []byte{}}, {Payload: []byte{0}}})
 		must(t, err, "AppendQueue")
 		es, _ := readAll(t, ctx, s, spec.Name, 0, 0)
 		if len(es) != 3 || len(es[0].Payload) != 0 || len(es[1].Payload) != 0 || !bytes.Equal(es[2].Payload, []byte{0}) {
@@ -442,9 +443,9 @@ func runRead(t *testing.T, h Harness) {
 	s := h.open(t)
 	ctx := ctxT(t, time.Minute)
 	spec := create(t, ctx, s, 2, "g")
-	var events []dcsync.QueueEvent
+	var events []driver.QueueEvent
 	for i := range 10 {
-		events = append(events, dcsync.QueueEvent{Partition: 0, Payload: []byte{byte(i)}})
+		events = append(events, driver.QueueEvent{Partition: 0, Payload: []byte{byte(i)}})
 	}
 	_, err := s.AppendQueue(ctx, spec.Name, events)
 	must(t, err, "AppendQueue")
@@ -482,9 +483,9 @@ func runTrim(t *testing.T, h Harness) {
 	s := h.open(t)
 	ctx := ctxT(t, time.Minute)
 	spec := create(t, ctx, s, 2, "g")
-	var events []dcsync.QueueEvent
+	var events []driver.QueueEvent
 	for i := range 10 {
-		events = append(events, dcsync.QueueEvent{Partition: 0, Payload: []byte{byte(i)}}, dcsync.QueueEvent{Partition: 1, Payload: []byte{byte(i)}})
+		events = append(events, driver.QueueEvent{Partition: 0, Payload: []byte{byte(i)}}, driver.QueueEvent{Partition: 1, Payload: []byte{byte(i)}})
 	}
 	_, err := s.AppendQueue(ctx, spec.Name, events)
 	must(t, err, "AppendQueue")
@@ -521,7 +522,7 @@ func runTrim(t *testing.T, h Harness) {
 	expect(4, 10)
 	must(t, s.TrimQueue(ctx, spec.Name, 0, 10), "TrimQueue below the head")
 	expect(10, 10)
-	res, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{{Partition: 0, Payload: []byte{10}}})
+	res, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{{Partition: 0, Payload: []byte{10}}})
 	must(t, err, "AppendQueue after a full trim")
 	if res[0].Seq != 10 {
 		t.Fatalf("append after trimming everything got seq %d, want 10 (seqs never restart)", res[0].Seq)
@@ -538,7 +539,7 @@ func runAbort(t *testing.T, h Harness) {
 	s := h.open(t)
 	ctx := ctxT(t, time.Minute)
 	spec := create(t, ctx, s, 1, "g")
-	_, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{{Payload: []byte("a")}, {Payload: []byte("b")}})
+	_, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{{Payload: []byte("a")}, {Payload: []byte("b")}})
 	must(t, err, "AppendQueue")
 	for seq := range uint64(2) {
 		aborted, err := s.AbortQueueSeq(ctx, spec.Name, 0, seq)
@@ -558,7 +559,7 @@ func runAbort(t *testing.T, h Harness) {
 		// own tests make one; here only the API is checked.
 		t.Log("store has holes: tombstones of unwritten seqs are left to the store's own tests")
 	}
-	res, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{{Payload: []byte("c")}})
+	res, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{{Payload: []byte("c")}})
 	must(t, err, "AppendQueue after aborts")
 	if res[0].Seq != 2 {
 		t.Fatalf("append after aborts of written seqs got seq %d, want 2", res[0].Seq)
@@ -569,7 +570,7 @@ func runDedup(t *testing.T, h Harness) {
 	s := h.open(t)
 	ctx := ctxT(t, time.Minute)
 	spec := create(t, ctx, s, 3, "g")
-	res, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{
+	res, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{
 		{Partition: 0, ID: "a", Payload: []byte("a1")},
 		{Partition: 1, ID: "b", Payload: []byte("b1")},
 		{Partition: 1, ID: "a", Payload: []byte("a2")}, // same batch, other partition
@@ -577,18 +578,18 @@ func runDedup(t *testing.T, h Harness) {
 		{Partition: 0, Payload: []byte("n2")}, // no id: never deduplicated
 	})
 	must(t, err, "AppendQueue")
-	want := []dcsync.QueueAppend{{Partition: 0, Seq: 0}, {Partition: 1, Seq: 0}, {Partition: 0, Seq: 0, Duplicate: true}, {Partition: 0, Seq: 1}, {Partition: 0, Seq: 2}}
+	want := []driver.QueueAppend{{Partition: 0, Seq: 0}, {Partition: 1, Seq: 0}, {Partition: 0, Seq: 0, Duplicate: true}, {Partition: 0, Seq: 1}, {Partition: 0, Seq: 2}}
 	if !slices.Equal(res, want) {
 		t.Fatalf("AppendQueue results %+v, want %+v", res, want)
 	}
-	res, err = s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{
+	res, err = s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{
 		{Partition: 2, ID: "b", Payload: []byte("b2")},
 		{Partition: 2, ID: "c", Payload: []byte("c1")},
 		{Partition: 0, ID: "a", Payload: []byte("a3")},
 		{Partition: 0, Payload: []byte("n3")},
 	})
 	must(t, err, "AppendQueue")
-	want = []dcsync.QueueAppend{{Partition: 1, Seq: 0, Duplicate: true}, {Partition: 2, Seq: 0}, {Partition: 0, Seq: 0, Duplicate: true}, {Partition: 0, Seq: 3}}
+	want = []driver.QueueAppend{{Partition: 1, Seq: 0, Duplicate: true}, {Partition: 2, Seq: 0}, {Partition: 0, Seq: 0, Duplicate: true}, {Partition: 0, Seq: 3}}
 	if !slices.Equal(res, want) {
 		t.Fatalf("second AppendQueue results %+v, want %+v", res, want)
 	}
@@ -605,16 +606,16 @@ func runDedup(t *testing.T, h Harness) {
 	}
 	// Ids are per queue: another queue takes the same id.
 	other := create(t, ctx, s, 1, "g")
-	res, err = s.AppendQueue(ctx, other.Name, []dcsync.QueueEvent{{ID: "a"}})
+	res, err = s.AppendQueue(ctx, other.Name, []driver.QueueEvent{{ID: "a"}})
 	must(t, err, "AppendQueue to another queue")
 	if res[0].Duplicate {
 		t.Fatalf("id of queue %s reported a duplicate in queue %s", spec.Name, other.Name)
 	}
 	// Trimming the first event does not forget its id within the window.
 	must(t, s.TrimQueue(ctx, spec.Name, 0, 1), "TrimQueue")
-	res, err = s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{{Partition: 2, ID: "a"}})
+	res, err = s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{{Partition: 2, ID: "a"}})
 	must(t, err, "AppendQueue")
-	if res[0] != (dcsync.QueueAppend{Partition: 0, Seq: 0, Duplicate: true}) {
+	if res[0] != (driver.QueueAppend{Partition: 0, Seq: 0, Duplicate: true}) {
 		t.Fatalf("append of a trimmed event's id = %+v, want a duplicate of partition 0 seq 0", res[0])
 	}
 }
@@ -624,7 +625,7 @@ func runOffsets(t *testing.T, h Harness) {
 		s := h.open(t)
 		ctx := ctxT(t, time.Minute)
 		spec := create(t, ctx, s, 3, "g", "h")
-		read := func(group string, ps ...int) []dcsync.QueueOffset {
+		read := func(group string, ps ...int) []driver.QueueOffset {
 			t.Helper()
 			offs, err := s.ReadQueueOffsets(ctx, spec.Name, group, ps)
 			must(t, err, "ReadQueueOffsets")
@@ -633,29 +634,29 @@ func runOffsets(t *testing.T, h Harness) {
 			}
 			return offs
 		}
-		expect := func(group string, p int, want dcsync.QueueOffset) {
+		expect := func(group string, p int, want driver.QueueOffset) {
 			t.Helper()
 			if got := read(group, p)[0]; got != want {
 				t.Fatalf("group %s partition %d offset %+v, want %+v", group, p, got, want)
 			}
 		}
 		for _, o := range read("g", 0, 1, 2, 3, 4) {
-			if o != (dcsync.QueueOffset{}) {
+			if o != (driver.QueueOffset{}) {
 				t.Fatalf("fresh offset %+v, want zero", o)
 			}
 		}
 		// A commit without a claim has no owner to match.
-		wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 1, Next: 1, Held: true, Version: 1}), dcsync.LockLost, "CommitQueueOffset before any claim")
-		expect("g", 0, dcsync.QueueOffset{})
+		wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, driver.QueueOffset{Token: 1, Next: 1, Held: true, Version: 1}), dcsync.LockLost, "CommitQueueOffset before any claim")
+		expect("g", 0, driver.QueueOffset{})
 
 		off, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 5)
 		must(t, err, "ClaimQueuePartition 5")
-		if off != (dcsync.QueueOffset{Token: 5}) {
+		if off != (driver.QueueOffset{Token: 5}) {
 			t.Fatalf("first claim returned %+v, want token 5, next 0, not held before", off)
 		}
-		expect("g", 0, dcsync.QueueOffset{Token: 5}) // the token only: Held stays as stored
-		must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 5, Next: 3, Attempts: 1, Held: true, Version: 1}), "CommitQueueOffset 5")
-		held := dcsync.QueueOffset{Token: 5, Next: 3, Attempts: 1, Held: true, Version: 1}
+		expect("g", 0, driver.QueueOffset{Token: 5}) // the token only: Held stays as stored
+		must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, driver.QueueOffset{Token: 5, Next: 3, Attempts: 1, Held: true, Version: 1}), "CommitQueueOffset 5")
+		held := driver.QueueOffset{Token: 5, Next: 3, Attempts: 1, Held: true, Version: 1}
 		expect("g", 0, held)
 
 		off, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 4)
@@ -673,39 +674,39 @@ func runOffsets(t *testing.T, h Harness) {
 		expect("g", 0, held)
 		off, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 7)
 		must(t, err, "ClaimQueuePartition 7")
-		if off != (dcsync.QueueOffset{Token: 7, Next: 3, Attempts: 1, Held: true, Version: 1}) {
+		if off != (driver.QueueOffset{Token: 7, Next: 3, Attempts: 1, Held: true, Version: 1}) {
 			t.Fatalf("takeover claim returned %+v, want token 7, next 3, attempts 1, version 1, held before (owner never released)", off)
 		}
-		wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 5, Next: 9, Held: true, Version: 2}), dcsync.LockLost, "CommitQueueOffset by the old owner")
-		wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 8, Next: 9, Held: true, Version: 2}), dcsync.LockLost, "CommitQueueOffset with a token above the owner's")
-		expect("g", 0, dcsync.QueueOffset{Token: 7, Next: 3, Attempts: 1, Held: true, Version: 1})
+		wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, driver.QueueOffset{Token: 5, Next: 9, Held: true, Version: 2}), dcsync.LockLost, "CommitQueueOffset by the old owner")
+		wantCode(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, driver.QueueOffset{Token: 8, Next: 9, Held: true, Version: 2}), dcsync.LockLost, "CommitQueueOffset with a token above the owner's")
+		expect("g", 0, driver.QueueOffset{Token: 7, Next: 3, Attempts: 1, Held: true, Version: 1})
 
 		// The owner releases: the next claim sees Held false.
-		must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 7, Next: 4, Version: 2}), "CommitQueueOffset release")
-		expect("g", 0, dcsync.QueueOffset{Token: 7, Next: 4, Version: 2})
+		must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, driver.QueueOffset{Token: 7, Next: 4, Version: 2}), "CommitQueueOffset release")
+		expect("g", 0, driver.QueueOffset{Token: 7, Next: 4, Version: 2})
 		off, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 8)
 		must(t, err, "ClaimQueuePartition 8")
-		if off != (dcsync.QueueOffset{Token: 8, Next: 4, Version: 2}) {
+		if off != (driver.QueueOffset{Token: 8, Next: 4, Version: 2}) {
 			t.Fatalf("claim after a release returned %+v, want token 8, next 4, version 2, not held", off)
 		}
 
 		// Other partitions and groups are independent.
 		off, err = s.ClaimQueuePartition(ctx, spec.Name, "h", 0, 1)
 		must(t, err, "ClaimQueuePartition group h")
-		if off != (dcsync.QueueOffset{Token: 1}) {
+		if off != (driver.QueueOffset{Token: 1}) {
 			t.Fatalf("group h claim returned %+v, want token 1 (groups have their own offsets)", off)
 		}
 		_, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 2, 2)
 		must(t, err, "ClaimQueuePartition partition 2")
-		must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 2, dcsync.QueueOffset{Token: 2, Next: 11, Attempts: 2, Held: true, Version: 1}), "CommitQueueOffset partition 2")
+		must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 2, driver.QueueOffset{Token: 2, Next: 11, Attempts: 2, Held: true, Version: 1}), "CommitQueueOffset partition 2")
 		_, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 4, 3) // a dead-letter partition
 		must(t, err, "ClaimQueuePartition dead-letter partition")
 		got := read("g", 4, 2, 1, 0)
-		want := []dcsync.QueueOffset{{Token: 3}, {Token: 2, Next: 11, Attempts: 2, Held: true, Version: 1}, {}, {Token: 8, Next: 4, Version: 2}}
+		want := []driver.QueueOffset{{Token: 3}, {Token: 2, Next: 11, Attempts: 2, Held: true, Version: 1}, {}, {Token: 8, Next: 4, Version: 2}}
 		if !slices.Equal(got, want) {
 			t.Fatalf("ReadQueueOffsets(4, 2, 1, 0) = %+v, want %+v (in the order asked)", got, want)
 		}
-		if got := read("h", 0, 2); !slices.Equal(got, []dcsync.QueueOffset{{Token: 1}, {}}) {
+		if got := read("h", 0, 2); !slices.Equal(got, []driver.QueueOffset{{Token: 1}, {}}) {
 			t.Fatalf("group h offsets %+v", got)
 		}
 	})
@@ -714,7 +715,7 @@ func runOffsets(t *testing.T, h Harness) {
 		s := h.open(t)
 		ctx := ctxT(t, time.Minute)
 		spec := create(t, ctx, s, 1, "g")
-		expect := func(want dcsync.QueueOffset, after string) {
+		expect := func(want driver.QueueOffset, after string) {
 			t.Helper()
 			offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
 			must(t, err, "ReadQueueOffsets")
@@ -722,22 +723,22 @@ func runOffsets(t *testing.T, h Harness) {
 				t.Fatalf("after %s: offset %+v, want %+v", after, offs[0], want)
 			}
 		}
-		commit := func(off dcsync.QueueOffset) error {
+		commit := func(off driver.QueueOffset) error {
 			return s.CommitQueueOffset(ctx, spec.Name, "g", 0, off)
 		}
 		_, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 3)
 		must(t, err, "ClaimQueuePartition")
 		// Version 0 is not above the stored 0: refused, nothing written.
-		wantCode(t, commit(dcsync.QueueOffset{Token: 3, Next: 2, Held: true}), dcsync.LockLost, "commit of version 0 over version 0")
-		expect(dcsync.QueueOffset{Token: 3}, "a refused commit of version 0")
-		v1 := dcsync.QueueOffset{Token: 3, Next: 2, Held: true, Version: 1}
+		wantCode(t, commit(driver.QueueOffset{Token: 3, Next: 2, Held: true}), dcsync.LockLost, "commit of version 0 over version 0")
+		expect(driver.QueueOffset{Token: 3}, "a refused commit of version 0")
+		v1 := driver.QueueOffset{Token: 3, Next: 2, Held: true, Version: 1}
 		must(t, commit(v1), "commit version 1")
 		expect(v1, "commit version 1")
 		// The same commit again (a retried call whose first attempt landed): nil.
 		must(t, commit(v1), "the same commit of version 1 again")
 		expect(v1, "the same commit again")
 		// Another value at the stored version, or below it: LockLost, nothing written.
-		for _, bad := range []dcsync.QueueOffset{
+		for _, bad := range []driver.QueueOffset{
 			{Token: 3, Next: 5, Held: true, Version: 1},
 			{Token: 3, Next: 2, Held: false, Version: 1},
 			{Token: 3, Next: 2, Held: true, Attempts: 1, Version: 1},
@@ -747,13 +748,13 @@ func runOffsets(t *testing.T, h Harness) {
 			expect(v1, fmt.Sprintf("a refused commit %+v", bad))
 		}
 		// Versions may skip: any version above the stored one applies.
-		v9 := dcsync.QueueOffset{Token: 3, Next: 4, Held: true, Version: 9}
+		v9 := driver.QueueOffset{Token: 3, Next: 4, Held: true, Version: 9}
 		must(t, commit(v9), "commit version 9 over version 1")
 		expect(v9, "commit version 9")
-		wantCode(t, commit(dcsync.QueueOffset{Token: 3, Next: 6, Held: true, Version: 8}), dcsync.LockLost, "commit of version 8 after version 9")
+		wantCode(t, commit(driver.QueueOffset{Token: 3, Next: 6, Held: true, Version: 8}), dcsync.LockLost, "commit of version 8 after version 9")
 		expect(v9, "a refused commit of version 8")
 		// The largest version a store keeps applies too.
-		top := dcsync.QueueOffset{Token: 3, Next: 5, Held: true, Version: 1<<63 - 1}
+		top := driver.QueueOffset{Token: 3, Next: 5, Held: true, Version: 1<<63 - 1}
 		must(t, commit(top), "commit of version 2^63-1")
 		expect(top, "commit of version 2^63-1")
 		must(t, commit(top), "the same commit of version 2^63-1 again")
@@ -765,10 +766,10 @@ func runOffsets(t *testing.T, h Harness) {
 		s := h.open(t)
 		ctx := ctxT(t, time.Minute)
 		spec := create(t, ctx, s, 1, "g")
-		commit := func(off dcsync.QueueOffset) error {
+		commit := func(off driver.QueueOffset) error {
 			return s.CommitQueueOffset(ctx, spec.Name, "g", 0, off)
 		}
-		stored := func() dcsync.QueueOffset {
+		stored := func() driver.QueueOffset {
 			t.Helper()
 			offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
 			must(t, err, "ReadQueueOffsets")
@@ -776,8 +777,8 @@ func runOffsets(t *testing.T, h Harness) {
 		}
 		_, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 4)
 		must(t, err, "ClaimQueuePartition")
-		v1 := dcsync.QueueOffset{Token: 4, Next: 5, Held: true, Version: 1}
-		v2 := dcsync.QueueOffset{Token: 4, Next: 9, Held: true, Version: 2}
+		v1 := driver.QueueOffset{Token: 4, Next: 5, Held: true, Version: 1}
+		v2 := driver.QueueOffset{Token: 4, Next: 9, Held: true, Version: 2}
 		must(t, commit(v1), "commit v1")
 		must(t, commit(v2), "commit v2")
 		wantCode(t, commit(v1), dcsync.LockLost, "v1 again, after v2")
@@ -787,9 +788,9 @@ func runOffsets(t *testing.T, h Harness) {
 		// The owner's release is late too, after a new owner claimed: refused.
 		_, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 6)
 		must(t, err, "ClaimQueuePartition 6")
-		wantCode(t, commit(dcsync.QueueOffset{Token: 4, Next: 12, Version: 3}), dcsync.LockLost, "the old owner's late release")
+		wantCode(t, commit(driver.QueueOffset{Token: 4, Next: 12, Version: 3}), dcsync.LockLost, "the old owner's late release")
 		wantCode(t, commit(v2), dcsync.LockLost, "the old owner's v2 again, after a claim")
-		if got := stored(); got != (dcsync.QueueOffset{Token: 6, Next: 9, Held: true, Version: 2}) {
+		if got := stored(); got != (driver.QueueOffset{Token: 6, Next: 9, Held: true, Version: 2}) {
 			t.Fatalf("after a claim and the old owner's late commits: offset %+v", got)
 		}
 		// A claim that lands late, after a higher one: refused, nothing written.
@@ -798,7 +799,7 @@ func runOffsets(t *testing.T, h Harness) {
 		if off.Token != 6 {
 			t.Fatalf("refused claim returned %+v, want the stored token 6", off)
 		}
-		if got := stored(); got != (dcsync.QueueOffset{Token: 6, Next: 9, Held: true, Version: 2}) {
+		if got := stored(); got != (driver.QueueOffset{Token: 6, Next: 9, Held: true, Version: 2}) {
 			t.Fatalf("after a late claim: offset %+v", got)
 		}
 	})
@@ -816,7 +817,7 @@ func runOffsets(t *testing.T, h Harness) {
 		errs := make([]error, n+1)
 		for v := uint64(n); v >= 1; v-- {
 			wg.Go(func() {
-				errs[v] = s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 2, Next: 10 * v, Held: true, Version: v})
+				errs[v] = s.CommitQueueOffset(ctx, spec.Name, "g", 0, driver.QueueOffset{Token: 2, Next: 10 * v, Held: true, Version: v})
 			})
 		}
 		wg.Wait()
@@ -828,7 +829,7 @@ func runOffsets(t *testing.T, h Harness) {
 		must(t, errs[n], "the commit of the highest version")
 		offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
 		must(t, err, "ReadQueueOffsets")
-		if offs[0] != (dcsync.QueueOffset{Token: 2, Next: 10 * n, Held: true, Version: n}) {
+		if offs[0] != (driver.QueueOffset{Token: 2, Next: 10 * n, Held: true, Version: n}) {
 			t.Fatalf("after racing commits of versions 1..%d: %+v, want version %d's", n, offs[0], n)
 		}
 	})
@@ -837,41 +838,41 @@ func runOffsets(t *testing.T, h Harness) {
 		s := h.open(t)
 		ctx := ctxT(t, time.Minute)
 		spec := create(t, ctx, s, 2, "g")
-		stored := func(p int) dcsync.QueueOffset {
+		stored := func(p int) driver.QueueOffset {
 			t.Helper()
 			offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{p})
 			must(t, err, "ReadQueueOffsets")
 			return offs[0]
 		}
-		small, err := dcsync.EncodeQueueMarks(7, []dcsync.QueueMark{{Seq: 8, Acked: true}, {Seq: 10, Attempts: 3}, {Seq: 300, Acked: true}})
+		small, err := driver.EncodeQueueMarks(7, []driver.QueueMark{{Seq: 8, Acked: true}, {Seq: 10, Attempts: 3}, {Seq: 300, Acked: true}})
 		must(t, err, "EncodeQueueMarks")
 		// The longest marks: MaxQueueMarks entries, each with a large seq gap and the
 		// most attempts (13 bytes each).
-		many := make([]dcsync.QueueMark, dcsync.MaxQueueMarks)
+		many := make([]driver.QueueMark, driver.MaxQueueMarks)
 		for i := range many {
-			many[i] = dcsync.QueueMark{Seq: uint64(i+1) * (1<<54 - 1), Attempts: 1<<31 - 1}
+			many[i] = driver.QueueMark{Seq: uint64(i+1) * (1<<54 - 1), Attempts: 1<<31 - 1}
 		}
-		big, err := dcsync.EncodeQueueMarks(0, many)
+		big, err := driver.EncodeQueueMarks(0, many)
 		must(t, err, "EncodeQueueMarks")
-		if len(big) < dcsync.MaxQueueMarksLen*3/4 {
-			t.Fatalf("test marks of %d bytes, want close to %d", len(big), dcsync.MaxQueueMarksLen)
+		if len(big) < driver.MaxQueueMarksLen*3/4 {
+			t.Fatalf("test marks of %d bytes, want close to %d", len(big), driver.MaxQueueMarksLen)
 		}
 		// Bytes of every value, 0x00 and 0xFF included, through a store's encoding.
-		var every []dcsync.QueueMark
+		var every []driver.QueueMark
 		for i := uint64(1); i <= 200; i++ {
-			every = append(every, dcsync.QueueMark{Seq: 7 + i*i*i, Attempts: int(i * 0x01010101 % (1<<31 - 1))})
+			every = append(every, driver.QueueMark{Seq: 7 + i*i*i, Attempts: int(i * 0x01010101 % (1<<31 - 1))})
 		}
-		wide, err := dcsync.EncodeQueueMarks(7, every)
+		wide, err := driver.EncodeQueueMarks(7, every)
 		must(t, err, "EncodeQueueMarks")
 		_, err = s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 1)
 		must(t, err, "ClaimQueuePartition")
 		v := uint64(0)
 		for _, c := range []struct {
 			next  uint64
-			marks dcsync.QueueMarks
+			marks driver.QueueMarks
 		}{{7, small}, {0, big}, {7, wide}, {7, ""}, {0, big}} {
 			v++
-			off := dcsync.QueueOffset{Token: 1, Next: c.next, Attempts: 2, Held: true, Version: v, Marks: c.marks}
+			off := driver.QueueOffset{Token: 1, Next: c.next, Attempts: 2, Held: true, Version: v, Marks: c.marks}
 			must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, off), fmt.Sprintf("commit of %d bytes of marks", len(c.marks)))
 			got := stored(0)
 			if got != off {
@@ -885,12 +886,12 @@ func runOffsets(t *testing.T, h Harness) {
 		// A claim keeps the marks (and the rest), verbatim.
 		off, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 2)
 		must(t, err, "ClaimQueuePartition 2")
-		want := dcsync.QueueOffset{Token: 2, Next: 0, Attempts: 2, Held: true, Version: v, Marks: big}
+		want := driver.QueueOffset{Token: 2, Next: 0, Attempts: 2, Held: true, Version: v, Marks: big}
 		if off != want || stored(0) != want {
 			t.Fatalf("claim over marks returned %d bytes of marks, stored %d, want %d (the claim writes the token only)", len(off.Marks), len(stored(0).Marks), len(big))
 		}
 		// The other partition has none.
-		if got := stored(1); got != (dcsync.QueueOffset{}) {
+		if got := stored(1); got != (driver.QueueOffset{}) {
 			t.Fatalf("partition 1: %+v, want none", got)
 		}
 	})
@@ -899,9 +900,9 @@ func runOffsets(t *testing.T, h Harness) {
 		s := h.open(t)
 		ctx := ctxT(t, time.Minute)
 		spec := create(t, ctx, s, 1, "g")
-		marks, err := dcsync.EncodeQueueMarks(4, []dcsync.QueueMark{{Seq: 5, Acked: true}, {Seq: 6, Attempts: 2}})
+		marks, err := driver.EncodeQueueMarks(4, []driver.QueueMark{{Seq: 5, Acked: true}, {Seq: 6, Attempts: 2}})
 		must(t, err, "EncodeQueueMarks")
-		stored := func() dcsync.QueueOffset {
+		stored := func() driver.QueueOffset {
 			t.Helper()
 			offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
 			must(t, err, "ReadQueueOffsets")
@@ -911,7 +912,7 @@ func runOffsets(t *testing.T, h Harness) {
 		for _, held := range []bool{true, false} {
 			_, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, tok)
 			must(t, err, "ClaimQueuePartition")
-			base := dcsync.QueueOffset{Token: tok, Next: 4, Attempts: 3, Held: held, Version: tok * 100, Marks: marks}
+			base := driver.QueueOffset{Token: tok, Next: 4, Attempts: 3, Held: held, Version: tok * 100, Marks: marks}
 			must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, base), "CommitQueueOffset")
 			// A higher token: the token changes, nothing else.
 			tok++
@@ -975,14 +976,14 @@ func runOffsets(t *testing.T, h Harness) {
 		}
 		offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
 		must(t, err, "ReadQueueOffsets")
-		if offs[0] != (dcsync.QueueOffset{Token: n}) {
+		if offs[0] != (driver.QueueOffset{Token: n}) {
 			t.Fatalf("after concurrent claims the offset is %+v, want token %d (the highest) and nothing else", offs[0], n)
 		}
 		var commits sync.WaitGroup
 		ok := make([]bool, n+1)
 		for tok := uint64(1); tok <= n; tok++ {
 			commits.Go(func() {
-				ok[tok] = s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: tok, Next: tok, Held: true, Version: 1}) == nil
+				ok[tok] = s.CommitQueueOffset(ctx, spec.Name, "g", 0, driver.QueueOffset{Token: tok, Next: tok, Held: true, Version: 1}) == nil
 			})
 		}
 		commits.Wait()
@@ -993,7 +994,7 @@ func runOffsets(t *testing.T, h Harness) {
 		}
 		offs, err = s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
 		must(t, err, "ReadQueueOffsets")
-		if offs[0] != (dcsync.QueueOffset{Token: n, Next: n, Held: true, Version: 1}) {
+		if offs[0] != (driver.QueueOffset{Token: n, Next: n, Held: true, Version: 1}) {
 			t.Fatalf("offset %+v, want the owner's commit", offs[0])
 		}
 	})
@@ -1007,13 +1008,13 @@ func runNames(t *testing.T, h Harness) {
 	base := unique(t)
 	names := []string{base, base + "#1", base + "_1", base + "/1", base + "|1", base + "1", base + "#"}
 	for i, n := range names {
-		must(t, s.CreateQueue(ctx, dcsync.QueueSpec{Name: n, Partitions: 2, Groups: []string{"g", "g#1", "1#g"}}), "CreateQueue "+n)
+		must(t, s.CreateQueue(ctx, driver.QueueSpec{Name: n, Partitions: 2, Groups: []string{"g", "g#1", "1#g"}}), "CreateQueue "+n)
 		// Queue i holds i+1 events in partition 1.
 		for range i + 1 {
-			_, err := s.AppendQueue(ctx, n, []dcsync.QueueEvent{{Partition: 1, Payload: []byte(n)}})
+			_, err := s.AppendQueue(ctx, n, []driver.QueueEvent{{Partition: 1, Payload: []byte(n)}})
 			must(t, err, "AppendQueue "+n)
 		}
-		res, err := s.AppendQueue(ctx, n, []dcsync.QueueEvent{{Partition: 0, ID: "shared", Payload: []byte(n)}})
+		res, err := s.AppendQueue(ctx, n, []driver.QueueEvent{{Partition: 0, ID: "shared", Payload: []byte(n)}})
 		must(t, err, "AppendQueue "+n)
 		if res[0].Duplicate {
 			t.Fatalf("queue %q: id \"shared\" seen as a duplicate of another queue's", n)
@@ -1022,7 +1023,7 @@ func runNames(t *testing.T, h Harness) {
 			tok := uint64(100*i + k + 1)
 			_, err := s.ClaimQueuePartition(ctx, n, g, 1, tok)
 			must(t, err, "ClaimQueuePartition")
-			must(t, s.CommitQueueOffset(ctx, n, g, 1, dcsync.QueueOffset{Token: tok, Next: tok, Held: true, Version: 1}), "CommitQueueOffset")
+			must(t, s.CommitQueueOffset(ctx, n, g, 1, driver.QueueOffset{Token: tok, Next: tok, Held: true, Version: 1}), "CommitQueueOffset")
 		}
 	}
 	for i, n := range names {
@@ -1039,7 +1040,7 @@ func runNames(t *testing.T, h Harness) {
 			tok := uint64(100*i + k + 1)
 			offs, err := s.ReadQueueOffsets(ctx, n, g, []int{1})
 			must(t, err, "ReadQueueOffsets")
-			if offs[0] != (dcsync.QueueOffset{Token: tok, Next: tok, Held: true, Version: 1}) {
+			if offs[0] != (driver.QueueOffset{Token: tok, Next: tok, Held: true, Version: 1}) {
 				t.Fatalf("queue %q group %q offset %+v, want token and next %d", n, g, offs[0], tok)
 			}
 		}
@@ -1048,13 +1049,13 @@ func runNames(t *testing.T, h Harness) {
 	for i, sep := range []string{"#", "_", "|", "/", ":"} {
 		q1, g1 := base+sep+"a"+sep+"b", "c"
 		q2, g2 := base+sep+"a", "b"+sep+"c"
-		must(t, s.CreateQueue(ctx, dcsync.QueueSpec{Name: q1, Partitions: 1, Groups: []string{g1}}), "CreateQueue "+q1)
-		must(t, s.CreateQueue(ctx, dcsync.QueueSpec{Name: q2, Partitions: 1, Groups: []string{g2}}), "CreateQueue "+q2)
+		must(t, s.CreateQueue(ctx, driver.QueueSpec{Name: q1, Partitions: 1, Groups: []string{g1}}), "CreateQueue "+q1)
+		must(t, s.CreateQueue(ctx, driver.QueueSpec{Name: q2, Partitions: 1, Groups: []string{g2}}), "CreateQueue "+q2)
 		_, err := s.ClaimQueuePartition(ctx, q1, g1, 0, uint64(10+i))
 		must(t, err, "ClaimQueuePartition")
 		off, err := s.ClaimQueuePartition(ctx, q2, g2, 0, 1)
 		must(t, err, fmt.Sprintf("ClaimQueuePartition of queue %q group %q after one of queue %q group %q", q2, g2, q1, g1))
-		if off != (dcsync.QueueOffset{Token: 1}) {
+		if off != (driver.QueueOffset{Token: 1}) {
 			t.Fatalf("queue %q group %q: claim returned %+v, want a fresh offset (it shares storage with queue %q group %q)", q2, g2, off, q1, g1)
 		}
 	}

@@ -127,6 +127,7 @@ import (
 	"github.com/aerospike/aerospike-client-go/v8/types"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/layout"
 )
 
@@ -212,7 +213,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Store is a dcsync.Store on an Aerospike cluster. It is safe for concurrent use.
+// Store is a driver.Store on an Aerospike cluster. It is safe for concurrent use.
 type Store struct {
 	client   *as.Client
 	owned    bool
@@ -229,10 +230,10 @@ type Store struct {
 	done   chan struct{} // closed by Close
 }
 
-var _ dcsync.Store = (*Store)(nil)
+var _ driver.Store = (*Store)(nil)
 
 func invalid(format string, args ...any) error {
-	return dcsync.Errorf(dcsync.InvalidArgument, "aerospike.New", format, args...)
+	return driver.Errorf(dcsync.InvalidArgument, "aerospike.New", format, args...)
 }
 
 func checkSetName(set string) error {
@@ -313,17 +314,17 @@ func newStore(client *as.Client, owned bool, cfg Config) (*Store, error) {
 func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	const op = "aerospike.OpenURL"
 	if u == nil || !strings.EqualFold(u.Scheme, "aerospike") {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "URL %v: scheme must be aerospike", u)
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: scheme must be aerospike", u)
 	}
 	host, portStr := u.Hostname(), u.Port()
 	if host == "" {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "URL %v names no host", u)
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v names no host", u)
 	}
 	port := 3000
 	if portStr != "" {
 		p, err := strconv.Atoi(portStr)
 		if err != nil || p <= 0 || p > 65535 {
-			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "URL %v: bad port %q", u, portStr)
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: bad port %q", u, portStr)
 		}
 		port = p
 	}
@@ -333,7 +334,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 		switch name {
 		case "latch_set_suffix", "lock_set_suffix", "attempts", "timeout", "retry_delay", "op_ids_kept", "durable_delete":
 		default:
-			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "URL %v: unknown parameter %q", u, name)
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: unknown parameter %q", u, name)
 		}
 	}
 	cfg.LatchSetSuffix = q.Get("latch_set_suffix")
@@ -343,7 +344,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	case "true":
 		cfg.DurableDelete = true
 	default:
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "URL %v: durable_delete %q is not true or false", u, v)
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: durable_delete %q is not true or false", u, v)
 	}
 	for _, p := range []struct {
 		name string
@@ -352,7 +353,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 		if v := q.Get(p.name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n <= 0 {
-				return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "URL %v: %s %q is not a positive integer", u, p.name, v)
+				return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: %s %q is not a positive integer", u, p.name, v)
 			}
 			*p.dst = n
 		}
@@ -364,7 +365,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 		if v := q.Get(p.name); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
-				return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "URL %v: %s %q is not a positive duration", u, p.name, v)
+				return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: %s %q is not a positive duration", u, p.name, v)
 			}
 			*p.dst = d
 		}
@@ -374,7 +375,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, dcsync.Errorf(dcsync.Connection, op, "dial %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), err)
+		return nil, driver.Errorf(dcsync.Connection, op, "dial %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), err)
 	}
 	policy := as.NewClientPolicy()
 	policy.Timeout = 5 * time.Second
@@ -383,7 +384,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	}
 	client, aerr := as.NewClientWithPolicy(policy, host, port)
 	if aerr != nil {
-		return nil, dcsync.Errorf(dcsync.Connection, op, "dial %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), aerr)
+		return nil, driver.Errorf(dcsync.Connection, op, "dial %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), aerr)
 	}
 	return newStore(client, true, cfg)
 }
@@ -422,7 +423,7 @@ func (s *Store) checkKey(k dcsync.Key) error {
 		return err
 	}
 	if fence := FenceSetPrefix + s.lockSet(k); len(fence) > layout.MaxSetName {
-		return dcsync.Errorf(dcsync.InvalidArgument, "aerospike.Validate",
+		return driver.Errorf(dcsync.InvalidArgument, "aerospike.Validate",
 			"fence set name %q is longer than %d bytes", fence, layout.MaxSetName)
 	}
 	return nil
@@ -431,7 +432,7 @@ func (s *Store) checkKey(k dcsync.Key) error {
 func (s *Store) latchKey(k dcsync.Key) (*as.Key, error) {
 	key, err := as.NewKey(s.cfg.Namespace, s.latchSet, layout.AerospikeLatchKey(k.Client, k.Name))
 	if err != nil {
-		return nil, dcsync.Errorf(dcsync.Internal, "aerospike.Key", "latch key: %w", err)
+		return nil, driver.Errorf(dcsync.Internal, "aerospike.Key", "latch key: %w", err)
 	}
 	return key, nil
 }
@@ -441,13 +442,13 @@ func (s *Store) lockKeys(k dcsync.Key) (lock, fence *as.Key, err error) {
 	user := layout.AerospikeLockKey(k.Client, k.Name)
 	lk, aerr := as.NewKey(s.cfg.Namespace, set, user)
 	if aerr != nil {
-		return nil, nil, dcsync.Errorf(dcsync.Internal, "aerospike.Key", "lock key: %w", aerr)
+		return nil, nil, driver.Errorf(dcsync.Internal, "aerospike.Key", "lock key: %w", aerr)
 	}
 	// The fence record's key is only dcsync's: unambiguous, so two locks whose Java keys
 	// collide still have fences of their own.
 	fk, aerr := as.NewKey(s.cfg.Namespace, FenceSetPrefix+set, layout.IdentityKey(k))
 	if aerr != nil {
-		return nil, nil, dcsync.Errorf(dcsync.Internal, "aerospike.Key", "fence key: %w", aerr)
+		return nil, nil, driver.Errorf(dcsync.Internal, "aerospike.Key", "fence key: %w", aerr)
 	}
 	return lk, fk, nil
 }
@@ -655,15 +656,15 @@ func (s *Store) serverError(op string, err error) error {
 			// (and without allow-ttl-without-nsup): every lock and latch write carries
 			// one. It is the store's storage that is unusable as configured, as when a
 			// table cannot be created, hence TableCreation.
-			return dcsync.Errorf(dcsync.TableCreation, op,
+			return driver.Errorf(dcsync.TableCreation, op,
 				"namespace %q refuses writes with a TTL: set nsup-period > 0 or allow-ttl-without-nsup in its configuration (result code %d, %v): %w",
 				s.cfg.Namespace, int(rc), rc, err)
 		case transient(err):
-			return dcsync.Errorf(dcsync.Connection, op, "result code %d (%v): %w", int(rc), rc, err)
+			return driver.Errorf(dcsync.Connection, op, "result code %d (%v): %w", int(rc), rc, err)
 		}
-		return dcsync.Errorf(dcsync.Internal, op, "result code %d (%v): %w", int(rc), rc, err)
+		return driver.Errorf(dcsync.Internal, op, "result code %d (%v): %w", int(rc), rc, err)
 	}
-	return dcsync.Errorf(dcsync.Internal, op, "%w", err)
+	return driver.Errorf(dcsync.Internal, op, "%w", err)
 }
 
 // attempt is the state of one logical operation across its tries.
@@ -700,7 +701,7 @@ func (s *Store) retry(ctx context.Context, op string, write bool, try func(a *at
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return dcsync.Errorf(dcsync.Connection, op, "the store is closed")
+		return driver.Errorf(dcsync.Connection, op, "the store is closed")
 	}
 	var a attempt
 	var last error
@@ -721,7 +722,7 @@ func (s *Store) retry(ctx context.Context, op string, write bool, try func(a *at
 				return &dcsync.Error{Code: dcsync.Connection, Op: op,
 					Msg: fmt.Sprintf("gave up after %d tries and %d busy replies (in doubt: %t): %v", a.n-1, busies, a.inDoubt, last), Err: err}
 			}
-			return dcsync.Errorf(dcsync.Connection, op, "%w", err)
+			return driver.Errorf(dcsync.Connection, op, "%w", err)
 		}
 		err := try(&a)
 		if err == nil {
@@ -749,7 +750,7 @@ func (s *Store) retry(ctx context.Context, op string, write bool, try func(a *at
 		}
 		break
 	}
-	cause := dcsync.Errorf(dcsync.Connection, op, "%w", last)
+	cause := driver.Errorf(dcsync.Connection, op, "%w", last)
 	msg := fmt.Sprintf("%d tries and %d busy replies in %v failed", a.n-1, busies, time.Since(start).Round(time.Millisecond))
 	if a.inDoubt {
 		msg += "; the last write's outcome is unknown"

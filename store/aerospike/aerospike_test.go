@@ -14,7 +14,7 @@ import (
 	as "github.com/aerospike/aerospike-client-go/v8"
 	"go.uber.org/goleak"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/aerospike"
 	"github.com/dcsync/dcsync/store/storetest"
 )
@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 		namespace = ns
 	}
 	queueChildMain()
-	storetest.ChildMain(func(ctx context.Context) (dcsync.Store, error) {
+	storetest.ChildMain(func(ctx context.Context) (driver.Store, error) {
 		return aerospike.OpenURL(ctx, storeURL(os.Getenv(envChildAddr), os.Getenv(envChildNS)))
 	})
 	goleak.VerifyTestMain(m)
@@ -111,7 +111,7 @@ func newStore(t testing.TB, c *as.Client, cfg aerospike.Config) *aerospike.Store
 
 func harness(addr, ns string) storetest.Harness {
 	return storetest.Harness{
-		Open: func(t *testing.T) dcsync.Store {
+		Open: func(t *testing.T) driver.Store {
 			s, err := aerospike.OpenURL(context.Background(), storeURL(addr, ns))
 			if err != nil {
 				t.Fatal(err)

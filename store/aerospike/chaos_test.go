@@ -16,6 +16,7 @@ import (
 	"github.com/aerospike/aerospike-client-go/v8/types"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/chaos"
 	"github.com/dcsync/dcsync/internal/faultproxy"
 	"github.com/dcsync/dcsync/store/aerospike"
@@ -31,7 +32,7 @@ func TestChaosDroppedReplies(t *testing.T) {
 			p := startProxy(t)
 			c := dial(t, p.Addr())
 			chaos.RunT(t, chaos.Scenario{
-				Open: func(context.Context) (dcsync.Store, error) {
+				Open: func(context.Context) (driver.Store, error) {
 					return aerospike.New(c, aerospike.Config{Namespace: namespace, Timeout: 150 * time.Millisecond, Attempts: 8})
 				},
 				Goroutine: 4,
@@ -80,7 +81,7 @@ func TestChaosFaultProxy(t *testing.T) {
 			p.SetMaxHold(2 * time.Second)
 			c := dial(t, p.Addr())
 			rep := chaos.RunT(t, chaos.Scenario{
-				Open: func(context.Context) (dcsync.Store, error) {
+				Open: func(context.Context) (driver.Store, error) {
 					return aerospike.New(c, aerospike.Config{Namespace: namespace, Timeout: 150 * time.Millisecond, Attempts: 8})
 				},
 				Goroutine:  4,
@@ -224,7 +225,7 @@ func TestChaosServerRestart(t *testing.T) {
 	c := dial(t, p.Addr())
 	n := 0
 	rep := chaos.RunT(t, chaos.Scenario{
-		Open: func(context.Context) (dcsync.Store, error) {
+		Open: func(context.Context) (driver.Store, error) {
 			return aerospike.New(c, aerospike.Config{Namespace: "test", Timeout: 150 * time.Millisecond, Attempts: 8})
 		},
 		Goroutine: 4,

@@ -8,12 +8,13 @@ import (
 	"github.com/aerospike/aerospike-client-go/v8/types"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/layout"
 )
 
-var _ dcsync.LatchDeleter = (*Store)(nil)
+var _ driver.LatchDeleter = (*Store)(nil)
 
-// DeleteLatch implements dcsync.LatchDeleter, atomically per record: one write whose
+// DeleteLatch implements driver.LatchDeleter, atomically per record: one write whose
 // filter expression requires, on the server, that the record is this latch's
 // (identityOK: else InvalidArgument naming both latches, nothing written) and that the
 // latch exists (DC: the caller's cell is alive, cellAlive; XDC: any cell is,
@@ -46,7 +47,7 @@ var _ dcsync.LatchDeleter = (*Store)(nil)
 // NotFound, unless the record then belongs to another latch.
 func (s *Store) DeleteLatch(ctx context.Context, k dcsync.Key) error {
 	const op = "aerospike.DeleteLatch"
-	if err := dcsync.CheckLatch(k, 0); err != nil {
+	if err := driver.CheckLatch(k, 0); err != nil {
 		return err
 	}
 	if err := s.checkKey(k); err != nil {
@@ -67,7 +68,7 @@ func (s *Store) DeleteLatch(ctx context.Context, k dcsync.Key) error {
 			return err
 		}
 	}
-	return dcsync.Errorf(dcsync.RetriesExhausted, op, "latch %s: the record changed under %d tries to delete it", k, maxRounds)
+	return driver.Errorf(dcsync.RetriesExhausted, op, "latch %s: the record changed under %d tries to delete it", k, maxRounds)
 }
 
 // rEnd names the value readIncarnation's expression op returns.
@@ -237,5 +238,5 @@ func (s *Store) deleteLatch(ctx context.Context, op string, k dcsync.Key, key *a
 	if k.Level == dcsync.XDC && st.latchAlive || k.Level == dcsync.DC && st.cellAlive {
 		return true, nil // another incarnation, or its end changed: read it again
 	}
-	return false, dcsync.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
+	return false, driver.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
 }

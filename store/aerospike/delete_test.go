@@ -9,11 +9,12 @@ import (
 	"github.com/aerospike/aerospike-client-go/v8/types"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/aerospike"
 )
 
 // readAll reads keys and fails the test on an error.
-func readAll(t *testing.T, s *aerospike.Store, keys ...dcsync.Key) []dcsync.LatchCount {
+func readAll(t *testing.T, s *aerospike.Store, keys ...dcsync.Key) []driver.LatchCount {
 	t.Helper()
 	got, err := s.ReadLatches(ctxT(t), keys)
 	must(t, err, "ReadLatches")
@@ -49,7 +50,7 @@ func TestDeleteLatchDC(t *testing.T) {
 	must(t, aerr, "raw header")
 
 	must(t, s.DeleteLatch(ctx, dc1), "DC delete dc1")
-	if got, want := readAll(t, s, dc1, dc2, xdc), []dcsync.LatchCount{{}, {Found: true, Count: 2}, {Found: true, Count: 2}}; !equal(got, want) {
+	if got, want := readAll(t, s, dc1, dc2, xdc), []driver.LatchCount{{}, {Found: true, Count: 2}, {Found: true, Count: 2}}; !equal(got, want) {
 		t.Fatalf("after DC delete of dc1: ReadLatches(dc1, dc2, xdc) = %v, want %v", got, want)
 	}
 	after, aerr := c.Get(nil, rk)
@@ -73,14 +74,14 @@ func TestDeleteLatchDC(t *testing.T) {
 
 	wantCode(t, s.DeleteLatch(ctx, dc1), dcsync.NotFound, "second DC delete of dc1")
 	must(t, s.CreateLatch(ctx, dc1, 5, time.Hour), "re-create dc1 right after its delete")
-	if got, want := readAll(t, s, dc1, dc2, xdc), []dcsync.LatchCount{{Found: true, Count: 5}, {Found: true, Count: 2}, {Found: true, Count: 7}}; !equal(got, want) {
+	if got, want := readAll(t, s, dc1, dc2, xdc), []driver.LatchCount{{Found: true, Count: 5}, {Found: true, Count: 2}, {Found: true, Count: 7}}; !equal(got, want) {
 		t.Fatalf("after re-create: ReadLatches(dc1, dc2, xdc) = %v, want %v", got, want)
 	}
 
 	// The last cells: the latch ends at both levels, and a create starts a fresh one.
 	must(t, s.DeleteLatch(ctx, dc2), "DC delete dc2")
 	must(t, s.DeleteLatch(ctx, dc1), "DC delete of the last cell")
-	if got, want := readAll(t, s, dc1, dc2, xdc), []dcsync.LatchCount{{}, {}, {}}; !equal(got, want) {
+	if got, want := readAll(t, s, dc1, dc2, xdc), []driver.LatchCount{{}, {}, {}}; !equal(got, want) {
 		t.Fatalf("after deleting every cell: ReadLatches(dc1, dc2, xdc) = %v, want %v", got, want)
 	}
 	wantCode(t, s.DeleteLatch(ctx, xdc), dcsync.NotFound, "XDC delete of a latch whose cells were deleted")
@@ -88,7 +89,7 @@ func TestDeleteLatchDC(t *testing.T) {
 		t.Fatalf("XDC AddLatch after every cell was deleted: %v, want NotFound", err)
 	}
 	must(t, s.CreateLatch(ctx, xdc, 4, time.Minute), "XDC create after every cell was deleted")
-	if got, want := readAll(t, s, dc1, dc2, xdc), []dcsync.LatchCount{{Found: true, Count: 4}, {}, {Found: true, Count: 4}}; !equal(got, want) {
+	if got, want := readAll(t, s, dc1, dc2, xdc), []driver.LatchCount{{Found: true, Count: 4}, {}, {Found: true, Count: 4}}; !equal(got, want) {
 		t.Fatalf("after XDC re-create: ReadLatches(dc1, dc2, xdc) = %v, want %v", got, want)
 	}
 }
@@ -110,13 +111,13 @@ func TestDeleteLatchXDC(t *testing.T) {
 	if _, err := c.Get(nil, rk); rc(err) != types.KEY_NOT_FOUND_ERROR {
 		t.Fatalf("raw get after XDC delete: %v, want KEY_NOT_FOUND", err)
 	}
-	if got, want := readAll(t, s, dc1, dc2, xdc), []dcsync.LatchCount{{}, {}, {}}; !equal(got, want) {
+	if got, want := readAll(t, s, dc1, dc2, xdc), []driver.LatchCount{{}, {}, {}}; !equal(got, want) {
 		t.Fatalf("after XDC delete: ReadLatches(dc1, dc2, xdc) = %v, want %v", got, want)
 	}
 	wantCode(t, s.DeleteLatch(ctx, xdc), dcsync.NotFound, "second XDC delete")
 	wantCode(t, s.DeleteLatch(ctx, dc1), dcsync.NotFound, "DC delete after XDC delete")
 	must(t, s.CreateLatch(ctx, xdc, 6, time.Minute), "re-create right after the XDC delete")
-	if got, want := readAll(t, s, dc1, dc2, xdc), []dcsync.LatchCount{{}, {Found: true, Count: 6}, {Found: true, Count: 6}}; !equal(got, want) {
+	if got, want := readAll(t, s, dc1, dc2, xdc), []driver.LatchCount{{}, {Found: true, Count: 6}, {Found: true, Count: 6}}; !equal(got, want) {
 		t.Fatalf("after re-create: ReadLatches(dc1, dc2, xdc) = %v, want %v", got, want)
 	}
 }
@@ -177,7 +178,7 @@ func TestDeleteLatchCollision(t *testing.T) {
 	if g := generation(t, c, rk); g != gen {
 		t.Fatalf("refused deletes changed the record: generation %d -> %d", gen, g)
 	}
-	if got, want := readAll(t, s, k1), []dcsync.LatchCount{{Found: true, Count: 5}}; !equal(got, want) {
+	if got, want := readAll(t, s, k1), []driver.LatchCount{{Found: true, Count: 5}}; !equal(got, want) {
 		t.Fatalf("owner's latch after refused deletes = %v, want %v", got, want)
 	}
 }
@@ -197,7 +198,7 @@ func TestDeleteLatchJava(t *testing.T) {
 	must(t, c.Put(nil, rk, as.BinMap{"count#dc2": 4}), "Java cell dc2")
 
 	must(t, s.DeleteLatch(ctx, dc1), "DC delete of a Java cell")
-	if got, want := readAll(t, s, dc1, dc2, xdc), []dcsync.LatchCount{{}, {Found: true, Count: 4}, {Found: true, Count: 4}}; !equal(got, want) {
+	if got, want := readAll(t, s, dc1, dc2, xdc), []driver.LatchCount{{}, {Found: true, Count: 4}, {Found: true, Count: 4}}; !equal(got, want) {
 		t.Fatalf("after DC delete: ReadLatches(dc1, dc2, xdc) = %v, want %v", got, want)
 	}
 	must(t, s.DeleteLatch(ctx, dc2), "DC delete of the last Java cell")
@@ -231,9 +232,9 @@ func TestDeleteLatchInDoubt(t *testing.T) {
 		if d := p.Stats().Dropped - before; d != 1 {
 			t.Fatalf("proxy dropped %d replies, want 1", d)
 		}
-		want := []dcsync.LatchCount{{}, {Found: true, Count: 2}}
+		want := []driver.LatchCount{{}, {Found: true, Count: 2}}
 		if level == dcsync.XDC {
-			want = []dcsync.LatchCount{{}, {}}
+			want = []driver.LatchCount{{}, {}}
 		}
 		if got := readAll(t, s, latchKey(dcsync.DC, "dc1", name), latchKey(dcsync.DC, "dc2", name)); !equal(got, want) {
 			t.Fatalf("after %s delete with a lost reply: ReadLatches(dc1, dc2) = %v, want %v", level, got, want)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/javaclients"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/lock"
@@ -117,7 +118,7 @@ func TestJavaClientsLatch(t *testing.T) {
 				x2 := dcsync.Key{Level: dcsync.XDC, Client: client, Farm: "dc2", Name: name}
 				got, err := e.s.ReadLatches(ctx, []dcsync.Key{dc1, x2})
 				jcMust(t, err, "ReadLatches")
-				if got[0] != (dcsync.LatchCount{Found: true, Count: 5}) || got[1] != (dcsync.LatchCount{Found: true, Count: 5}) {
+				if got[0] != (driver.LatchCount{Found: true, Count: 5}) || got[1] != (driver.LatchCount{Found: true, Count: 5}) {
 					t.Fatalf("dcsync reads the Java latch as %+v, want DC 5 and XDC 5 (dc2's getOrCreate wrote nothing)", got)
 				}
 				jcCode(t, e.s.CreateLatch(ctx, dc1, 9, time.Minute), dcsync.AlreadyExists, "dcsync create over a Java latch")
@@ -170,7 +171,7 @@ func TestJavaClientsLatch(t *testing.T) {
 				jcMust(t, e.tool.AerospikeLatchCountDown(ctx, j1), "Java count-down of a dcsync latch")
 				got, err := e.s.ReadLatches(ctx, []dcsync.Key{dc1, x2})
 				jcMust(t, err, "ReadLatches")
-				if got[0] != (dcsync.LatchCount{Found: true, Count: 6}) || got[1] != (dcsync.LatchCount{Found: true, Count: 4}) {
+				if got[0] != (driver.LatchCount{Found: true, Count: 6}) || got[1] != (driver.LatchCount{Found: true, Count: 4}) {
 					t.Fatalf("after a Java count-down dcsync reads %+v, want DC 6 and XDC 4", got)
 				}
 				// A Java create of an existing dcsync latch fails (CREATE_ONLY); its
@@ -338,10 +339,10 @@ func TestJavaClientsContention(t *testing.T) {
 func jcWatch(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, j javaclients.AerospikeLatch, created time.Time, until time.Duration) []javaclients.Sample {
 	t.Helper()
 	return javaclients.Watch(t, created, until,
-		func() (dcsync.LatchCount, error) {
+		func() (driver.LatchCount, error) {
 			got, err := e.s.ReadLatches(ctx, []dcsync.Key{k})
 			if err != nil {
-				return dcsync.LatchCount{}, err
+				return driver.LatchCount{}, err
 			}
 			return got[0], nil
 		},

@@ -11,6 +11,7 @@ import (
 	"github.com/aerospike/aerospike-client-go/v8/types"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/layout"
 )
 
@@ -198,7 +199,7 @@ func collision(op string, k dcsync.Key, other string) error {
 		msg = fmt.Sprintf("latch %s (client %q, name %q) has the same Aerospike key, %q, as the latch of client %q, name %q, which owns the record",
 			k, k.Client, k.Name, layout.AerospikeLatchKey(k.Client, k.Name), o.Client, o.Name)
 	}
-	return dcsync.Errorf(dcsync.InvalidArgument, op, "%s; nothing was written (the Java layout joins ids with '#' unescaped)", msg)
+	return driver.Errorf(dcsync.InvalidArgument, op, "%s; nothing was written (the Java layout joins ids with '#' unescaped)", msg)
 }
 
 // write runs one operate with retries. It returns the reply, or, for a result code in
@@ -247,13 +248,13 @@ func (s *Store) write(ctx context.Context, op string, policy func() *as.WritePol
 // Every write carries the same update id (recordOp): a try that was applied in doubt
 // shows in the record (applied), and the latch is then ours.
 func (s *Store) createLatch(ctx context.Context, op string, k dcsync.Key, count int64, ttl time.Duration) (bool, error) {
-	if err := dcsync.CheckLatch(k, ttl); err != nil {
+	if err := driver.CheckLatch(k, ttl); err != nil {
 		return false, err
 	}
-	if err := dcsync.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return false, err
 	}
-	if err := dcsync.ValidateCount(count); err != nil {
+	if err := driver.ValidateCount(count); err != nil {
 		return false, err
 	}
 	if err := s.checkKey(k); err != nil {
@@ -330,7 +331,7 @@ func (s *Store) createLatch(ctx context.Context, op string, k dcsync.Key, count 
 		}
 		// The record changed under us (or an in-doubt try of ours was applied): look again.
 	}
-	return false, dcsync.Errorf(dcsync.RetriesExhausted, op, "latch %s: the record changed under %d tries to create it", k, maxRounds)
+	return false, driver.Errorf(dcsync.RetriesExhausted, op, "latch %s: the record changed under %d tries to create it", k, maxRounds)
 }
 
 // CreateLatch writes count into the caller's farm cell, ending ttl (rounded up to whole
@@ -343,7 +344,7 @@ func (s *Store) CreateLatch(ctx context.Context, k dcsync.Key, count int64, ttl 
 		return err
 	}
 	if !created {
-		return dcsync.Errorf(dcsync.AlreadyExists, "aerospike.CreateLatch", "latch %s exists", k)
+		return driver.Errorf(dcsync.AlreadyExists, "aerospike.CreateLatch", "latch %s exists", k)
 	}
 	return nil
 }
@@ -400,7 +401,7 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 
 func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID) (int64, error) {
 	const op = "aerospike.AddLatch"
-	if err := k.Validate("latch"); err != nil {
+	if err := driver.ValidateKey("latch", k); err != nil {
 		return 0, err
 	}
 	if err := s.checkKey(k); err != nil {
@@ -492,7 +493,7 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 	case err != nil:
 		return 0, err
 	case code == types.KEY_NOT_FOUND_ERROR:
-		return 0, dcsync.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
+		return 0, driver.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
 	case code == types.FILTERED_OUT:
 		st, err := s.readState(ctx, op, key, k.Farm, id)
 		switch {
@@ -506,28 +507,28 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 				return 0, err
 			}
 			if !res[0].Found {
-				return 0, dcsync.Errorf(dcsync.NotFound, op, "latch %s ended after the update", k)
+				return 0, driver.Errorf(dcsync.NotFound, op, "latch %s ended after the update", k)
 			}
 			return res[0].Count, nil
 		case st.exists && st.identity != "" && st.identity != ident:
 			return 0, collision(op, k, st.identity)
 		case k.Level == dcsync.DC && st.cellAlive || k.Level == dcsync.XDC && st.latchAlive:
 			// The latch exists and is ours: the range check refused the update.
-			return 0, dcsync.Errorf(dcsync.InvalidArgument, op,
+			return 0, driver.Errorf(dcsync.InvalidArgument, op,
 				"adding %d to %s of latch %s would leave the int64 range; nothing was written", delta, bin, k)
 		}
-		return 0, dcsync.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
+		return 0, driver.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
 	}
 	if k.Level == dcsync.DC {
 		n, ok := intOf(rec.Bins[bin])
 		if !ok {
-			return 0, dcsync.Errorf(dcsync.Internal, op, "reply for %s has no count bin %s: %v", k, bin, rec.Bins)
+			return 0, driver.Errorf(dcsync.Internal, op, "reply for %s has no count bin %s: %v", k, bin, rec.Bins)
 		}
 		return n, nil
 	}
 	now, ok := intOf(rec.Bins[AtBin])
 	if !ok {
-		return 0, dcsync.Errorf(dcsync.Internal, op, "reply for %s has no %s bin: %v", k, AtBin, rec.Bins)
+		return 0, driver.Errorf(dcsync.Internal, op, "reply for %s has no %s bin: %v", k, AtBin, rec.Bins)
 	}
 	counts, _ := liveCounts(rec.Bins, now)
 	// The server checked the caller's cell, not the sum (it cannot name the other
@@ -535,15 +536,15 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 	// opposite update under a fresh id (the counts before it are the ones read back,
 	// less delta). Readers in between see the sum saturated at the bound, never a count
 	// of the wrong sign.
-	if !dcsync.SumUpdateFits(append(counts, -delta), delta) {
+	if !driver.SumUpdateFits(append(counts, -delta), delta) {
 		if _, err := s.addLatch(ctx, k, -delta, s.writers.fresh(id)); err != nil {
-			return 0, dcsync.Errorf(dcsync.Internal, op,
+			return 0, driver.Errorf(dcsync.Internal, op,
 				"latch %s: taking back an update that overflowed its sum failed: %v", k, err)
 		}
-		return 0, dcsync.Errorf(dcsync.InvalidArgument, op,
+		return 0, driver.Errorf(dcsync.InvalidArgument, op,
 			"adding %d to latch %s would take its sum out of the int64 range; the update was taken back", delta, k)
 	}
-	n := dcsync.SumCounts(counts...)
+	n := driver.SumCounts(counts...)
 	return n, nil
 }
 
@@ -592,7 +593,7 @@ func ends(bins as.BinMap) (map[string]int64, bool) {
 // int64 range reads as its bound, never with the wrong sign.
 func latchSum(bins as.BinMap, now int64) (int64, bool) {
 	counts, alive := liveCounts(bins, now)
-	return dcsync.SumCounts(counts...), alive
+	return driver.SumCounts(counts...), alive
 }
 
 // liveCounts returns the counts of a record's live cells at server time now (ms), and
@@ -635,27 +636,27 @@ func dcReadOps(farm string) []*as.Operation {
 }
 
 // dcCount interprets the reply of dcReadOps.
-func dcCount(k dcsync.Key, bins as.BinMap) dcsync.LatchCount {
+func dcCount(k dcsync.Key, bins as.BinMap) driver.LatchCount {
 	if id := stringOf(bins[IdentityBin]); id != "" && id != latchIdentity(k) {
-		return dcsync.LatchCount{}
+		return driver.LatchCount{}
 	}
 	if alive, _ := bins[rAlive].(bool); !alive {
-		return dcsync.LatchCount{}
+		return driver.LatchCount{}
 	}
 	n, ok := intOf(bins[layout.AerospikeLatchBin(k.Farm)])
-	return dcsync.LatchCount{Found: ok, Count: n}
+	return driver.LatchCount{Found: ok, Count: n}
 }
 
 // xdcCount interprets a read-all reply and the server's time of the read.
-func xdcCount(k dcsync.Key, bins as.BinMap, now int64) dcsync.LatchCount {
+func xdcCount(k dcsync.Key, bins as.BinMap, now int64) driver.LatchCount {
 	if id := stringOf(bins[IdentityBin]); id != "" && id != latchIdentity(k) {
-		return dcsync.LatchCount{}
+		return driver.LatchCount{}
 	}
 	n, found := latchSum(bins, now)
 	if !found {
-		return dcsync.LatchCount{}
+		return driver.LatchCount{}
 	}
-	return dcsync.LatchCount{Found: true, Count: n}
+	return driver.LatchCount{Found: true, Count: n}
 }
 
 // ReadLatches reads every latch in one batch; result i belongs to keys[i]. A latch is
@@ -668,10 +669,10 @@ func xdcCount(k dcsync.Key, bins as.BinMap, now int64) dcsync.LatchCount {
 // client added, so it is a read-all, which cannot share a command with an expression
 // op: the batch carries a second read of the same record that returns the server's
 // time, and the cells are judged by it.
-func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
+func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.LatchCount, error) {
 	const op = "aerospike.ReadLatches"
 	for _, k := range keys {
-		if err := k.Validate("latch"); err != nil {
+		if err := driver.ValidateKey("latch", k); err != nil {
 			return nil, err
 		}
 		if err := s.checkKey(k); err != nil {
@@ -681,8 +682,8 @@ func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.La
 	return s.readLatches(ctx, op, keys)
 }
 
-func (s *Store) readLatches(ctx context.Context, op string, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
-	out := make([]dcsync.LatchCount, len(keys))
+func (s *Store) readLatches(ctx context.Context, op string, keys []dcsync.Key) ([]driver.LatchCount, error) {
+	out := make([]driver.LatchCount, len(keys))
 	if len(keys) == 0 {
 		return out, nil
 	}
@@ -732,7 +733,7 @@ func (s *Store) readLatches(ctx context.Context, op string, keys []dcsync.Key) (
 				return err
 			}
 			if b == nil {
-				out[i] = dcsync.LatchCount{}
+				out[i] = driver.LatchCount{}
 				continue
 			}
 			if k.Level == dcsync.DC {
@@ -746,7 +747,7 @@ func (s *Store) readLatches(ctx context.Context, op string, keys []dcsync.Key) (
 			now, ok := intOf(probe[rNow])
 			if !ok {
 				// The record vanished between the two reads.
-				out[i] = dcsync.LatchCount{}
+				out[i] = driver.LatchCount{}
 				continue
 			}
 			out[i] = xdcCount(k, b, now)
@@ -760,18 +761,18 @@ func (s *Store) readLatches(ctx context.Context, op string, keys []dcsync.Key) (
 }
 
 // readDC reads one DC latch with a single-record read: cheaper than a batch of one.
-func (s *Store) readDC(ctx context.Context, op string, k dcsync.Key) ([]dcsync.LatchCount, error) {
+func (s *Store) readDC(ctx context.Context, op string, k dcsync.Key) ([]driver.LatchCount, error) {
 	key, err := s.latchKey(k)
 	if err != nil {
 		return nil, err
 	}
 	ops := dcReadOps(k.Farm)
-	out := make([]dcsync.LatchCount, 1)
+	out := make([]driver.LatchCount, 1)
 	err = s.retry(ctx, op, false, func(*attempt) error {
 		rec, err := s.client.Operate(s.writePolicy(ctx, 0), key, ops...)
 		switch {
 		case hasCode(err, types.KEY_NOT_FOUND_ERROR):
-			out[0] = dcsync.LatchCount{}
+			out[0] = driver.LatchCount{}
 			return nil
 		case err != nil:
 			return err

@@ -14,6 +14,7 @@ import (
 	as "github.com/aerospike/aerospike-client-go/v8"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/aerospike"
 )
 
@@ -236,7 +237,7 @@ func TestHotKeyCountsAreExact(t *testing.T) {
 		}
 		got, err := s.ReadLatches(ctx, []dcsync.Key{latchKey(level, "dc1", name)})
 		must(t, err, "ReadLatches")
-		if got[0] != (dcsync.LatchCount{Found: true, Count: 0}) {
+		if got[0] != (driver.LatchCount{Found: true, Count: 0}) {
 			t.Fatalf("%v count after %d count-downs = %+v, want exactly 0", level, workers*each, got[0])
 		}
 	}
@@ -320,7 +321,7 @@ func TestLatchKeyCollision(t *testing.T) {
 	}
 	got, err := s.ReadLatches(ctx, []dcsync.Key{k2, at(k2, dcsync.XDC, "dc1"), k1})
 	must(t, err, "ReadLatches")
-	if want := []dcsync.LatchCount{{}, {}, {Found: true, Count: 5}}; !equal(got, want) {
+	if want := []driver.LatchCount{{}, {}, {Found: true, Count: 5}}; !equal(got, want) {
 		t.Fatalf("ReadLatches(colliding DC, colliding XDC, owner) = %v, want %v", got, want)
 	}
 	if n, err := s.AddLatch(ctx, k1, -1); err != nil || n != 4 {

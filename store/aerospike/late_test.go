@@ -7,6 +7,7 @@ import (
 	as "github.com/aerospike/aerospike-client-go/v8"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/aerospike"
 )
 
@@ -30,11 +31,11 @@ func TestQueueLateCommitCannotRewind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	marks, err := dcsync.EncodeQueueMarks(5, []dcsync.QueueMark{{Seq: 7, Acked: true}})
+	marks, err := driver.EncodeQueueMarks(5, []driver.QueueMark{{Seq: 7, Acked: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := dcsync.QueueOffset{Token: off.Token, Next: 5, Version: off.Version + 1, Marks: marks}
+	first := driver.QueueOffset{Token: off.Token, Next: 5, Version: off.Version + 1, Marks: marks}
 	proxy.HoldRequests(1, writesTo(aerospike.QueueOffsetSet))
 	if err := s.CommitQueueOffset(ctx, spec.Name, "g", 0, first); err != nil {
 		t.Fatalf("commit whose first try was held back: %v", err)
@@ -42,7 +43,7 @@ func TestQueueLateCommitCannotRewind(t *testing.T) {
 	if n := proxy.Held(); n != 1 {
 		t.Fatalf("%d requests held, want 1", n)
 	}
-	next := dcsync.QueueOffset{Token: off.Token, Next: 9, Version: first.Version + 1}
+	next := driver.QueueOffset{Token: off.Token, Next: 9, Version: first.Version + 1}
 	if err := s.CommitQueueOffset(ctx, spec.Name, "g", 0, next); err != nil {
 		t.Fatalf("the owner's next commit: %v", err)
 	}
@@ -73,17 +74,17 @@ func TestQueueLateClaimChangesNothing(t *testing.T) {
 	spec := newQueue(t, queueStore(t, addr), 1)
 	proxy.HoldRequests(1, writesTo(aerospike.QueueOffsetSet))
 	off, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 3)
-	if err != nil || off != (dcsync.QueueOffset{Token: 3}) {
+	if err != nil || off != (driver.QueueOffset{Token: 3}) {
 		t.Fatalf("claim whose first try was held back = %+v %v", off, err)
 	}
 	if n := proxy.Held(); n != 1 {
 		t.Fatalf("%d requests held, want 1", n)
 	}
-	if err := s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 3, Next: 4, Version: 1}); err != nil {
+	if err := s.CommitQueueOffset(ctx, spec.Name, "g", 0, driver.QueueOffset{Token: 3, Next: 4, Version: 1}); err != nil {
 		t.Fatal(err)
 	}
 	// An equal-token claim (a retry whose first try landed) returns the stored offset.
-	if off, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 3); err != nil || off != (dcsync.QueueOffset{Token: 3, Next: 4, Version: 1}) {
+	if off, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 3); err != nil || off != (driver.QueueOffset{Token: 3, Next: 4, Version: 1}) {
 		t.Fatalf("claim again with the stored token = %+v %v", off, err)
 	}
 	codes, err := proxy.Deliver()
@@ -92,7 +93,7 @@ func TestQueueLateClaimChangesNothing(t *testing.T) {
 	}
 	t.Logf("the late first try was answered with result code %v", codes)
 	offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
-	if err != nil || offs[0] != (dcsync.QueueOffset{Token: 3, Next: 4, Version: 1}) {
+	if err != nil || offs[0] != (driver.QueueOffset{Token: 3, Next: 4, Version: 1}) {
 		t.Fatalf("offset after the late claim = %+v %v", offs, err)
 	}
 }
@@ -261,12 +262,12 @@ func TestQueueOffsetWithoutVersionBins(t *testing.T) {
 	if err := c.Put(nil, key, as.BinMap{"tok": 4, "next": 6, "att": 1, "held": 1}); err != nil {
 		t.Fatal(err)
 	}
-	old := dcsync.QueueOffset{Token: 4, Next: 6, Attempts: 1, Held: true}
+	old := driver.QueueOffset{Token: 4, Next: 6, Attempts: 1, Held: true}
 	offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
 	if err != nil || offs[0] != old {
 		t.Fatalf("old record reads %+v %v, want %+v", offs, err, old)
 	}
-	next := dcsync.QueueOffset{Token: 4, Next: 8, Version: 1}
+	next := driver.QueueOffset{Token: 4, Next: 8, Version: 1}
 	must(t, s.CommitQueueOffset(ctx, spec.Name, "g", 0, next), "commit of version 1 over an old record")
 	off, err := s.ClaimQueuePartition(ctx, spec.Name, "g", 0, 5)
 	want := next
@@ -293,7 +294,7 @@ func TestQueueCommitInDoubtThenTakenOver(t *testing.T) {
 	if _, err := direct.ClaimQueuePartition(ctx, spec.Name, "g", 0, 3); err != nil {
 		t.Fatal(err)
 	}
-	off := dcsync.QueueOffset{Token: 3, Next: 5, Held: true, Version: 1}
+	off := driver.QueueOffset{Token: 3, Next: 5, Held: true, Version: 1}
 	proxy.HoldRequests(1000, writesTo(aerospike.QueueOffsetSet))
 	errc := make(chan error, 1)
 	go func() { errc <- s.CommitQueueOffset(ctx, spec.Name, "g", 0, off) }()

@@ -8,12 +8,13 @@ import (
 	as "github.com/aerospike/aerospike-client-go/v8"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/layout"
 )
 
 var (
-	_ dcsync.LockLister  = (*Store)(nil)
-	_ dcsync.LatchLister = (*Store)(nil)
+	_ driver.LockLister  = (*Store)(nil)
+	_ driver.LatchLister = (*Store)(nil)
 )
 
 // scan calls fn for every record of set (every set of the namespace when set is "")
@@ -23,45 +24,45 @@ func (s *Store) scan(ctx context.Context, op, set string, fn func(*as.Record), b
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return dcsync.Errorf(dcsync.Connection, op, "the store is closed")
+		return driver.Errorf(dcsync.Connection, op, "the store is closed")
 	}
 	p := as.NewScanPolicy()
 	if d, ok := ctx.Deadline(); ok {
 		p.TotalTimeout = time.Until(d)
 		if p.TotalTimeout <= 0 {
-			return dcsync.Errorf(dcsync.Connection, op, "context done: %w", ctx.Err())
+			return driver.Errorf(dcsync.Connection, op, "context done: %w", ctx.Err())
 		}
 	}
 	rs, err := s.client.ScanAll(p, s.cfg.Namespace, set, bins...)
 	if err != nil {
-		return dcsync.Errorf(dcsync.Connection, op, "scan: %w", err)
+		return driver.Errorf(dcsync.Connection, op, "scan: %w", err)
 	}
 	defer rs.Close()
 	for {
 		select {
 		case <-ctx.Done():
-			return dcsync.Errorf(dcsync.Connection, op, "context done: %w", ctx.Err())
+			return driver.Errorf(dcsync.Connection, op, "context done: %w", ctx.Err())
 		case res, ok := <-rs.Results():
 			if !ok {
 				return nil
 			}
 			if res.Err != nil {
-				return dcsync.Errorf(dcsync.Connection, op, "scan: %w", res.Err)
+				return driver.Errorf(dcsync.Connection, op, "scan: %w", res.Err)
 			}
 			fn(res.Record)
 		}
 	}
 }
 
-// ListLocks implements dcsync.LockLister. Lock records carry no user key (the Java
+// ListLocks implements driver.LockLister. Lock records carry no user key (the Java
 // layout sends none) and lock sets are named per level and farm, so it scans every
 // set of the namespace for records whose IdentityBin names a lock of client, then
 // reads each one as InspectLock does for its exact lease. The cost is a scan of the
 // whole namespace: an operator's call, not one for a hot path. A lock a Java client
 // holds has no IdentityBin and is not listed.
-func (s *Store) ListLocks(ctx context.Context, client string) ([]dcsync.LockInfo, error) {
+func (s *Store) ListLocks(ctx context.Context, client string) ([]driver.LockInfo, error) {
 	const op = "aerospike.ListLocks"
-	if err := dcsync.ValidateID("client", client); err != nil {
+	if err := driver.ValidateID("client", client); err != nil {
 		return nil, err
 	}
 	var keys []dcsync.Key
@@ -77,7 +78,7 @@ func (s *Store) ListLocks(ctx context.Context, client string) ([]dcsync.LockInfo
 	if err != nil {
 		return nil, err
 	}
-	var out []dcsync.LockInfo
+	var out []driver.LockInfo
 	for _, k := range keys {
 		ik := k
 		if ik.Level == dcsync.XDC {
@@ -90,7 +91,7 @@ func (s *Store) ListLocks(ctx context.Context, client string) ([]dcsync.LockInfo
 		case err != nil:
 			return nil, err
 		}
-		out = append(out, dcsync.LockInfo{Key: k, LockState: st})
+		out = append(out, driver.LockInfo{Key: k, LockState: st})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i].Key, out[j].Key
@@ -105,19 +106,19 @@ func (s *Store) ListLocks(ctx context.Context, client string) ([]dcsync.LockInfo
 	return out, nil
 }
 
-// ListLatches implements dcsync.LatchLister: one entry per farm cell (bin count#<farm>)
+// ListLatches implements driver.LatchLister: one entry per farm cell (bin count#<farm>)
 // of client's latches, with the cell's end from EndsBin. It scans the whole latch set
 // (an operator's call). Records carry no user key, so a latch is known by its
 // IdentityBin, which only dcsync writes: a latch a Java client created is not listed.
 // Cells whose end has passed by this host's clock are left out (the store itself
 // judges ends by the server's clock).
-func (s *Store) ListLatches(ctx context.Context, client string) ([]dcsync.LatchInfo, error) {
+func (s *Store) ListLatches(ctx context.Context, client string) ([]driver.LatchInfo, error) {
 	const op = "aerospike.ListLatches"
-	if err := dcsync.ValidateID("client", client); err != nil {
+	if err := driver.ValidateID("client", client); err != nil {
 		return nil, err
 	}
 	now := time.Now().UnixMilli()
-	var out []dcsync.LatchInfo
+	var out []driver.LatchInfo
 	err := s.scan(ctx, op, s.latchSet, func(r *as.Record) {
 		id, ok := layout.ParseIdentityKey(stringOf(r.Bins[IdentityBin]))
 		if !ok || id.Client != client {
@@ -133,7 +134,7 @@ func (s *Store) ListLatches(ctx context.Context, client string) ([]dcsync.LatchI
 			if !ok {
 				continue
 			}
-			li := dcsync.LatchInfo{Key: dcsync.Key{Level: dcsync.DC, Client: id.Client, Farm: farm, Name: id.Name}, Count: count}
+			li := driver.LatchInfo{Key: dcsync.Key{Level: dcsync.DC, Client: id.Client, Farm: farm, Name: id.Name}, Count: count}
 			if end, ok := intOf(ends[farm]); ok {
 				if end <= now {
 					continue

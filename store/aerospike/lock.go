@@ -8,11 +8,12 @@ import (
 	"github.com/aerospike/aerospike-client-go/v8/types"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/layout"
 )
 
 func (s *Store) checkLock(k dcsync.Key, owner string) error {
-	if err := dcsync.CheckLock(k, owner, 0); err != nil {
+	if err := driver.CheckLock(k, owner, 0); err != nil {
 		return err
 	}
 	return s.checkKey(k)
@@ -20,7 +21,7 @@ func (s *Store) checkLock(k dcsync.Key, owner string) error {
 
 // checkLease is checkLock for a request that starts or extends a lease.
 func (s *Store) checkLease(k dcsync.Key, owner string, ttl time.Duration) error {
-	if err := dcsync.CheckLease(k, owner, ttl); err != nil {
+	if err := driver.CheckLease(k, owner, ttl); err != nil {
 		return err
 	}
 	return s.checkKey(k)
@@ -42,8 +43,8 @@ func lockReadOps() []*as.Operation {
 
 // lockState reads a lock record's state from the reply of lockReadOps; Owner is "" and
 // Token 0 for a Java lock, whose lease ends with the record (its TTL, whole seconds).
-func lockState(rec *as.Record, now time.Time) dcsync.LockState {
-	st := dcsync.LockState{Owner: stringOf(rec.Bins[OwnerBin])}
+func lockState(rec *as.Record, now time.Time) driver.LockState {
+	st := driver.LockState{Owner: stringOf(rec.Bins[OwnerBin])}
 	if left, ok := intOf(rec.Bins[rLeft]); ok && left >= 0 {
 		st.Expires = now.Add(time.Duration(left) * time.Millisecond)
 	} else {
@@ -101,14 +102,14 @@ func lockTTL(ttl time.Duration) uint32 { return ttlSeconds(ttl) + 1 }
 // never-expiring fence record and writes it into the lock record, on condition that it
 // still holds it. When a try was in doubt, the record's owner bin says whether the lock
 // is ours. When someone else holds the lock it returns their state and LockUnavailable.
-func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	const op = "aerospike.AcquireLock"
 	if err := s.checkLease(k, owner, ttl); err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	key, fence, err := s.lockKeys(k)
 	if err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	bins := as.BinMap{
 		layout.AerospikeLockDataBin(k.Farm): 1,
@@ -120,7 +121,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 
 	// 1. Take the lock record.
 	start := time.Now()
-	var held *dcsync.LockState
+	var held *driver.LockState
 	var holderID string // the holder's identity, "" for a Java lock
 	err = s.retry(ctx, op, true, func(a *attempt) error {
 		wp := s.writePolicy(ctx, lockTTL(ttl))
@@ -144,7 +145,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 			if a.n < s.cfg.Attempts {
 				return errTryAgain
 			}
-			held = &dcsync.LockState{}
+			held = &driver.LockState{}
 			return nil
 		case err != nil:
 			return err
@@ -157,15 +158,15 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return nil
 	})
 	if err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	if held != nil {
 		if other, ok := layout.ParseIdentityKey(holderID); ok && holderID != layout.IdentityKey(k) {
-			return *held, dcsync.Errorf(dcsync.LockUnavailable, op,
+			return *held, driver.Errorf(dcsync.LockUnavailable, op,
 				"lock %s is held by the lock of client %q, name %q, which has the same Aerospike key %q (the Java layout joins ids with '#' unescaped)",
 				k, other.Client, other.Name, layout.AerospikeLockKey(k.Client, k.Name))
 		}
-		return *held, dcsync.Errorf(dcsync.LockUnavailable, op, "lock %s is held", k)
+		return *held, driver.Errorf(dcsync.LockUnavailable, op, "lock %s is held", k)
 	}
 
 	// 2. As the holder, take the next fencing token. A retry after an in-doubt try may
@@ -179,14 +180,14 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		}
 		n, ok := intOf(rec.Bins[FenceBin])
 		if !ok || n <= 0 {
-			return dcsync.Errorf(dcsync.Internal, op, "fence record of %s holds %v", k, rec.Bins[FenceBin])
+			return driver.Errorf(dcsync.Internal, op, "fence record of %s holds %v", k, rec.Bins[FenceBin])
 		}
 		token = n
 		return nil
 	})
 	if err != nil {
 		s.abandon(key, owner)
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 
 	// 3. Write the token into the lock record if we still hold it and it has no token
@@ -198,7 +199,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 	// otherwise set the lease back to the shorter one it carries, ending it before the
 	// holder's deadline (TestLockLateTokenWrite). A filtered retry reads the record: our
 	// owner with our token means an earlier try landed.
-	var st dcsync.LockState
+	var st driver.LockState
 	lost := false
 	err = s.retry(ctx, op, true, func(*attempt) error {
 		left := ttl - time.Since(start)
@@ -233,15 +234,15 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		case err != nil:
 			return err
 		}
-		st = dcsync.LockState{Owner: owner, Token: uint64(token), Expires: start.Add(ttl)}
+		st = driver.LockState{Owner: owner, Token: uint64(token), Expires: start.Add(ttl)}
 		return nil
 	})
 	if err != nil {
 		s.abandon(key, owner)
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	if lost {
-		return dcsync.LockState{}, dcsync.Errorf(dcsync.LockUnavailable, op,
+		return driver.LockState{}, driver.Errorf(dcsync.LockUnavailable, op,
 			"lock %s lapsed or was taken over while it was being acquired", k)
 	}
 	return st, nil
@@ -273,16 +274,16 @@ func (s *Store) abandon(key *as.Key, owner string) {
 // holds) or is filtered out; it can never end the lease before the deadline a later
 // refresh reported (TestLockLateRefresh). A refresh filtered because more than ttl is
 // left reports success without writing (the lease already ends after now+ttl).
-func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	const op = "aerospike.RefreshLock"
 	if err := s.checkLease(k, owner, ttl); err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	key, _, err := s.lockKeys(k)
 	if err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
-	var st dcsync.LockState
+	var st driver.LockState
 	lost := false
 	err = s.retry(ctx, op, true, func(*attempt) error {
 		sent := time.Now()
@@ -318,10 +319,10 @@ func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return nil
 	})
 	if err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	if lost {
-		return dcsync.LockState{}, dcsync.Errorf(dcsync.LockLost, op, "%s does not hold lock %s", owner, k)
+		return driver.LockState{}, driver.Errorf(dcsync.LockLost, op, "%s does not hold lock %s", owner, k)
 	}
 	return st, nil
 }
@@ -360,7 +361,7 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 		return err
 	}
 	if lost {
-		return dcsync.Errorf(dcsync.LockLost, op, "%s does not hold lock %s", owner, k)
+		return driver.Errorf(dcsync.LockLost, op, "%s does not hold lock %s", owner, k)
 	}
 	return nil
 }
@@ -368,19 +369,19 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 // InspectLock reads the lock record: the holder's owner and token (empty and 0 for a
 // lock a Java client holds) and when its lease ends. NotFound when the lock is free:
 // no record, or a dcsync lease that has lapsed.
-func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState, error) {
+func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockState, error) {
 	const op = "aerospike.InspectLock"
-	if err := k.Validate("lock"); err != nil {
-		return dcsync.LockState{}, err
+	if err := driver.ValidateKey("lock", k); err != nil {
+		return driver.LockState{}, err
 	}
 	if err := s.checkKey(k); err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	key, _, err := s.lockKeys(k)
 	if err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
-	var st dcsync.LockState
+	var st driver.LockState
 	found := false
 	err = s.retry(ctx, op, false, func(*attempt) error {
 		wp := s.writePolicy(ctx, 0)
@@ -397,10 +398,10 @@ func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState
 		return nil
 	})
 	if err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	if !found {
-		return dcsync.LockState{}, dcsync.Errorf(dcsync.NotFound, op, "lock %s is free", k)
+		return driver.LockState{}, driver.Errorf(dcsync.NotFound, op, "lock %s is free", k)
 	}
 	return st, nil
 }

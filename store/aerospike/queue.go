@@ -1,6 +1,6 @@
 // # Queues
 //
-// The store implements dcsync.QueueStore with one record per event. Aerospike has no
+// The store implements driver.QueueStore with one record per event. Aerospike has no
 // key-range scan, so a partition's entries are found by their keys: entry seq of
 // partition p of queue q has the string key <len(q)>:<q>|<p>|<seq> in set QueueEntrySet
 // (the queue name is length-prefixed, so any name is unambiguous). A read fetches the
@@ -12,7 +12,7 @@
 //
 // Why not segment records (one record per block of seqs holding a map seq -> event)?
 // They would couple unrelated events through the record: an event of up to
-// dcsync.MaxQueuePayload (256 KiB) would leave room for three more in a 1 MiB record,
+// driver.MaxQueuePayload (256 KiB) would leave room for three more in a 1 MiB record,
 // every append would rewrite the whole segment (the server copies a record on every
 // write), concurrent producers of a partition would queue on one record
 // (transaction-pending-limit, KEY_BUSY) for the whole batch instead of for the
@@ -74,7 +74,7 @@
 //
 // # Queue limits
 //
-//   - Payload: dcsync.MaxQueuePayload; the entry record must fit max-record-size
+//   - Payload: driver.MaxQueuePayload; the entry record must fit max-record-size
 //     (1 MiB by default), which it does with the key and id at their maximum.
 //   - Batches are sent in commands of at most queueBatchRecords records and about
 //     queueBatchBytes bytes; a ReadQueue returns at most queueReadBytes of payload
@@ -110,9 +110,10 @@ import (
 	"github.com/aerospike/aerospike-client-go/v8/types"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
-var _ dcsync.QueueStore = (*Store)(nil)
+var _ driver.QueueStore = (*Store)(nil)
 
 // Sets of the queue records (see the package doc, Queues).
 const (
@@ -378,12 +379,12 @@ func (s *Store) runBatch(ctx context.Context, op string, write bool, recs []as.B
 
 // ---- spec ----
 
-func checkQueueName(name string) error { return dcsync.ValidateID("queue", name) }
+func checkQueueName(name string) error { return driver.ValidateID("queue", name) }
 
 // readSpec reads queue name's spec and its record's generation, or NotFound, and
 // caches its dedup window.
-func (s *Store) readSpec(ctx context.Context, op, name string) (dcsync.QueueSpec, uint32, error) {
-	var spec dcsync.QueueSpec
+func (s *Store) readSpec(ctx context.Context, op, name string) (driver.QueueSpec, uint32, error) {
+	var spec driver.QueueSpec
 	var gen uint32
 	var found bool
 	err := s.retry(ctx, op, false, func(*attempt) error {
@@ -400,17 +401,17 @@ func (s *Store) readSpec(ctx context.Context, op, name string) (dcsync.QueueSpec
 		return nil
 	})
 	if err != nil {
-		return dcsync.QueueSpec{}, 0, err
+		return driver.QueueSpec{}, 0, err
 	}
 	if !found {
-		return dcsync.QueueSpec{}, 0, dcsync.Errorf(dcsync.NotFound, op, "queue %q does not exist", name)
+		return driver.QueueSpec{}, 0, driver.Errorf(dcsync.NotFound, op, "queue %q does not exist", name)
 	}
 	s.specCache().Store(name, spec.DedupWindow())
 	return spec, gen, nil
 }
 
-func specOf(name string, bins as.BinMap) dcsync.QueueSpec {
-	spec := dcsync.QueueSpec{Name: name}
+func specOf(name string, bins as.BinMap) driver.QueueSpec {
+	spec := driver.QueueSpec{Name: name}
 	if n, ok := intOf(bins[qbParts]); ok {
 		spec.Partitions = int(n)
 	}
@@ -438,12 +439,12 @@ func groupsValue(groups []string) []any {
 	return l
 }
 
-// CreateQueue implements dcsync.QueueStore: a create-only write of the spec record,
+// CreateQueue implements driver.QueueStore: a create-only write of the spec record,
 // with the creation time by the server's clock. A retry after an in-doubt try that
 // finds the record recognises its own writer id in it.
-func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
+func (s *Store) CreateQueue(ctx context.Context, spec driver.QueueSpec) error {
 	const op = "aerospike.CreateQueue"
-	if err := dcsync.ValidateQueueSpec(spec); err != nil {
+	if err := driver.ValidateQueueSpec(spec); err != nil {
 		return err
 	}
 	w := nonce()
@@ -477,7 +478,7 @@ func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
 			return nil
 		}
 	}
-	return dcsync.Errorf(dcsync.AlreadyExists, op, "queue %q exists", spec.Name)
+	return driver.Errorf(dcsync.AlreadyExists, op, "queue %q exists", spec.Name)
 }
 
 // getRecord reads a whole record; nil when there is none.
@@ -498,47 +499,47 @@ func (s *Store) getRecord(ctx context.Context, op string, key *as.Key) (*as.Reco
 	return rec, err
 }
 
-// ReadQueueSpec implements dcsync.QueueStore.
-func (s *Store) ReadQueueSpec(ctx context.Context, name string) (dcsync.QueueSpec, error) {
+// ReadQueueSpec implements driver.QueueStore.
+func (s *Store) ReadQueueSpec(ctx context.Context, name string) (driver.QueueSpec, error) {
 	if err := checkQueueName(name); err != nil {
-		return dcsync.QueueSpec{}, err
+		return driver.QueueSpec{}, err
 	}
 	spec, _, err := s.readSpec(ctx, "aerospike.ReadQueueSpec", name)
 	return spec, err
 }
 
-// AddQueueGroup implements dcsync.QueueStore: the spec record is read and written back
+// AddQueueGroup implements driver.QueueStore: the spec record is read and written back
 // with the group appended, expecting the generation read (a concurrent change makes it
 // read again). The write carries a writer id, by which a retry after an in-doubt try
 // that was applied recognises its own group.
-func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (dcsync.QueueSpec, error) {
+func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.QueueSpec, error) {
 	const op = "aerospike.AddQueueGroup"
 	if err := checkQueueName(name); err != nil {
-		return dcsync.QueueSpec{}, err
+		return driver.QueueSpec{}, err
 	}
-	if err := dcsync.ValidateID("group", group); err != nil {
-		return dcsync.QueueSpec{}, err
+	if err := driver.ValidateID("group", group); err != nil {
+		return driver.QueueSpec{}, err
 	}
 	w := nonce()
 	for round := 0; round < maxRounds*4; round++ {
 		spec, gen, err := s.readSpec(ctx, op, name)
 		if err != nil {
-			return dcsync.QueueSpec{}, err
+			return driver.QueueSpec{}, err
 		}
 		if spec.GroupIndex(group) >= 0 {
 			rec, err := s.getRecord(ctx, op, s.specKey(name))
 			if err != nil {
-				return dcsync.QueueSpec{}, err
+				return driver.QueueSpec{}, err
 			}
 			if rec != nil {
 				if ow, _ := intOf(rec.Bins[qbWriter]); ow == w {
 					return spec, nil // our in-doubt try was applied
 				}
 			}
-			return spec, dcsync.Errorf(dcsync.AlreadyExists, op, "queue %q has group %q", name, group)
+			return spec, driver.Errorf(dcsync.AlreadyExists, op, "queue %q has group %q", name, group)
 		}
-		if len(spec.Groups) >= dcsync.MaxQueueGroups {
-			return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.InvalidArgument, op, "queue %q has %d groups, the most it can have", name, len(spec.Groups))
+		if len(spec.Groups) >= driver.MaxQueueGroups {
+			return driver.QueueSpec{}, driver.Errorf(dcsync.InvalidArgument, op, "queue %q has %d groups, the most it can have", name, len(spec.Groups))
 		}
 		groups := append(slices.Clone(spec.Groups), group)
 		_, code, err := s.write(ctx, op, func() *as.WritePolicy {
@@ -552,7 +553,7 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (dcsync.Q
 			as.PutOp(as.NewBin(qbWriter, w)),
 		}, types.GENERATION_ERROR, types.KEY_NOT_FOUND_ERROR)
 		if err != nil {
-			return dcsync.QueueSpec{}, err
+			return driver.QueueSpec{}, err
 		}
 		if code == types.OK {
 			spec.Groups = groups
@@ -560,7 +561,7 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (dcsync.Q
 		}
 		// Changed meanwhile (or our in-doubt try applied): read again.
 	}
-	return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.RetriesExhausted, op, "queue %q: the spec changed under %d tries to add group %q", name, maxRounds*4, group)
+	return driver.QueueSpec{}, driver.Errorf(dcsync.RetriesExhausted, op, "queue %q: the spec changed under %d tries to add group %q", name, maxRounds*4, group)
 }
 
 // ---- small helpers ----

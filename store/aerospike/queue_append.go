@@ -10,6 +10,7 @@ import (
 	"github.com/aerospike/aerospike-client-go/v8/types"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // idLoc is where an id record says its event is, and which append put it there.
@@ -46,13 +47,13 @@ type claimReq struct {
 	stale bool
 }
 
-// AppendQueue implements dcsync.QueueStore: see the package doc (Appending).
-func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
+// AppendQueue implements driver.QueueStore: see the package doc (Appending).
+func (s *Store) AppendQueue(ctx context.Context, name string, events []driver.QueueEvent) ([]driver.QueueAppend, error) {
 	const op = "aerospike.AppendQueue"
 	if err := checkQueueName(name); err != nil {
 		return nil, err
 	}
-	if err := dcsync.ValidateQueueEvents(events); err != nil {
+	if err := driver.ValidateQueueEvents(events); err != nil {
 		return nil, err
 	}
 	dedup, err := s.queueDedup(ctx, op, name)
@@ -83,7 +84,7 @@ type appender struct {
 	s      *Store
 	op     string
 	name   string
-	events []dcsync.QueueEvent
+	events []driver.QueueEvent
 	w      int64  // this append's writer id
 	ttl    uint32 // id records' TTL
 }
@@ -94,8 +95,8 @@ type appender struct {
 // writes the events. An event whose id another append holds, pending, waits for a
 // later round; every claim this append holds is pointed and written within the round
 // it was taken, so an append never waits while holding a claim another waits for.
-func (a *appender) run(ctx context.Context) ([]dcsync.QueueAppend, error) {
-	out := make([]dcsync.QueueAppend, len(a.events))
+func (a *appender) run(ctx context.Context) ([]driver.QueueAppend, error) {
+	out := make([]driver.QueueAppend, len(a.events))
 	firstOf := map[string]int{}
 	dupOf := map[int]int{}
 	var claim, check []int
@@ -117,7 +118,7 @@ func (a *appender) run(ctx context.Context) ([]dcsync.QueueAppend, error) {
 	waits := 0
 	for len(claim)+len(check)+len(cas)+len(place) > 0 {
 		if time.Now().After(deadline) {
-			return nil, dcsync.Errorf(dcsync.RetriesExhausted, a.op, "queue %q: events still unplaced after %v (their ids held by other appends, or their seqs aborted); appending them again with the same ids is safe", a.name, 4*queueClaimTimeout)
+			return nil, driver.Errorf(dcsync.RetriesExhausted, a.op, "queue %q: events still unplaced after %v (their ids held by other appends, or their seqs aborted); appending them again with the same ids is safe", a.name, 4*queueClaimTimeout)
 		}
 		var writes []entryWrite
 		var waiting, nextClaim []int
@@ -145,7 +146,7 @@ func (a *appender) run(ctx context.Context) ([]dcsync.QueueAppend, error) {
 				case idOurs:
 					place = append(place, placement{i: i})
 				case idDuplicate:
-					out[i] = dcsync.QueueAppend{Partition: r.loc.p, Seq: r.loc.seq, Duplicate: true}
+					out[i] = driver.QueueAppend{Partition: r.loc.p, Seq: r.loc.seq, Duplicate: true}
 				case idUnwritten:
 					writes = append(writes, entryWrite{i: i, p: r.loc.p, seq: r.loc.seq, loc: r.loc})
 				case idAborted:
@@ -191,7 +192,7 @@ func (a *appender) run(ctx context.Context) ([]dcsync.QueueAppend, error) {
 			}
 			place = nil
 			if time.Since(reservedAt) > queueMaxWriteDelay {
-				return nil, dcsync.Errorf(dcsync.RetriesExhausted, a.op, "queue %q: the events' seqs were reserved more than %v ago; not writing them (consumers abort them; appending again with the same ids is safe)", a.name, queueMaxWriteDelay)
+				return nil, driver.Errorf(dcsync.RetriesExhausted, a.op, "queue %q: the events' seqs were reserved more than %v ago; not writing them (consumers abort them; appending again with the same ids is safe)", a.name, queueMaxWriteDelay)
 			}
 			writes = append(writes, w...)
 		}
@@ -203,9 +204,9 @@ func (a *appender) run(ctx context.Context) ([]dcsync.QueueAppend, error) {
 			for k, wr := range writes {
 				switch res[k] {
 				case entryOurs:
-					out[wr.i] = dcsync.QueueAppend{Partition: wr.p, Seq: wr.seq}
+					out[wr.i] = driver.QueueAppend{Partition: wr.p, Seq: wr.seq}
 				case entrySameID:
-					out[wr.i] = dcsync.QueueAppend{Partition: wr.p, Seq: wr.seq, Duplicate: true}
+					out[wr.i] = driver.QueueAppend{Partition: wr.p, Seq: wr.seq, Duplicate: true}
 				case entryAborted:
 					if a.events[wr.i].ID == "" {
 						nextPlace = append(nextPlace, placement{i: wr.i})
@@ -223,13 +224,13 @@ func (a *appender) run(ctx context.Context) ([]dcsync.QueueAppend, error) {
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return nil, dcsync.Errorf(dcsync.Connection, a.op, "queue %q: waiting for other appends of the same ids: %w", a.name, ctx.Err())
+				return nil, driver.Errorf(dcsync.Connection, a.op, "queue %q: waiting for other appends of the same ids: %w", a.name, ctx.Err())
 			case <-t.C:
 			}
 		}
 	}
 	for i, j := range dupOf {
-		out[i] = dcsync.QueueAppend{Partition: out[j].Partition, Seq: out[j].Seq, Duplicate: true}
+		out[i] = driver.QueueAppend{Partition: out[j].Partition, Seq: out[j].Seq, Duplicate: true}
 	}
 	return out, nil
 }
@@ -446,7 +447,7 @@ func (a *appender) reserve(ctx context.Context, place []placement) error {
 	for k, p := range parts {
 		rec := recs[k].BatchRec().Record
 		if rec == nil {
-			return dcsync.Errorf(dcsync.Internal, a.op, "queue %q partition %d: the reservation returned no record", a.name, p)
+			return driver.Errorf(dcsync.Internal, a.op, "queue %q partition %d: the reservation returned no record", a.name, p)
 		}
 		was, _ := intOf(rec.Bins[qbWas])
 		if was >= 0 {
@@ -455,7 +456,7 @@ func (a *appender) reserve(ctx context.Context, place []placement) error {
 		} else {
 			head, ok := intOf(rec.Bins[qbHead])
 			if !ok || head < int64(count[p]) {
-				return dcsync.Errorf(dcsync.Internal, a.op, "queue %q partition %d: the reservation returned head %v", a.name, p, rec.Bins[qbHead])
+				return driver.Errorf(dcsync.Internal, a.op, "queue %q partition %d: the reservation returned head %v", a.name, p, rec.Bins[qbHead])
 			}
 			next[p] = uint64(head) - uint64(count[p])
 			a.s.sawHead(a.name, p, uint64(head))
@@ -543,7 +544,7 @@ const (
 	entryAborted        // the seq was aborted: place the event again
 )
 
-func entryOps(e dcsync.QueueEvent, w int64) []*as.Operation {
+func entryOps(e driver.QueueEvent, w int64) []*as.Operation {
 	ops := make([]*as.Operation, 0, 5)
 	ops = append(ops, as.PutOp(as.NewBin(qbWriter, w)), as.ExpWriteOp(qbAt, serverNow(), as.ExpWriteFlagDefault))
 	if e.Key != "" {
@@ -615,7 +616,7 @@ func (a *appender) writeEntries(ctx context.Context, writes []entryWrite) ([]int
 		case a.events[wr.i].ID != "" && stringOf(bins[qbID]) == a.events[wr.i].ID:
 			res[k] = entrySameID
 		default:
-			return nil, dcsync.Errorf(dcsync.Internal, a.op, "queue %q partition %d seq %d: our reserved seq holds another append's event", a.name, wr.p, wr.seq)
+			return nil, driver.Errorf(dcsync.Internal, a.op, "queue %q partition %d seq %d: our reserved seq holds another append's event", a.name, wr.p, wr.seq)
 		}
 	}
 	return res, nil

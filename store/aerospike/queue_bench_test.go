@@ -8,7 +8,7 @@ import (
 
 	as "github.com/aerospike/aerospike-client-go/v8"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/aerospike"
 )
 
@@ -37,20 +37,20 @@ func benchStore(b *testing.B) (*aerospike.Store, *as.Client) {
 	return newStore(b, c, aerospike.Config{}), c
 }
 
-func benchEvents(n int) []dcsync.QueueEvent {
-	events := make([]dcsync.QueueEvent, n)
+func benchEvents(n int) []driver.QueueEvent {
+	events := make([]driver.QueueEvent, n)
 	for i := range events {
 		p := make([]byte, benchPayload)
 		for j := range p {
 			p[j] = byte(i + j)
 		}
-		events[i] = dcsync.QueueEvent{Key: fmt.Sprint("key-", i), Payload: p}
+		events[i] = driver.QueueEvent{Key: fmt.Sprint("key-", i), Payload: p}
 	}
 	return events
 }
 
 // rawWrites returns a batch of plain writes of records like the queue's entries.
-func rawWrites(b *testing.B, prefix string, events []dcsync.QueueEvent) []as.BatchRecordIfc {
+func rawWrites(b *testing.B, prefix string, events []driver.QueueEvent) []as.BatchRecordIfc {
 	recs := make([]as.BatchRecordIfc, len(events))
 	for i, e := range events {
 		k, err := as.NewKey(namespace, benchSet, fmt.Sprintf("%s|%d", prefix, i))
@@ -92,7 +92,7 @@ func BenchmarkQueueEnqueue(b *testing.B) {
 func benchEnqueue(b *testing.B, ids bool) {
 	s, c := benchStore(b)
 	ctx := context.Background()
-	spec := dcsync.QueueSpec{Name: unique("bench-enqueue"), Partitions: 1, Groups: []string{"g"}, Dedup: time.Minute}
+	spec := driver.QueueSpec{Name: unique("bench-enqueue"), Partitions: 1, Groups: []string{"g"}, Dedup: time.Minute}
 	if err := s.CreateQueue(ctx, spec); err != nil {
 		b.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func benchEnqueue(b *testing.B, ids bool) {
 func BenchmarkQueueReceive(b *testing.B) {
 	s, c := benchStore(b)
 	ctx := context.Background()
-	spec := dcsync.QueueSpec{Name: unique("bench-receive"), Partitions: 1, Groups: []string{"g"}}
+	spec := driver.QueueSpec{Name: unique("bench-receive"), Partitions: 1, Groups: []string{"g"}}
 	if err := s.CreateQueue(ctx, spec); err != nil {
 		b.Fatal(err)
 	}

@@ -2,20 +2,20 @@ package aerospike_test
 
 import (
 	"context"
+	"github.com/dcsync/dcsync/driver"
 	"math/rand/v2"
 	"net/url"
 	"testing"
 	"time"
 
 	"github.com/dcsync/dcsync/internal/chaos"
-	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/store/aerospike"
 )
 
 // init runs a queue chaos worker when this test binary was started as one (before
 // TestMain: the worker needs nothing else of the package).
 func init() {
-	chaos.QueueChildMain(func(ctx context.Context, raw string) (queue.Store, error) {
+	chaos.QueueChildMain(func(ctx context.Context, raw string) (driver.Store, error) {
 		u, err := url.Parse(raw)
 		if err != nil {
 			return nil, err
@@ -26,7 +26,7 @@ func init() {
 
 // queueOnly hands the chaos run the store without its Close: the test closes the
 // client.
-type queueOnly struct{ queue.Store }
+type queueOnly struct{ driver.Store }
 
 // TestQueueChaos runs internal/chaos's queue model on the real Aerospike server:
 // producers and consumers of two groups as goroutines (through the fault proxy, which
@@ -41,7 +41,7 @@ func TestQueueChaos(t *testing.T) {
 	p := startProxy(t)
 	c := dial(t, p.Addr())
 	sc := chaos.QueueScenario{
-		Open: func(context.Context) (queue.Store, error) {
+		Open: func(context.Context) (driver.Store, error) {
 			s, err := aerospike.New(c, aerospike.Config{Namespace: namespace, Timeout: 300 * time.Millisecond, Attempts: 8})
 			return queueOnly{s}, err
 		},

@@ -8,9 +8,8 @@ import (
 
 	as "github.com/aerospike/aerospike-client-go/v8"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/queuebench"
-	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/store/aerospike"
 )
 
@@ -27,7 +26,7 @@ func BenchmarkQueueFrontEnd(b *testing.B) {
 	raw := &asRaw{c: c, run: unique("front"), written: map[int]int{}, pos: map[int]int{}}
 	b.Cleanup(raw.cleanup)
 	queuebench.Run(b, queuebench.Config{
-		Open: func(b *testing.B) queue.Store {
+		Open: func(b *testing.B) driver.Store {
 			// Every queue case comes before its raw case: the raw records of the
 			// cases before are no longer read.
 			raw.cleanup()
@@ -46,7 +45,7 @@ type trimmed struct {
 	queues []string
 }
 
-func (s *trimmed) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
+func (s *trimmed) CreateQueue(ctx context.Context, spec driver.QueueSpec) error {
 	err := s.Store.CreateQueue(ctx, spec)
 	if err == nil {
 		s.mu.Lock()
@@ -96,9 +95,9 @@ func (x *asRaw) Write(ctx context.Context, w int, payloads [][]byte) error {
 	x.written[w]++
 	x.batch = len(payloads)
 	x.mu.Unlock()
-	events := make([]dcsync.QueueEvent, len(payloads))
+	events := make([]driver.QueueEvent, len(payloads))
 	for k, p := range payloads {
-		events[k] = dcsync.QueueEvent{Key: fmt.Sprint("key-", k), Payload: p}
+		events[k] = driver.QueueEvent{Key: fmt.Sprint("key-", k), Payload: p}
 	}
 	recs, err := x.writes(x.prefix(w, i), events)
 	if err != nil {
@@ -108,7 +107,7 @@ func (x *asRaw) Write(ctx context.Context, w int, payloads [][]byte) error {
 }
 
 // writes is rawWrites without a *testing.B (it runs on the suite's goroutines).
-func (x *asRaw) writes(prefix string, events []dcsync.QueueEvent) (recs []as.BatchRecordIfc, err error) {
+func (x *asRaw) writes(prefix string, events []driver.QueueEvent) (recs []as.BatchRecordIfc, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("raw writes: %v", r)

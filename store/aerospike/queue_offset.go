@@ -7,16 +7,17 @@ import (
 	"github.com/aerospike/aerospike-client-go/v8/types"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 func checkQueueGroup(name, group string, p int) error {
 	if err := checkQueueName(name); err != nil {
 		return err
 	}
-	if err := dcsync.ValidateID("group", group); err != nil {
+	if err := driver.ValidateID("group", group); err != nil {
 		return err
 	}
-	return dcsync.ValidateQueuePartition(p)
+	return driver.ValidateQueuePartition(p)
 }
 
 // offsetBins are the bins of an offset record.
@@ -24,8 +25,8 @@ var offsetBins = []string{qbToken, qbNext, qbAtt, qbHeld, qbVer, qbMarks}
 
 // offsetOf reads an offset from its record's bins. A record written before Version and
 // Marks existed has neither bin: Version 0, no marks.
-func offsetOf(bins as.BinMap) dcsync.QueueOffset {
-	off := dcsync.QueueOffset{Token: uintOf(bins[qbToken]), Next: uintOf(bins[qbNext]), Version: uintOf(bins[qbVer])}
+func offsetOf(bins as.BinMap) driver.QueueOffset {
+	off := driver.QueueOffset{Token: uintOf(bins[qbToken]), Next: uintOf(bins[qbNext]), Version: uintOf(bins[qbVer])}
 	if n, ok := intOf(bins[qbAtt]); ok {
 		off.Attempts = int(n)
 	}
@@ -34,9 +35,9 @@ func offsetOf(bins as.BinMap) dcsync.QueueOffset {
 	}
 	switch m := bins[qbMarks].(type) {
 	case []byte:
-		off.Marks = dcsync.QueueMarks(m)
+		off.Marks = driver.QueueMarks(m)
 	case string:
-		off.Marks = dcsync.QueueMarks(m)
+		off.Marks = driver.QueueMarks(m)
 	}
 	return off
 }
@@ -49,29 +50,29 @@ func heldValue(h bool) int {
 }
 
 // marksValue is the bin value of marks: nil (no bin) when there are none.
-func marksValue(m dcsync.QueueMarks) any {
+func marksValue(m driver.QueueMarks) any {
 	if m == "" {
 		return nil
 	}
 	return []byte(m)
 }
 
-// ClaimQueuePartition implements dcsync.QueueStore: one operate, filtered on the stored
+// ClaimQueuePartition implements driver.QueueStore: one operate, filtered on the stored
 // token being below token, reads the offset and then writes the token only (Next,
 // Attempts, Held, Version and Marks stay). A filtered claim reads the record: when the
 // stored token is token (an earlier try of this claim landed, or the claim was made
 // before) it returns the stored offset; a greater token is LockLost. So a try that
 // lands late, after the claim's retry and the owner's commits, is filtered out.
-func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
+func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (driver.QueueOffset, error) {
 	const op = "aerospike.ClaimQueuePartition"
 	if err := checkQueueGroup(name, group, p); err != nil {
-		return dcsync.QueueOffset{}, err
+		return driver.QueueOffset{}, err
 	}
 	if token == 0 || token > 1<<63-1 {
-		return dcsync.QueueOffset{}, dcsync.Errorf(dcsync.InvalidArgument, op, "token %d cannot own a partition", token)
+		return driver.QueueOffset{}, driver.Errorf(dcsync.InvalidArgument, op, "token %d cannot own a partition", token)
 	}
 	if _, err := s.queueDedup(ctx, op, name); err != nil {
-		return dcsync.QueueOffset{}, err
+		return driver.QueueOffset{}, err
 	}
 	key := s.offsetKey(name, group, p)
 	ops := make([]*as.Operation, 0, len(offsetBins)+1)
@@ -85,10 +86,10 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 		return wp
 	}, key, ops, types.FILTERED_OUT)
 	if err != nil {
-		return dcsync.QueueOffset{}, err
+		return driver.QueueOffset{}, err
 	}
 	if code == types.OK {
-		var off dcsync.QueueOffset
+		var off driver.QueueOffset
 		if rec != nil {
 			off = offsetOf(rec.Bins)
 		}
@@ -97,46 +98,46 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 	}
 	cur, err := s.getRecord(ctx, op, key)
 	if err != nil {
-		return dcsync.QueueOffset{}, err
+		return driver.QueueOffset{}, err
 	}
-	var off dcsync.QueueOffset
+	var off driver.QueueOffset
 	if cur != nil {
 		off = offsetOf(cur.Bins)
 	}
 	if off.Token == token {
 		return off, nil
 	}
-	return off, dcsync.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q is owned by token %d, above %d", p, name, group, off.Token, token)
+	return off, driver.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q is owned by token %d, above %d", p, name, group, off.Token, token)
 }
 
-// CommitQueueOffset implements dcsync.QueueStore: one write filtered on the stored
+// CommitQueueOffset implements driver.QueueStore: one write filtered on the stored
 // token being off.Token and the stored version being below off.Version, so that a try
 // that lands late, after the owner's next commit, changes nothing. A filtered commit
 // reads the record: when it holds exactly off (an earlier try of this commit landed) it
 // returns nil, and LockLost otherwise.
-func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
 	const op = "aerospike.CommitQueueOffset"
 	if err := checkQueueGroup(name, group, p); err != nil {
 		return err
 	}
 	if off.Attempts < 0 {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "attempts %d is negative", off.Attempts)
+		return driver.Errorf(dcsync.InvalidArgument, op, "attempts %d is negative", off.Attempts)
 	}
 	if off.Token > 1<<63-1 || off.Next > 1<<63-1 || off.Version > 1<<63-1 {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "token %d, next %d or version %d is beyond int64", off.Token, off.Next, off.Version)
+		return driver.Errorf(dcsync.InvalidArgument, op, "token %d, next %d or version %d is beyond int64", off.Token, off.Next, off.Version)
 	}
-	if err := dcsync.ValidateQueueMarks(op, off); err != nil {
+	if err := driver.ValidateQueueMarks(op, off); err != nil {
 		return err
 	}
 	if _, err := s.queueDedup(ctx, op, name); err != nil {
 		return err
 	}
-	lost := func(cur dcsync.QueueOffset) error {
-		return dcsync.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q: the stored offset (token %d, version %d) does not take version %d of token %d",
+	lost := func(cur driver.QueueOffset) error {
+		return driver.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q: the stored offset (token %d, version %d) does not take version %d of token %d",
 			p, name, group, cur.Token, cur.Version, off.Version, off.Token)
 	}
 	if off.Token == 0 {
-		return lost(dcsync.QueueOffset{})
+		return lost(driver.QueueOffset{})
 	}
 	key := s.offsetKey(name, group, p)
 	ops := []*as.Operation{
@@ -165,7 +166,7 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 	if code == types.OK {
 		return nil
 	}
-	var cur dcsync.QueueOffset
+	var cur driver.QueueOffset
 	if code == types.FILTERED_OUT {
 		rec, err := s.getRecord(ctx, op, key)
 		if err != nil {
@@ -180,20 +181,20 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 		if doubt && cur.Token != off.Token {
 			// A try in doubt may have landed before the new owner's claim (which keeps
 			// Next and Version): the outcome is unknown, not refused.
-			return dcsync.Errorf(dcsync.Connection, op, "partition %d of queue %q group %q: outcome unknown: a try in doubt may have been applied before token %d took the partition", p, name, group, cur.Token)
+			return driver.Errorf(dcsync.Connection, op, "partition %d of queue %q group %q: outcome unknown: a try in doubt may have been applied before token %d took the partition", p, name, group, cur.Token)
 		}
 	}
 	return lost(cur)
 }
 
-// ReadQueueOffsets implements dcsync.QueueStore: one batch read.
-func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]dcsync.QueueOffset, error) {
+// ReadQueueOffsets implements driver.QueueStore: one batch read.
+func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]driver.QueueOffset, error) {
 	const op = "aerospike.ReadQueueOffsets"
 	if err := checkQueueGroup(name, group, 0); err != nil {
 		return nil, err
 	}
 	for _, p := range ps {
-		if err := dcsync.ValidateQueuePartition(p); err != nil {
+		if err := driver.ValidateQueuePartition(p); err != nil {
 			return nil, err
 		}
 	}
@@ -207,7 +208,7 @@ func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []i
 	if err := s.runBatch(ctx, op, false, recs, nil, types.KEY_NOT_FOUND_ERROR); err != nil {
 		return nil, err
 	}
-	out := make([]dcsync.QueueOffset, len(ps))
+	out := make([]driver.QueueOffset, len(ps))
 	for i := range ps {
 		br := recs[i].BatchRec()
 		if br.ResultCode == types.OK && br.Record != nil {

@@ -8,11 +8,12 @@ import (
 	"github.com/aerospike/aerospike-client-go/v8/types"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // readBounds reads the head records of partitions ps in one batch (a missing record
 // is a partition never appended to: zero bounds).
-func (s *Store) readBounds(ctx context.Context, op, name string, ps []int) ([]dcsync.QueueBounds, error) {
+func (s *Store) readBounds(ctx context.Context, op, name string, ps []int) ([]driver.QueueBounds, error) {
 	recs := make([]as.BatchRecordIfc, len(ps))
 	for i, p := range ps {
 		recs[i] = as.NewBatchRead(nil, s.headKey(name, p), []string{qbHead, qbFloor})
@@ -20,24 +21,24 @@ func (s *Store) readBounds(ctx context.Context, op, name string, ps []int) ([]dc
 	if err := s.runBatch(ctx, op, false, recs, nil, types.KEY_NOT_FOUND_ERROR); err != nil {
 		return nil, err
 	}
-	out := make([]dcsync.QueueBounds, len(ps))
+	out := make([]driver.QueueBounds, len(ps))
 	for i := range ps {
 		br := recs[i].BatchRec()
 		if br.ResultCode == types.OK && br.Record != nil {
-			out[i] = dcsync.QueueBounds{Head: uintOf(br.Record.Bins[qbHead]), Floor: uintOf(br.Record.Bins[qbFloor])}
+			out[i] = driver.QueueBounds{Head: uintOf(br.Record.Bins[qbHead]), Floor: uintOf(br.Record.Bins[qbFloor])}
 		}
 	}
 	return out, nil
 }
 
-// QueueBounds implements dcsync.QueueStore: one batch read of the head records.
-func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
+// QueueBounds implements driver.QueueStore: one batch read of the head records.
+func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]driver.QueueBounds, error) {
 	const op = "aerospike.QueueBounds"
 	if err := checkQueueName(name); err != nil {
 		return nil, err
 	}
 	for _, p := range ps {
-		if err := dcsync.ValidateQueuePartition(p); err != nil {
+		if err := driver.ValidateQueuePartition(p); err != nil {
 			return nil, err
 		}
 	}
@@ -54,8 +55,8 @@ func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsyn
 	return b, nil
 }
 
-func entryOf(seq uint64, bins as.BinMap) dcsync.QueueEntry {
-	e := dcsync.QueueEntry{Seq: seq, Key: stringOf(bins[qbKey]), ID: stringOf(bins[qbID])}
+func entryOf(seq uint64, bins as.BinMap) driver.QueueEntry {
+	e := driver.QueueEntry{Seq: seq, Key: stringOf(bins[qbKey]), ID: stringOf(bins[qbID])}
 	if b, ok := bins[qbPayload].([]byte); ok {
 		e.Payload = b
 	}
@@ -66,18 +67,18 @@ func entryOf(seq uint64, bins as.BinMap) dcsync.QueueEntry {
 	return e
 }
 
-// ReadQueue implements dcsync.QueueStore: the head record, then one batch get of the
+// ReadQueue implements driver.QueueStore: the head record, then one batch get of the
 // entries' keys from max(from, Floor) up to max or Head (in commands of at most
 // queueBatchRecords keys; the read ends early after queueReadBytes of payload); or
 // both in one batch when the store has seen a head at least max above from
 // (readKnown).
-func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
+func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (driver.QueueRead, error) {
 	const op = "aerospike.ReadQueue"
-	if err := dcsync.ValidateQueueRead(name, p, max); err != nil {
-		return dcsync.QueueRead{}, err
+	if err := driver.ValidateQueueRead(name, p, max); err != nil {
+		return driver.QueueRead{}, err
 	}
 	if _, err := s.queueDedup(ctx, op, name); err != nil {
-		return dcsync.QueueRead{}, err
+		return driver.QueueRead{}, err
 	}
 	if r, ok, err := s.readKnown(ctx, op, name, p, from, max); err != nil || ok {
 		return r, err
@@ -85,10 +86,10 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 	for round := 0; ; round++ {
 		b, err := s.readBounds(ctx, op, name, []int{p})
 		if err != nil {
-			return dcsync.QueueRead{}, err
+			return driver.QueueRead{}, err
 		}
 		s.sawHead(name, p, b[0].Head)
-		r := dcsync.QueueRead{QueueBounds: b[0]}
+		r := driver.QueueRead{QueueBounds: b[0]}
 		start := from
 		if r.Floor > start {
 			start = r.Floor
@@ -102,7 +103,7 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 		}
 		r.Entries, err = s.readEntries(ctx, op, name, p, start, end)
 		if err != nil {
-			return dcsync.QueueRead{}, err
+			return driver.QueueRead{}, err
 		}
 		if len(r.Entries) > 0 || round == 2 {
 			return r, nil
@@ -110,7 +111,7 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 		// Nothing at start: a hole, or a trim that raised the floor since: look again.
 		nb, err := s.readBounds(ctx, op, name, []int{p})
 		if err != nil {
-			return dcsync.QueueRead{}, err
+			return driver.QueueRead{}, err
 		}
 		if nb[0].Floor <= start {
 			return r, nil
@@ -123,9 +124,9 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 // entries [from, from+max), all below head. ok is false when the shortcut does not
 // apply (the caller reads the head first): the head read is too low, or the floor is
 // above from.
-func (s *Store) readKnown(ctx context.Context, op, name string, p int, from uint64, max int) (dcsync.QueueRead, bool, error) {
+func (s *Store) readKnown(ctx context.Context, op, name string, p int, from uint64, max int) (driver.QueueRead, bool, error) {
 	if max > queueBatchRecords || s.knownHead(name, p) < from+uint64(max) {
-		return dcsync.QueueRead{}, false, nil
+		return driver.QueueRead{}, false, nil
 	}
 	recs := make([]as.BatchRecordIfc, 0, max+1)
 	recs = append(recs, as.NewBatchRead(nil, s.headKey(name, p), []string{qbHead, qbFloor}))
@@ -133,15 +134,15 @@ func (s *Store) readKnown(ctx context.Context, op, name string, p int, from uint
 		recs = append(recs, as.NewBatchRead(nil, s.entryKey(name, p, seq), nil))
 	}
 	if err := s.runBatch(ctx, op, false, recs, nil, types.KEY_NOT_FOUND_ERROR); err != nil {
-		return dcsync.QueueRead{}, false, err
+		return driver.QueueRead{}, false, err
 	}
 	hr := recs[0].BatchRec()
 	if hr.ResultCode != types.OK || hr.Record == nil {
-		return dcsync.QueueRead{}, false, nil
+		return driver.QueueRead{}, false, nil
 	}
-	r := dcsync.QueueRead{QueueBounds: dcsync.QueueBounds{Head: uintOf(hr.Record.Bins[qbHead]), Floor: uintOf(hr.Record.Bins[qbFloor])}}
+	r := driver.QueueRead{QueueBounds: driver.QueueBounds{Head: uintOf(hr.Record.Bins[qbHead]), Floor: uintOf(hr.Record.Bins[qbFloor])}}
 	if r.Floor > from || r.Head < from+uint64(max) {
-		return dcsync.QueueRead{}, false, nil
+		return driver.QueueRead{}, false, nil
 	}
 	s.sawHead(name, p, r.Head)
 	bytes := 0
@@ -158,14 +159,14 @@ func (s *Store) readKnown(ctx context.Context, op, name string, p int, from uint
 	}
 	if len(r.Entries) == 0 {
 		// A hole, or a trim since the head record was read: the slow path tells.
-		return dcsync.QueueRead{}, false, nil
+		return driver.QueueRead{}, false, nil
 	}
 	return r, true, nil
 }
 
 // readEntries reads the entries [start, end) up to the first missing one.
-func (s *Store) readEntries(ctx context.Context, op, name string, p int, start, end uint64) ([]dcsync.QueueEntry, error) {
-	var out []dcsync.QueueEntry
+func (s *Store) readEntries(ctx context.Context, op, name string, p int, start, end uint64) ([]driver.QueueEntry, error) {
+	var out []driver.QueueEntry
 	bytes := 0
 	for lo := start; lo < end; {
 		hi := min(end, lo+queueBatchRecords)
@@ -193,20 +194,20 @@ func (s *Store) readEntries(ctx context.Context, op, name string, p int, start, 
 }
 
 // readEntry reads one entry; ok is false when there is none.
-func (s *Store) readEntry(ctx context.Context, op, name string, p int, seq uint64) (dcsync.QueueEntry, bool, error) {
+func (s *Store) readEntry(ctx context.Context, op, name string, p int, seq uint64) (driver.QueueEntry, bool, error) {
 	rec, err := s.getRecord(ctx, op, s.entryKey(name, p, seq))
 	if err != nil || rec == nil {
-		return dcsync.QueueEntry{}, false, err
+		return driver.QueueEntry{}, false, err
 	}
 	return entryOf(seq, rec.Bins), true, nil
 }
 
-// AbortQueueSeq implements dcsync.QueueStore: a create-only tombstone (TTL
+// AbortQueueSeq implements driver.QueueStore: a create-only tombstone (TTL
 // QueueTombstoneTTL); a seq whose record exists is read. A seq below the floor is not
 // written: it is aborted if its tombstone is still there.
 func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint64) (bool, error) {
 	const op = "aerospike.AbortQueueSeq"
-	if err := dcsync.ValidateQueueRead(name, p, 1); err != nil {
+	if err := driver.ValidateQueueRead(name, p, 1); err != nil {
 		return false, err
 	}
 	if _, err := s.queueDedup(ctx, op, name); err != nil {
@@ -217,7 +218,7 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 		return false, err
 	}
 	if seq >= b[0].Head {
-		return false, dcsync.Errorf(dcsync.InvalidArgument, op, "seq %d of partition %d is not below its head %d", seq, p, b[0].Head)
+		return false, driver.Errorf(dcsync.InvalidArgument, op, "seq %d of partition %d is not below its head %d", seq, p, b[0].Head)
 	}
 	if seq >= b[0].Floor {
 		_, code, err := s.write(ctx, op, func() *as.WritePolicy {
@@ -239,14 +240,14 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 	return ok && e.Aborted, nil
 }
 
-// TrimQueue implements dcsync.QueueStore: one operate raises the floor (refused by a
+// TrimQueue implements driver.QueueStore: one operate raises the floor (refused by a
 // filter when below exceeds head), then the entries from the head record's gc mark up
 // to the floor are deleted by batch deletes of queueTrimChunk keys, tombstones
 // excepted (they expire), and gc follows. A trim that dies midway leaves gc behind
 // the floor; the next trim of the partition deletes from there.
 func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
 	const op = "aerospike.TrimQueue"
-	if err := dcsync.ValidateQueueRead(name, p, 1); err != nil {
+	if err := driver.ValidateQueueRead(name, p, 1); err != nil {
 		return err
 	}
 	if _, err := s.queueDedup(ctx, op, name); err != nil {
@@ -274,9 +275,9 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 			return err
 		}
 		if below <= b[0].Head {
-			return dcsync.Errorf(dcsync.Connection, op, "queue %q partition %d: trim below %d was refused, yet head is %d now; try again", name, p, below, b[0].Head)
+			return driver.Errorf(dcsync.Connection, op, "queue %q partition %d: trim below %d was refused, yet head is %d now; try again", name, p, below, b[0].Head)
 		}
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "trim of partition %d below %d, beyond its head %d", p, below, b[0].Head)
+		return driver.Errorf(dcsync.InvalidArgument, op, "trim of partition %d below %d, beyond its head %d", p, below, b[0].Head)
 	}
 	floor, gc := uintOf(rec.Bins[qbFloor]), uintOf(rec.Bins[qbGC])
 	notTomb := as.NewBatchDeletePolicy()

@@ -12,6 +12,7 @@ import (
 	as "github.com/aerospike/aerospike-client-go/v8"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/aerospike"
 )
 
@@ -22,20 +23,20 @@ func queueStore(t *testing.T, addr string) *aerospike.Store {
 }
 
 // newQueue creates a queue of a unique name.
-func newQueue(t *testing.T, s *aerospike.Store, parts int, groups ...string) dcsync.QueueSpec {
+func newQueue(t *testing.T, s *aerospike.Store, parts int, groups ...string) driver.QueueSpec {
 	t.Helper()
 	if len(groups) == 0 {
 		groups = []string{"g"}
 	}
-	spec := dcsync.QueueSpec{Name: unique("q#|/x"), Partitions: parts, Groups: groups, Dedup: time.Hour}
+	spec := driver.QueueSpec{Name: unique("q#|/x"), Partitions: parts, Groups: groups, Dedup: time.Hour}
 	if err := s.CreateQueue(ctxT(t), spec); err != nil {
 		t.Fatal(err)
 	}
 	return spec
 }
 
-func qa(p int, seq uint64, dup bool) dcsync.QueueAppend {
-	return dcsync.QueueAppend{Partition: p, Seq: seq, Duplicate: dup}
+func qa(p int, seq uint64, dup bool) driver.QueueAppend {
+	return driver.QueueAppend{Partition: p, Seq: seq, Duplicate: dup}
 }
 
 func isCode(err error, c dcsync.Code) bool {
@@ -43,7 +44,7 @@ func isCode(err error, c dcsync.Code) bool {
 	return errors.As(err, &de) && de.Code == c
 }
 
-func mustRead(t *testing.T, s *aerospike.Store, q string, p int, from uint64, max int) dcsync.QueueRead {
+func mustRead(t *testing.T, s *aerospike.Store, q string, p int, from uint64, max int) driver.QueueRead {
 	t.Helper()
 	r, err := s.ReadQueue(ctxT(t), q, p, from, max)
 	if err != nil {
@@ -75,7 +76,7 @@ func TestQueueBasics(t *testing.T) {
 	if _, err := s.ReadQueue(ctx, unique("missing"), 0, 0, 10); !isCode(err, dcsync.NotFound) {
 		t.Fatalf("read of a missing queue: %v", err)
 	}
-	if _, err := s.AppendQueue(ctx, unique("missing"), []dcsync.QueueEvent{{}}); !isCode(err, dcsync.NotFound) {
+	if _, err := s.AppendQueue(ctx, unique("missing"), []driver.QueueEvent{{}}); !isCode(err, dcsync.NotFound) {
 		t.Fatalf("append to a missing queue: %v", err)
 	}
 	got, err = s.AddQueueGroup(ctx, spec.Name, "c")
@@ -86,7 +87,7 @@ func TestQueueBasics(t *testing.T) {
 		t.Fatalf("add existing group: %v", err)
 	}
 
-	events := []dcsync.QueueEvent{
+	events := []driver.QueueEvent{
 		{Partition: 0, Key: "k0", Payload: []byte("zero")},
 		{Partition: 1, Payload: []byte("one")},
 		{Partition: 0, ID: "id-2", Payload: []byte("two")},
@@ -97,7 +98,7 @@ func TestQueueBasics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []dcsync.QueueAppend{qa(0, 0, false), qa(1, 0, false), qa(0, 1, false), qa(0, 2, false), qa(4, 0, false)}
+	want := []driver.QueueAppend{qa(0, 0, false), qa(1, 0, false), qa(0, 1, false), qa(0, 2, false), qa(4, 0, false)}
 	if fmt.Sprint(res) != fmt.Sprint(want) {
 		t.Fatalf("append = %v, want %v", res, want)
 	}
@@ -115,12 +116,12 @@ func TestQueueBasics(t *testing.T) {
 		t.Fatalf("read from 1 max 1 = %+v", r)
 	}
 	// Duplicates: across calls and within one.
-	res, err = s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{
+	res, err = s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{
 		{Partition: 2, ID: "id-2"}, {Partition: 2, ID: "id-new"}, {Partition: 1, ID: "id-new"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = []dcsync.QueueAppend{qa(0, 1, true), qa(2, 0, false), qa(2, 0, true)}
+	want = []driver.QueueAppend{qa(0, 1, true), qa(2, 0, false), qa(2, 0, true)}
 	if fmt.Sprint(res) != fmt.Sprint(want) {
 		t.Fatalf("append with ids = %v, want %v", res, want)
 	}
@@ -134,14 +135,14 @@ func TestQueueBasics(t *testing.T) {
 		t.Fatalf("claim with token 0: %v", err)
 	}
 	off, err := s.ClaimQueuePartition(ctx, spec.Name, "a", 0, 5)
-	if err != nil || off != (dcsync.QueueOffset{Token: 5}) {
+	if err != nil || off != (driver.QueueOffset{Token: 5}) {
 		t.Fatalf("claim = %+v %v", off, err)
 	}
-	marks, err := dcsync.EncodeQueueMarks(2, []dcsync.QueueMark{{Seq: 4, Acked: true}, {Seq: 6, Attempts: 2}})
+	marks, err := driver.EncodeQueueMarks(2, []driver.QueueMark{{Seq: 4, Acked: true}, {Seq: 6, Attempts: 2}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want5 := dcsync.QueueOffset{Token: 5, Next: 2, Attempts: 1, Held: true, Version: 1, Marks: marks}
+	want5 := driver.QueueOffset{Token: 5, Next: 2, Attempts: 1, Held: true, Version: 1, Marks: marks}
 	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, want5); err != nil {
 		t.Fatal(err)
 	}
@@ -150,19 +151,19 @@ func TestQueueBasics(t *testing.T) {
 	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, want5); err != nil {
 		t.Fatalf("commit of the stored value: %v", err)
 	}
-	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, dcsync.QueueOffset{Token: 5, Next: 1, Version: 1}); !isCode(err, dcsync.LockLost) {
+	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, driver.QueueOffset{Token: 5, Next: 1, Version: 1}); !isCode(err, dcsync.LockLost) {
 		t.Fatalf("commit of another value at the stored version: %v", err)
 	}
-	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, dcsync.QueueOffset{Token: 5, Next: 7, Version: 0}); !isCode(err, dcsync.LockLost) {
+	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, driver.QueueOffset{Token: 5, Next: 7, Version: 0}); !isCode(err, dcsync.LockLost) {
 		t.Fatalf("commit below the stored version: %v", err)
 	}
-	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, dcsync.QueueOffset{Token: 5, Next: 2, Version: 2, Marks: "\x00"}); !isCode(err, dcsync.InvalidArgument) {
+	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, driver.QueueOffset{Token: 5, Next: 2, Version: 2, Marks: "\x00"}); !isCode(err, dcsync.InvalidArgument) {
 		t.Fatalf("commit of bad marks: %v", err)
 	}
-	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, dcsync.QueueOffset{Token: 4, Next: 3, Version: 9}); !isCode(err, dcsync.LockLost) {
+	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, driver.QueueOffset{Token: 4, Next: 3, Version: 9}); !isCode(err, dcsync.LockLost) {
 		t.Fatalf("commit with an old token: %v", err)
 	}
-	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 1, dcsync.QueueOffset{Token: 4, Next: 3, Version: 1}); !isCode(err, dcsync.LockLost) {
+	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 1, driver.QueueOffset{Token: 4, Next: 3, Version: 1}); !isCode(err, dcsync.LockLost) {
 		t.Fatalf("commit to an unclaimed partition: %v", err)
 	}
 	off, err = s.ClaimQueuePartition(ctx, spec.Name, "a", 0, 4)
@@ -181,18 +182,18 @@ func TestQueueBasics(t *testing.T) {
 		t.Fatalf("claim with a higher token = %+v %v", off, err)
 	}
 	offs, err := s.ReadQueueOffsets(ctx, spec.Name, "a", []int{0, 1})
-	if err != nil || fmt.Sprint(offs) != fmt.Sprint([]dcsync.QueueOffset{want7, {}}) {
+	if err != nil || fmt.Sprint(offs) != fmt.Sprint([]driver.QueueOffset{want7, {}}) {
 		t.Fatalf("offsets = %+v %v", offs, err)
 	}
 	// A claim writes the token only: Held stays as the last commit wrote it.
-	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, dcsync.QueueOffset{Token: 7, Next: 3, Version: 2}); err != nil {
+	if err := s.CommitQueueOffset(ctx, spec.Name, "a", 0, driver.QueueOffset{Token: 7, Next: 3, Version: 2}); err != nil {
 		t.Fatal(err)
 	}
 	off, err = s.ClaimQueuePartition(ctx, spec.Name, "a", 0, 8)
-	if err != nil || off != (dcsync.QueueOffset{Token: 8, Next: 3, Version: 2}) {
+	if err != nil || off != (driver.QueueOffset{Token: 8, Next: 3, Version: 2}) {
 		t.Fatalf("claim after a release = %+v %v", off, err)
 	}
-	if offs, err := s.ReadQueueOffsets(ctx, spec.Name, "b#c", []int{0}); err != nil || offs[0] != (dcsync.QueueOffset{}) {
+	if offs, err := s.ReadQueueOffsets(ctx, spec.Name, "b#c", []int{0}); err != nil || offs[0] != (driver.QueueOffset{}) {
 		t.Fatalf("other group's offsets = %+v %v", offs, err)
 	}
 
@@ -232,15 +233,15 @@ func TestQueueBasics(t *testing.T) {
 	}
 	// Bad input.
 	for _, err := range []error{
-		s.CreateQueue(ctx, dcsync.QueueSpec{Name: "x", Partitions: 0, Groups: []string{"g"}}),
+		s.CreateQueue(ctx, driver.QueueSpec{Name: "x", Partitions: 0, Groups: []string{"g"}}),
 		func() error { _, err := s.ReadQueue(ctx, spec.Name, -1, 0, 1); return err }(),
 		func() error { _, err := s.ReadQueue(ctx, spec.Name, 0, 0, 0); return err }(),
 		func() error { _, err := s.AppendQueue(ctx, spec.Name, nil); return err }(),
 		func() error {
-			_, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{{Payload: make([]byte, dcsync.MaxQueuePayload+1)}})
+			_, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{{Payload: make([]byte, driver.MaxQueuePayload+1)}})
 			return err
 		}(),
-		s.CommitQueueOffset(ctx, spec.Name, "a", 0, dcsync.QueueOffset{Token: 7, Attempts: -1}),
+		s.CommitQueueOffset(ctx, spec.Name, "a", 0, driver.QueueOffset{Token: 7, Attempts: -1}),
 	} {
 		if !isCode(err, dcsync.InvalidArgument) {
 			t.Errorf("bad input: %v, want InvalidArgument", err)
@@ -253,11 +254,11 @@ func TestQueueLargeEvents(t *testing.T) {
 	s := queueStore(t, realServer(t))
 	ctx := ctxT(t)
 	spec := newQueue(t, s, 1)
-	events := make([]dcsync.QueueEvent, 40) // 10 MiB: two batch commands
+	events := make([]driver.QueueEvent, 40) // 10 MiB: two batch commands
 	for i := range events {
-		events[i].Payload = bytes.Repeat([]byte{byte(i)}, dcsync.MaxQueuePayload)
-		events[i].Key = string(bytes.Repeat([]byte{'k'}, dcsync.MaxQueueKeyLen))
-		events[i].ID = fmt.Sprintf("%0*d", dcsync.MaxQueueKeyLen, i)
+		events[i].Payload = bytes.Repeat([]byte{byte(i)}, driver.MaxQueuePayload)
+		events[i].Key = string(bytes.Repeat([]byte{'k'}, driver.MaxQueueKeyLen))
+		events[i].ID = fmt.Sprintf("%0*d", driver.MaxQueueKeyLen, i)
 	}
 	if _, err := s.AppendQueue(ctx, spec.Name, events); err != nil {
 		t.Fatal(err)
@@ -309,7 +310,7 @@ func TestQueueHoleAbortedThenWritten(t *testing.T) {
 			s := queueStore(t, realServer(t))
 			ctx := ctxT(t)
 			spec := newQueue(t, s, 1)
-			ev := dcsync.QueueEvent{Payload: []byte("late")}
+			ev := driver.QueueEvent{Payload: []byte("late")}
 			if withID {
 				ev.ID = "late-id"
 			}
@@ -324,17 +325,17 @@ func TestQueueHoleAbortedThenWritten(t *testing.T) {
 			})
 			t.Cleanup(func() { aerospike.SetQueueTestHook(nil) })
 			type result struct {
-				res []dcsync.QueueAppend
+				res []driver.QueueAppend
 				err error
 			}
 			done := make(chan result, 1)
 			go func() {
-				res, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{ev})
+				res, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{ev})
 				done <- result{res, err}
 			}()
 			<-reserved
 			// Another producer appends behind the hole.
-			if res, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{{Payload: []byte("next")}}); err != nil || res[0].Seq != 1 {
+			if res, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{{Payload: []byte("next")}}); err != nil || res[0].Seq != 1 {
 				t.Fatalf("append behind the hole = %v %v", res, err)
 			}
 			r := mustRead(t, s, spec.Name, 0, 0, 10)
@@ -349,7 +350,7 @@ func TestQueueHoleAbortedThenWritten(t *testing.T) {
 			}
 			close(release)
 			got := <-done
-			if got.err != nil || got.res[0] != (dcsync.QueueAppend{Partition: 0, Seq: 2}) {
+			if got.err != nil || got.res[0] != (driver.QueueAppend{Partition: 0, Seq: 2}) {
 				t.Fatalf("late append = %v %v", got.res, got.err)
 			}
 			r = mustRead(t, s, spec.Name, 0, 0, 10)
@@ -357,8 +358,8 @@ func TestQueueHoleAbortedThenWritten(t *testing.T) {
 				t.Fatalf("read after the late append = %+v", r)
 			}
 			if withID {
-				res, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{ev})
-				if err != nil || res[0] != (dcsync.QueueAppend{Partition: 0, Seq: 2, Duplicate: true}) {
+				res, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{ev})
+				if err != nil || res[0] != (driver.QueueAppend{Partition: 0, Seq: 2, Duplicate: true}) {
 					t.Fatalf("append of the id again = %v %v", res, err)
 				}
 			}
@@ -383,23 +384,23 @@ func TestQueueProducerDiesAfterID(t *testing.T) {
 				}
 				return nil
 			})
-			ev := dcsync.QueueEvent{Partition: 1, ID: "dying", Payload: []byte("x")}
-			if _, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{ev}); !errors.Is(err, errDied) {
+			ev := driver.QueueEvent{Partition: 1, ID: "dying", Payload: []byte("x")}
+			if _, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{ev}); !errors.Is(err, errDied) {
 				t.Fatalf("dying append: %v", err)
 			}
 			aerospike.SetQueueTestHook(nil)
-			want := dcsync.QueueAppend{Partition: 1, Seq: 0}
+			want := driver.QueueAppend{Partition: 1, Seq: 0}
 			if aborted {
 				if ok, err := s.AbortQueueSeq(ctx, spec.Name, 1, 0); !ok || err != nil {
 					t.Fatalf("abort = %t %v", ok, err)
 				}
 				want.Seq = 1
 			}
-			res, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{ev})
+			res, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{ev})
 			if err != nil || res[0] != want {
 				t.Fatalf("retry = %v %v, want %v", res, err, want)
 			}
-			res, err = s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{ev})
+			res, err = s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{ev})
 			want.Duplicate = true
 			if err != nil || res[0] != want {
 				t.Fatalf("second retry = %v %v, want %v", res, err, want)
@@ -420,14 +421,14 @@ func TestQueueConcurrentSameID(t *testing.T) {
 	ctx := ctxT(t)
 	spec := newQueue(t, s, 1)
 	const n = 8
-	res := make([]dcsync.QueueAppend, n)
+	res := make([]driver.QueueAppend, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{{ID: "same", Payload: []byte{byte(i)}}})
+			r, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{{ID: "same", Payload: []byte{byte(i)}}})
 			if err == nil {
 				res[i] = r[0]
 			}
@@ -479,9 +480,9 @@ func TestQueueInDoubtAppend(t *testing.T) {
 				}
 				return false
 			})
-			events := make([]dcsync.QueueEvent, 20)
+			events := make([]driver.QueueEvent, 20)
 			for i := range events {
-				events[i] = dcsync.QueueEvent{Partition: i % 2, ID: fmt.Sprint("e", i), Payload: []byte{byte(i)}}
+				events[i] = driver.QueueEvent{Partition: i % 2, ID: fmt.Sprint("e", i), Payload: []byte{byte(i)}}
 			}
 			res, err := s.AppendQueue(ctx, spec.Name, events)
 			if err != nil {
@@ -524,7 +525,7 @@ func TestQueueInDoubtSingleWrites(t *testing.T) {
 	if _, err := aerospike.ReserveQueueSeqs(ctx, s, spec.Name, 0, 1, 7); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AppendQueue(ctx, spec.Name, []dcsync.QueueEvent{{Payload: []byte("a")}}); err != nil {
+	if _, err := s.AppendQueue(ctx, spec.Name, []driver.QueueEvent{{Payload: []byte("a")}}); err != nil {
 		t.Fatal(err)
 	}
 	proxy.DropResponses(1, writesTo(aerospike.QueueEntrySet))
@@ -537,7 +538,7 @@ func TestQueueInDoubtSingleWrites(t *testing.T) {
 		t.Fatalf("in-doubt claim = %+v %v", off, err)
 	}
 	proxy.DropResponses(1, writesTo(aerospike.QueueOffsetSet))
-	if err := s.CommitQueueOffset(ctx, spec.Name, "g", 0, dcsync.QueueOffset{Token: 3, Next: 2, Version: 1}); err != nil {
+	if err := s.CommitQueueOffset(ctx, spec.Name, "g", 0, driver.QueueOffset{Token: 3, Next: 2, Version: 1}); err != nil {
 		t.Fatalf("in-doubt commit: %v", err)
 	}
 	proxy.DropResponses(1, writesTo(aerospike.QueueHeadSet))
@@ -548,7 +549,7 @@ func TestQueueInDoubtSingleWrites(t *testing.T) {
 		t.Fatalf("dropped %d replies, want 4", st.Dropped)
 	}
 	offs, err := s.ReadQueueOffsets(ctx, spec.Name, "g", []int{0})
-	if err != nil || offs[0] != (dcsync.QueueOffset{Token: 3, Next: 2, Version: 1}) {
+	if err != nil || offs[0] != (driver.QueueOffset{Token: 3, Next: 2, Version: 1}) {
 		t.Fatalf("offsets = %+v %v", offs, err)
 	}
 	r := mustRead(t, s, spec.Name, 0, 0, 10)

@@ -12,6 +12,7 @@ import (
 	"github.com/aerospike/aerospike-client-go/v8/types"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/layout"
 	"github.com/dcsync/dcsync/lock"
@@ -127,7 +128,7 @@ func TestJavaLayoutLatchInterop(t *testing.T) {
 	xdc := latchKey(dcsync.XDC, "dc1", name)
 	got, err := s.ReadLatches(ctx, []dcsync.Key{dc, xdc, latchKey(dcsync.DC, "dc2", name)})
 	must(t, err, "ReadLatches")
-	if want := []dcsync.LatchCount{{Found: true, Count: 5}, {Found: true, Count: 5}, {}}; !equal(got, want) {
+	if want := []driver.LatchCount{{Found: true, Count: 5}, {Found: true, Count: 5}, {}}; !equal(got, want) {
 		t.Fatalf("ReadLatches = %v, want %v", got, want)
 	}
 	// Another Java farm counts down (an add creates its cell): XDC sums both cells.
@@ -196,12 +197,12 @@ func TestJavaLayoutLatchInterop(t *testing.T) {
 	}
 	got, err = s.ReadLatches(ctx, []dcsync.Key{latchKey(dcsync.XDC, "dc1", gname), latchKey(dcsync.DC, "dc3", gname)})
 	must(t, err, "ReadLatches")
-	if want := []dcsync.LatchCount{{Found: true, Count: 0}, {Found: true, Count: -1}}; !equal(got, want) {
+	if want := []driver.LatchCount{{Found: true, Count: 0}, {Found: true, Count: -1}}; !equal(got, want) {
 		t.Fatalf("ReadLatches after a Java update = %v, want %v", got, want)
 	}
 }
 
-func equal(a, b []dcsync.LatchCount) bool {
+func equal(a, b []driver.LatchCount) bool {
 	if len(a) != len(b) {
 		return false
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/chaos"
 	"github.com/dcsync/dcsync/internal/faultproxy"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
@@ -35,7 +36,7 @@ func TestChaosInDoubtWrites(t *testing.T) {
 		t.Run(level.String(), func(t *testing.T) {
 			s, f := faultyStore(t)
 			chaos.RunT(t, chaos.Scenario{
-				Open:      func(context.Context) (dcsync.Store, error) { return keepOpen{s}, nil },
+				Open:      func(context.Context) (driver.Store, error) { return keepOpen{s}, nil },
 				Goroutine: 4,
 				Locks:     32, // fewer than the default: the latch workers keep their share of the store
 				Level:     level,
@@ -92,7 +93,7 @@ func TestChaosFaultProxy(t *testing.T) {
 			}
 			t.Cleanup(func() { s.Close() })
 			rep := chaos.RunT(t, chaos.Scenario{
-				Open:      func(context.Context) (dcsync.Store, error) { return keepOpen{s}, nil },
+				Open:      func(context.Context) (driver.Store, error) { return keepOpen{s}, nil },
 				Goroutine: 4,
 				Duration:  proxyChaosDuration(t),
 				Level:     level,
@@ -230,7 +231,7 @@ func TestChaosHBaseRestart(t *testing.T) {
 	t.Cleanup(func() { s.Close() })
 	n := 0
 	rep := chaos.RunT(t, chaos.Scenario{
-		Open:      func(context.Context) (dcsync.Store, error) { return keepOpen{s}, nil },
+		Open:      func(context.Context) (driver.Store, error) { return keepOpen{s}, nil },
 		Goroutine: 4,
 		Duration:  max(4*time.Minute, proxyChaosDuration(t)),
 		Level:     dcsync.XDC,

@@ -6,11 +6,12 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/layout"
 )
 
-var _ dcsync.LatchDeleter = (*Store)(nil)
+var _ driver.LatchDeleter = (*Store)(nil)
 
 // DeleteLatch waits for the server's clock to pass the versions it deletes (see
 // DeleteLatch) at most maxClockWaits times, and only when they are less than
@@ -21,7 +22,7 @@ const (
 	maxClockWaitMs = 1000
 )
 
-// DeleteLatch implements dcsync.LatchDeleter. At level DC it deletes k.Farm's count
+// DeleteLatch implements driver.LatchDeleter. At level DC it deletes k.Farm's count
 // cell C:count_<farm> and that cell's lifetime markers; at level XDC every count cell
 // and marker of the latch row. When the delete leaves no count cell in the row, it
 // deletes every cell read (the markers and C:dcsync_xdc too), so that a create right
@@ -62,7 +63,7 @@ const (
 // ending with the latch) survives too. Both need a concurrent update racing the delete.
 func (s *Store) DeleteLatch(ctx context.Context, k dcsync.Key) error {
 	const op = "hbase.DeleteLatch"
-	if err := dcsync.CheckLatch(k, 0); err != nil {
+	if err := driver.CheckLatch(k, 0); err != nil {
 		return err
 	}
 	if err := s.check(op); err != nil {
@@ -72,7 +73,7 @@ func (s *Store) DeleteLatch(ctx context.Context, k dcsync.Key) error {
 		return err
 	}
 	row := layout.HBaseLatchRow(k.Client, k.Name)
-	notFound := func() error { return dcsync.Errorf(dcsync.NotFound, op, "latch %s does not exist", k) }
+	notFound := func() error { return driver.Errorf(dcsync.NotFound, op, "latch %s does not exist", k) }
 	waits := 0
 	for try := 0; try < maxTries; try++ {
 		cells, now, err := s.db.GetWithClock(ctx, s.latchTable, row, famLatch, hbaserpc.Column{Family: famLatch})
@@ -99,7 +100,7 @@ func (s *Store) DeleteLatch(ctx context.Context, k dcsync.Key) error {
 			waits++
 			try--
 			if err := sleepCtx(ctx, time.Duration(lag+1)*time.Millisecond); err != nil {
-				return dcsync.Errorf(dcsync.Connection, op, "%w", err)
+				return driver.Errorf(dcsync.Connection, op, "%w", err)
 			}
 			continue
 		}
@@ -135,7 +136,7 @@ func (s *Store) DeleteLatch(ctx context.Context, k dcsync.Key) error {
 		}
 		s.log.Debug("hbase: latch delete not applied (the latch changed); reading again", "key", k.String(), "try", try)
 	}
-	return dcsync.Errorf(dcsync.RetriesExhausted, op, "latch %s kept changing; delete not applied after %d tries", k, maxTries)
+	return driver.Errorf(dcsync.RetriesExhausted, op, "latch %s kept changing; delete not applied after %d tries", k, maxTries)
 }
 
 // deletion returns the cells DeleteLatch deletes for k from the row as read with the

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/layout"
 )
@@ -19,7 +20,7 @@ func delKey(l dcsync.Level, client, farm, name string) dcsync.Key {
 }
 
 // readOne reads one latch key: found and count.
-func readOne(t *testing.T, s *Store, k dcsync.Key) dcsync.LatchCount {
+func readOne(t *testing.T, s *Store, k dcsync.Key) driver.LatchCount {
 	t.Helper()
 	res, err := s.ReadLatches(ctxT(t, time.Minute), []dcsync.Key{k})
 	must(t, err, "ReadLatches "+k.String())
@@ -194,7 +195,7 @@ func TestDeleteLatchJavaRow(t *testing.T) {
 }
 
 // TestDeleteLatchViaURL is the path `dcsync latch delete` takes: a store opened from an
-// hbase:// URL (as storeurl does), used through the dcsync.LatchDeleter interface.
+// hbase:// URL (as storeurl does), used through the driver.LatchDeleter interface.
 func TestDeleteLatchViaURL(t *testing.T) {
 	shared(t)
 	ctx := ctxT(t, 2*time.Minute)
@@ -203,8 +204,8 @@ func TestDeleteLatchViaURL(t *testing.T) {
 	hs, err := OpenURL(ctx, u)
 	must(t, err, "OpenURL")
 	defer hs.Close()
-	var st dcsync.Store = hs
-	d, ok := st.(dcsync.LatchDeleter)
+	var st driver.Store = hs
+	d, ok := st.(driver.LatchDeleter)
 	if !ok {
 		t.Fatal("the HBase store does not implement dcsync.LatchDeleter")
 	}

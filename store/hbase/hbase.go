@@ -200,6 +200,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/layout"
 )
@@ -263,7 +264,7 @@ type ops interface {
 	GetWithClock(ctx context.Context, table string, row, probeFamily []byte, cols ...hbaserpc.Column) ([]hbaserpc.Cell, int64, error)
 }
 
-// Store is a dcsync.Store on an HBase cluster. It is safe for concurrent use.
+// Store is a driver.Store on an HBase cluster. It is safe for concurrent use.
 type Store struct {
 	client     *hbaserpc.Client
 	db         ops
@@ -291,8 +292,8 @@ func newLazyTable(spec hbaserpc.TableSpec) lazyTable {
 }
 
 var (
-	_ dcsync.Store         = (*Store)(nil)
-	_ dcsync.CloseNotifier = (*Store)(nil)
+	_ driver.Store         = (*Store)(nil)
+	_ driver.CloseNotifier = (*Store)(nil)
 )
 
 // New returns a store on an already-connected client of this module's internal HBase
@@ -310,7 +311,7 @@ var (
 // close client.
 func New(ctx context.Context, client *hbaserpc.Client, cfg Config) (*Store, error) {
 	if client == nil {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, "hbase.New", "client is nil")
+		return nil, driver.Errorf(dcsync.InvalidArgument, "hbase.New", "client is nil")
 	}
 	return newStore(client, false, cfg), nil
 }
@@ -357,7 +358,7 @@ func (s *Store) ready(ctx context.Context, op string, t *lazyTable) error {
 	select {
 	case t.sem <- struct{}{}:
 	case <-ctx.Done():
-		return dcsync.Errorf(dcsync.Connection, op, "waiting for table %s: %w", t.spec.Name, ctx.Err())
+		return driver.Errorf(dcsync.Connection, op, "waiting for table %s: %w", t.spec.Name, ctx.Err())
 	}
 	defer func() { <-t.sem }()
 	if t.ready.Load() {
@@ -381,16 +382,16 @@ func (s *Store) ready(ctx context.Context, op string, t *lazyTable) error {
 func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	const op = "hbase.OpenURL"
 	if u == nil {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "nil URL")
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "nil URL")
 	}
 	if u.Scheme != "hbase" {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "scheme %q is not hbase", u.Scheme)
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "scheme %q is not hbase", u.Scheme)
 	}
 	if u.Host == "" {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "no ZooKeeper quorum in %q", u.Redacted())
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "no ZooKeeper quorum in %q", u.Redacted())
 	}
 	if u.Path != "" && u.Path != "/" {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "unexpected path %q in %q", u.Path, u.Redacted())
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "unexpected path %q in %q", u.Path, u.Redacted())
 	}
 	var cfg Config
 	rpcCfg := hbaserpc.Config{ZKQuorum: u.Host}
@@ -409,12 +410,12 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 		case "zk_root":
 			rpcCfg.ZKRoot = v
 		default:
-			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "unknown parameter %q (want lock_table, latch_table_suffix, queue_table, zk_root)", k)
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "unknown parameter %q (want lock_table, latch_table_suffix, queue_table, zk_root)", k)
 		}
 	}
 	client, err := hbaserpc.Dial(ctx, rpcCfg)
 	if err != nil {
-		return nil, dcsync.Wrap(err, dcsync.Connection, op)
+		return nil, driver.Wrap(err, dcsync.Connection, op)
 	}
 	return newStore(client, true, cfg), nil
 }
@@ -444,7 +445,7 @@ func (s *Store) LatchTable() string { return s.latchTable }
 
 func (s *Store) check(op string) error {
 	if s.closed.Load() {
-		return dcsync.Errorf(dcsync.Connection, op, "store is closed")
+		return driver.Errorf(dcsync.Connection, op, "store is closed")
 	}
 	return nil
 }
@@ -473,7 +474,7 @@ func (s *Store) ensureTable(ctx context.Context, op string, spec hbaserpc.TableS
 // anything else a TableCreation error.
 func tableErr(op, table, doing string, err error) error {
 	if dcsync.CodeOf(err) == dcsync.Connection {
-		return dcsync.Wrap(err, dcsync.Connection, op)
+		return driver.Wrap(err, dcsync.Connection, op)
 	}
 	return &dcsync.Error{Code: dcsync.TableCreation, Op: op, Msg: doing + " table " + table, Err: err}
 }
@@ -494,7 +495,7 @@ func (s *Store) waitOnline(ctx context.Context, op, table string) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return dcsync.Errorf(dcsync.TableCreation, op, "table %s is not online: %w", table, ctx.Err())
+			return driver.Errorf(dcsync.TableCreation, op, "table %s is not online: %w", table, ctx.Err())
 		case <-t.C:
 		}
 		delay = min(2*delay, 500*time.Millisecond)
@@ -529,17 +530,17 @@ func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 func decode64(op string, c hbaserpc.Cell) (int64, error) {
 	v, err := hbaserpc.Int64(c.Value)
 	if err != nil {
-		return 0, dcsync.Errorf(dcsync.Internal, op, "cell %s:%s of row %q: %v", c.Family, c.Qualifier, c.Row, err)
+		return 0, driver.Errorf(dcsync.Internal, op, "cell %s:%s of row %q: %v", c.Family, c.Qualifier, c.Row, err)
 	}
 	return v, nil
 }
 
-func wrap(err error, op string) error { return dcsync.Wrap(err, dcsync.Internal, op) }
+func wrap(err error, op string) error { return driver.Wrap(err, dcsync.Internal, op) }
 
 // ctxErr returns ctx's error as a Connection error when ctx has ended.
 func ctxErr(ctx context.Context, op string) error {
 	if err := ctx.Err(); err != nil {
-		return dcsync.Errorf(dcsync.Connection, op, "%w", err)
+		return driver.Errorf(dcsync.Connection, op, "%w", err)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/layout"
 	"github.com/dcsync/dcsync/store/storetest"
@@ -42,7 +43,7 @@ var fixture struct {
 
 func TestMain(m *testing.M) {
 	queueChildMain()
-	storetest.ChildMain(func(ctx context.Context) (dcsync.Store, error) {
+	storetest.ChildMain(func(ctx context.Context) (driver.Store, error) {
 		return OpenURL(ctx, &url.URL{Scheme: "hbase", Host: os.Getenv(envZK),
 			RawQuery: url.Values{"lock_table": {os.Getenv(envLockTable)}, "latch_table_suffix": {os.Getenv(envLatchSuffix)}}.Encode()})
 	})
@@ -189,7 +190,7 @@ func TestConformance(t *testing.T) {
 	zk := zkQuorum(t)
 	shared(t)
 	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T) dcsync.Store { return openStore(t) },
+		Open: func(t *testing.T) driver.Store { return openStore(t) },
 		ProcessEnv: func(t *testing.T) []string {
 			return []string{envZK + "=" + zk, envLockTable + "=" + fixture.lockTable, envLatchSuffix + "=" + fixture.latchSuffix}
 		},

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 )
 
@@ -49,7 +50,7 @@ func (f *faulty) set(plan ...fault) {
 }
 
 func errUnknown() error {
-	return dcsync.Errorf(dcsync.Connection, "hbase.CheckAndMutate", "outcome unknown: injected lost reply")
+	return driver.Errorf(dcsync.Connection, "hbase.CheckAndMutate", "outcome unknown: injected lost reply")
 }
 
 func (f *faulty) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
@@ -177,7 +178,7 @@ func TestInDoubtLatch(t *testing.T) {
 			wantCode(t, s.CreateLatch(ctx, k2, 9, time.Minute), dcsync.AlreadyExists, "CreateLatch in doubt over an existing latch")
 			got, err := s.ReadLatches(ctx, []dcsync.Key{k, k2, k3})
 			must(t, err, "ReadLatches")
-			want := []dcsync.LatchCount{{Found: true, Count: 5}, {Found: true, Count: 6}, {Found: true, Count: 0}}
+			want := []driver.LatchCount{{Found: true, Count: 5}, {Found: true, Count: 6}, {Found: true, Count: 0}}
 			for i := range want {
 				if got[i] != want[i] {
 					t.Fatalf("ReadLatches = %+v, want %+v", got, want)
@@ -328,7 +329,7 @@ func TestInDoubtLate(t *testing.T) {
 			must(t, s.CreateLatch(ctx, k, 4, time.Minute), "CreateLatch whose first attempt lands late")
 			got, err := s.ReadLatches(ctx, []dcsync.Key{k})
 			must(t, err, "ReadLatches")
-			if got[0] != (dcsync.LatchCount{Found: true, Count: 4}) {
+			if got[0] != (driver.LatchCount{Found: true, Count: 4}) {
 				t.Fatalf("count %+v, want 4", got[0])
 			}
 			k2 := key(level, "dc1")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/layout"
 )
@@ -277,7 +278,7 @@ func TestLatchRowCollision(t *testing.T) {
 	wantCode(t, err, dcsync.InvalidArgument, "XDC count down through the other identity")
 	got, err := s.ReadLatches(ctx, []dcsync.Key{first})
 	must(t, err, "ReadLatches")
-	if got[0] != (dcsync.LatchCount{Found: true, Count: 5}) {
+	if got[0] != (driver.LatchCount{Found: true, Count: 5}) {
 		t.Fatalf("the first latch after refused writes: %+v, want 5", got[0])
 	}
 	cells, err := s.client.Get(ctx, s.latchTable, layout.HBaseLatchRow(first.Client, first.Name))

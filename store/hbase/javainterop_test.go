@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/javaclients"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/layout"
@@ -92,7 +93,7 @@ func TestJavaClientsLatch(t *testing.T) {
 				x2 := dcsync.Key{Level: dcsync.XDC, Client: client, Farm: "dc2", Name: name}
 				got, err := e.s.ReadLatches(ctx, []dcsync.Key{dc1, x2})
 				must(t, err, "ReadLatches")
-				if got[0] != (dcsync.LatchCount{Found: true, Count: 5}) || got[1] != (dcsync.LatchCount{Found: true, Count: 8}) {
+				if got[0] != (driver.LatchCount{Found: true, Count: 5}) || got[1] != (driver.LatchCount{Found: true, Count: 8}) {
 					t.Fatalf("dcsync reads the Java latch as %+v, want DC 5 and XDC 8", got)
 				}
 				wantCode(t, e.s.CreateLatch(ctx, dc1, 9, time.Minute), dcsync.AlreadyExists, "dcsync create over a Java latch")
@@ -147,7 +148,7 @@ func TestJavaClientsLatch(t *testing.T) {
 				must(t, e.tool.HBaseLatchCountDown(ctx, j1), "Java count-down of a dcsync latch")
 				got, err := e.s.ReadLatches(ctx, []dcsync.Key{dc1, x2})
 				must(t, err, "ReadLatches")
-				if got[0] != (dcsync.LatchCount{Found: true, Count: 6}) || got[1] != (dcsync.LatchCount{Found: true, Count: 4}) {
+				if got[0] != (driver.LatchCount{Found: true, Count: 6}) || got[1] != (driver.LatchCount{Found: true, Count: 4}) {
 					t.Fatalf("after a Java count-down dcsync reads %+v, want DC 6 and XDC 4", got)
 				}
 
@@ -164,7 +165,7 @@ func TestJavaClientsLatch(t *testing.T) {
 				must(t, e.tool.HBaseLatchCountDown(ctx, jx2), "Java XDC count-down from dc2")
 				got, err = e.s.ReadLatches(ctx, []dcsync.Key{x1})
 				must(t, err, "ReadLatches")
-				if got[0] != (dcsync.LatchCount{Found: true, Count: 3}) {
+				if got[0] != (driver.LatchCount{Found: true, Count: 3}) {
 					t.Fatalf("dcsync XDC read after a Java count-down from dc2 = %+v, want 3", got[0])
 				}
 				if n, err := e.tool.HBaseLatchCount(ctx, jx2, "XDC"); err != nil || n != 3 {
@@ -419,10 +420,10 @@ func TestJavaClientsReleaseHidesNoJavaPut(t *testing.T) {
 func jcWatch(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, j javaclients.HBaseLatch, created time.Time, until time.Duration) []javaclients.Sample {
 	t.Helper()
 	return javaclients.Watch(t, created, until,
-		func() (dcsync.LatchCount, error) {
+		func() (driver.LatchCount, error) {
 			got, err := e.s.ReadLatches(ctx, []dcsync.Key{k})
 			if err != nil {
-				return dcsync.LatchCount{}, err
+				return driver.LatchCount{}, err
 			}
 			return got[0], nil
 		},

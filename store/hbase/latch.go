@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/layout"
 )
@@ -87,7 +88,7 @@ func sameLatch(id, k dcsync.Key) bool { return id.Client == k.Client && id.Name 
 func (r latchView) collision(op string, k dcsync.Key) error {
 	for _, m := range r.markers {
 		if !sameLatch(m.id, k) {
-			return dcsync.Errorf(dcsync.InvalidArgument, op,
+			return driver.Errorf(dcsync.InvalidArgument, op,
 				"latch (client %q, name %q) shares its HBase row %q with the latch (client %q, name %q) written by dcsync: the Java layout joins client and name with '_' and cannot keep them apart; use ids without '_'",
 				k.Client, k.Name, layout.HBaseLatchRow(k.Client, k.Name), m.id.Client, m.id.Name)
 		}
@@ -146,13 +147,13 @@ func latchCols(k dcsync.Key) []hbaserpc.Column {
 }
 
 // sumCells adds up cells as the Java reader does (Bytes.toLong of every cell), but
-// saturating at the int64 bounds instead of wrapping (dcsync.SumCounts).
+// saturating at the int64 bounds instead of wrapping (driver.SumCounts).
 func sumCells(op string, cells []hbaserpc.Cell) (int64, error) {
 	vals, err := cellValues(op, cells)
 	if err != nil {
 		return 0, err
 	}
-	return dcsync.SumCounts(vals...), nil
+	return driver.SumCounts(vals...), nil
 }
 
 func cellValues(op string, cells []hbaserpc.Cell) ([]int64, error) {
@@ -201,13 +202,13 @@ func newOpID() string {
 // attempt (one that reached the server late) reports it created.
 func (s *Store) CreateLatch(ctx context.Context, k dcsync.Key, count int64, ttl time.Duration) error {
 	const op = "hbase.CreateLatch"
-	if err := dcsync.CheckLatch(k, ttl); err != nil {
+	if err := driver.CheckLatch(k, ttl); err != nil {
 		return err
 	}
-	if err := dcsync.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return err
 	}
-	if err := dcsync.ValidateCount(count); err != nil {
+	if err := driver.ValidateCount(count); err != nil {
 		return err
 	}
 	if err := s.check(op); err != nil {
@@ -218,7 +219,7 @@ func (s *Store) CreateLatch(ctx context.Context, k dcsync.Key, count int64, ttl 
 	case err != nil:
 		return wrap(err, op)
 	case !created:
-		return dcsync.Errorf(dcsync.AlreadyExists, op, "latch %s exists", k)
+		return driver.Errorf(dcsync.AlreadyExists, op, "latch %s exists", k)
 	}
 	return nil
 }
@@ -227,10 +228,10 @@ func (s *Store) CreateLatch(ctx context.Context, k dcsync.Key, count int64, ttl 
 // when it already existed.
 func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration) (bool, error) {
 	const op = "hbase.EnsureLatch"
-	if err := dcsync.CheckLatch(k, ttl); err != nil {
+	if err := driver.CheckLatch(k, ttl); err != nil {
 		return false, err
 	}
-	if err := dcsync.ValidateTTL(ttl); err != nil {
+	if err := driver.ValidateTTL(ttl); err != nil {
 		return false, err
 	}
 	if err := s.check(op); err != nil {
@@ -354,7 +355,7 @@ func (s *Store) create(ctx context.Context, op string, k dcsync.Key, count int64
 // update may land in between, and is then included), never an estimate.
 func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
 	const op = "hbase.AddLatch"
-	if err := dcsync.CheckLatch(k, 0); err != nil {
+	if err := driver.CheckLatch(k, 0); err != nil {
 		return 0, err
 	}
 	if err := s.check(op); err != nil {
@@ -365,7 +366,7 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 	}
 	row := layout.HBaseLatchRow(k.Client, k.Name)
 	q := layout.HBaseLatchQualifier(k.Farm)
-	notFound := func() error { return dcsync.Errorf(dcsync.NotFound, op, "latch %s does not exist", k) }
+	notFound := func() error { return driver.Errorf(dcsync.NotFound, op, "latch %s does not exist", k) }
 	for try := 0; try < maxTries; try++ {
 		cells, now, err := s.db.GetWithClock(ctx, s.latchTable, row, famLatch, hbaserpc.Column{Family: famLatch})
 		if err != nil {
@@ -385,8 +386,8 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 			if err != nil {
 				return 0, err
 			}
-			if _, err := dcsync.AddCount(op, v, delta); err != nil {
-				return 0, dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to farm %s's count %d would overflow int64; nothing was written", k, delta, k.Farm, v)
+			if _, err := driver.AddCount(op, v, delta); err != nil {
+				return 0, driver.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to farm %s's count %d would overflow int64; nothing was written", k, delta, k.Farm, v)
 			}
 		}
 		if k.Level == dcsync.XDC {
@@ -394,8 +395,8 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 			if err != nil {
 				return 0, err
 			}
-			if !dcsync.SumUpdateFits(vals, delta) {
-				return 0, dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to count %d would overflow int64; nothing was written", k, delta, dcsync.SumCounts(vals...))
+			if !driver.SumUpdateFits(vals, delta) {
+				return 0, driver.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to count %d would overflow int64; nothing was written", k, delta, driver.SumCounts(vals...))
 			}
 		}
 		cond, muts, ok := r.update(k, delta, now)
@@ -429,7 +430,7 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 			}
 		}
 		if !found {
-			return 0, dcsync.Errorf(dcsync.Internal, op, "Increment of %s returned no value", k)
+			return 0, driver.Errorf(dcsync.Internal, op, "Increment of %s returned no value", k)
 		}
 		// A concurrent update between the read and the write may still have carried the
 		// cell (HBase adds with Java's wrapping arithmetic) or the sum out of range: take
@@ -445,10 +446,10 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 			return 0, err
 		}
 		// The counts before this update: the ones read back, less delta.
-		if !dcsync.SumUpdateFits(append(vals, -delta), delta) {
+		if !driver.SumUpdateFits(append(vals, -delta), delta) {
 			return 0, s.takeBack(ctx, op, k, row, cond, muts, delta, "the sum")
 		}
-		return dcsync.SumCounts(vals...), nil
+		return driver.SumCounts(vals...), nil
 	}
 	return 0, notFound()
 }
@@ -463,7 +464,7 @@ func (s *Store) takeBack(ctx context.Context, op string, k dcsync.Key, row []byt
 		s.log.Warn("hbase: taking back an update that overflowed failed", "key", k.String(), "delta", delta, "err", err)
 		return wrap(err, op)
 	}
-	return dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d carried %s out of the int64 range; the update was taken back", k, delta, what)
+	return driver.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d carried %s out of the int64 range; the update was taken back", k, delta, what)
 }
 
 // update plans AddLatch's write from the row as read with the server clock now (see
@@ -562,17 +563,17 @@ func sortedFarms(counts map[string]hbaserpc.Cell) []string {
 // ReadLatches reads all keys in one MultiGet (one Multi call per region server; a
 // single key is one Get): the caller's farm cell for a DC key, the whole family C,
 // summed, for an XDC key. A latch is found when any cell was read.
-func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
+func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.LatchCount, error) {
 	const op = "hbase.ReadLatches"
 	for _, k := range keys {
-		if err := dcsync.CheckLatch(k, 0); err != nil {
+		if err := driver.CheckLatch(k, 0); err != nil {
 			return nil, err
 		}
 	}
 	if err := s.check(op); err != nil {
 		return nil, err
 	}
-	out := make([]dcsync.LatchCount, len(keys))
+	out := make([]driver.LatchCount, len(keys))
 	if len(keys) == 0 {
 		return out, nil
 	}
@@ -598,7 +599,7 @@ func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.La
 		}
 	}
 	if len(res) != len(keys) {
-		return nil, dcsync.Errorf(dcsync.Internal, op, "%d results for %d keys", len(res), len(keys))
+		return nil, driver.Errorf(dcsync.Internal, op, "%d results for %d keys", len(res), len(keys))
 	}
 	for i, cells := range res {
 		if len(cells) == 0 {
@@ -608,7 +609,7 @@ func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.La
 		if err != nil {
 			return nil, err
 		}
-		out[i] = dcsync.LatchCount{Found: true, Count: n}
+		out[i] = driver.LatchCount{Found: true, Count: n}
 	}
 	return out, nil
 }

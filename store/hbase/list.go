@@ -6,16 +6,17 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/layout"
 )
 
 var (
-	_ dcsync.LockLister  = (*Store)(nil)
-	_ dcsync.LatchLister = (*Store)(nil)
+	_ driver.LockLister  = (*Store)(nil)
+	_ driver.LatchLister = (*Store)(nil)
 )
 
-// ListLocks implements dcsync.LockLister. It scans the whole lock table (every salt
+// ListLocks implements driver.LockLister. It scans the whole lock table (every salt
 // bucket, every client: one Scan RPC per 100 rows per region, plus the rows of other
 // clients and the fencing counters, which it skips): an operator's call, not one for
 // a hot path. A row is held when its D:L cell exists, as InspectLock decides; the
@@ -26,9 +27,9 @@ var (
 // "b#c" (layout.AmbiguousLockKey), and such a lock is listed under the first parse,
 // with the client and name that split gives. A lock of client "a#b" is therefore
 // listed as client "a"'s; avoid '#' in client ids to list reliably.
-func (s *Store) ListLocks(ctx context.Context, client string) ([]dcsync.LockInfo, error) {
+func (s *Store) ListLocks(ctx context.Context, client string) ([]driver.LockInfo, error) {
 	const op = "hbase.ListLocks"
-	if err := dcsync.ValidateID("client", client); err != nil {
+	if err := driver.ValidateID("client", client); err != nil {
 		return nil, err
 	}
 	if err := s.check(op); err != nil {
@@ -37,7 +38,7 @@ func (s *Store) ListLocks(ctx context.Context, client string) ([]dcsync.LockInfo
 	if err := s.ready(ctx, op, &s.locks); err != nil {
 		return nil, err
 	}
-	var out []dcsync.LockInfo
+	var out []driver.LockInfo
 	err := s.client.ScanFunc(ctx, s.lockTable, hbaserpc.Scan{Columns: []hbaserpc.Column{{Family: famLock}}}, func(row hbaserpc.Row) error {
 		k, ok := layout.ParseHBaseLockRow(row.Key)
 		if !ok || k.Client != client {
@@ -47,7 +48,7 @@ func (s *Store) ListLocks(ctx context.Context, client string) ([]dcsync.LockInfo
 		if !r.held {
 			return nil // a fencing counter, or a freed lock
 		}
-		out = append(out, dcsync.LockInfo{Key: k, LockState: r.state()})
+		out = append(out, driver.LockInfo{Key: k, LockState: r.state()})
 		return nil
 	})
 	if err != nil {
@@ -66,7 +67,7 @@ func (s *Store) ListLocks(ctx context.Context, client string) ([]dcsync.LockInfo
 	return out, nil
 }
 
-// ListLatches implements dcsync.LatchLister: one entry per farm cell of client's
+// ListLatches implements driver.LatchLister: one entry per farm cell of client's
 // latches. It scans the whole latch table (see ListLocks for the cost).
 //
 // A row dcsync wrote carries lifetime markers naming its (client, name) unambiguously
@@ -76,9 +77,9 @@ func (s *Store) ListLocks(ctx context.Context, client string) ([]dcsync.LockInfo
 // splits at the first '_' (the Java layout cannot tell client "a_b" latch "c" from
 // client "a" latch "b_c", layout.AmbiguousHBaseLatchRow), so an ambiguous Java latch is
 // listed under the first parse; its Expires is zero (unknown).
-func (s *Store) ListLatches(ctx context.Context, client string) ([]dcsync.LatchInfo, error) {
+func (s *Store) ListLatches(ctx context.Context, client string) ([]driver.LatchInfo, error) {
 	const op = "hbase.ListLatches"
-	if err := dcsync.ValidateID("client", client); err != nil {
+	if err := driver.ValidateID("client", client); err != nil {
 		return nil, err
 	}
 	if err := s.check(op); err != nil {
@@ -88,7 +89,7 @@ func (s *Store) ListLatches(ctx context.Context, client string) ([]dcsync.LatchI
 		return nil, err
 	}
 	now := time.Now().UnixMilli()
-	var out []dcsync.LatchInfo
+	var out []driver.LatchInfo
 	err := s.client.ScanFunc(ctx, s.latchTable, hbaserpc.Scan{Columns: []hbaserpc.Column{{Family: famLatch}}}, func(row hbaserpc.Row) error {
 		v := parseLatchView(row.Cells)
 		var c, name string
@@ -108,7 +109,7 @@ func (s *Store) ListLatches(ctx context.Context, client string) ([]dcsync.LatchI
 			if err != nil {
 				continue
 			}
-			li := dcsync.LatchInfo{Key: dcsync.Key{Level: dcsync.DC, Client: c, Farm: farm, Name: name}, Count: count}
+			li := driver.LatchInfo{Key: dcsync.Key{Level: dcsync.DC, Client: c, Farm: farm, Name: name}, Count: count}
 			if m, ok := v.markerOf(farm); ok {
 				if m.endsMs <= now {
 					continue

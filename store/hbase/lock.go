@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/layout"
 )
@@ -22,8 +23,8 @@ type lockRow struct {
 	javaHidden bool
 }
 
-func (r lockRow) state() dcsync.LockState {
-	return dcsync.LockState{Owner: r.owner, Token: r.token, Expires: r.expires}
+func (r lockRow) state() driver.LockState {
+	return driver.LockState{Owner: r.owner, Token: r.token, Expires: r.expires}
 }
 
 // fenceRow returns the row of k's fencing counter: Salt("F#" + IdentityKey(k)). The
@@ -129,11 +130,11 @@ func holder(r lockRow) string {
 }
 
 func unavailable(op string, k dcsync.Key, r lockRow) error {
-	return dcsync.Errorf(dcsync.LockUnavailable, op, "%s is held by %s", k, holder(r))
+	return driver.Errorf(dcsync.LockUnavailable, op, "%s is held by %s", k, holder(r))
 }
 
 func lost(op string, k dcsync.Key, owner string) error {
-	return dcsync.Errorf(dcsync.LockLost, op, "%s is not held by owner %s", k, owner)
+	return driver.Errorf(dcsync.LockLost, op, "%s is not held by owner %s", k, owner)
 }
 
 // AcquireLock takes the lock at k for owner with a lease of ttl, in three calls:
@@ -165,20 +166,20 @@ func lost(op string, k dcsync.Key, owner string) error {
 // LockUnavailable. A resend that finds the lock held by our own owner id (an earlier
 // attempt that reached the server late) goes on as if it had been applied. When ctx
 // ends during step 1, see abandon.
-func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	const op = "hbase.AcquireLock"
-	if err := dcsync.CheckLease(k, owner, ttl); err != nil {
-		return dcsync.LockState{}, err
+	if err := driver.CheckLease(k, owner, ttl); err != nil {
+		return driver.LockState{}, err
 	}
 	if err := s.check(op); err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	if err := s.ready(ctx, op, &s.locks); err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	row := layout.HBaseLockRow(k)
 	if err := s.hiddenJavaHoldFirst(ctx, op, k, row); err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	var last error
 	for try := 0; try < maxTries; try++ {
@@ -186,7 +187,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 			// The first retry goes at once: its usual cause, a delete marker of the same
 			// millisecond, is already in the past.
 			if err := sleepCtx(ctx, time.Duration(try-1)*time.Millisecond); err != nil {
-				return dcsync.LockState{}, ctxErr(ctx, op)
+				return driver.LockState{}, ctxErr(ctx, op)
 			}
 		}
 		// Step 1. The lease runs from before the write is sent: every cell written here
@@ -201,10 +202,10 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 			return r.state(), unavailable(op, k, r)
 		case !r.held && applied:
 			s.log.Debug("hbase: acquired cells hidden by a delete marker; retrying", "key", k.String(), "try", try)
-			last = dcsync.Errorf(dcsync.LockUnavailable, op, "%s: acquired cells hidden by a delete of the same millisecond", k)
+			last = driver.Errorf(dcsync.LockUnavailable, op, "%s: acquired cells hidden by a delete of the same millisecond", k)
 			continue
 		case !r.held:
-			last = dcsync.Errorf(dcsync.LockUnavailable, op, "%s: freed and taken again while acquiring", k)
+			last = driver.Errorf(dcsync.LockUnavailable, op, "%s: freed and taken again while acquiring", k)
 			continue
 		case r.javaHidden:
 			return s.yieldToHiddenJava(op, k, row, owner, r)
@@ -215,23 +216,23 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		token, err := s.bumpFence(ctx, k)
 		if err != nil {
 			s.releaseQuiet(row, owner, r)
-			return dcsync.LockState{}, wrap(err, op)
+			return driver.LockState{}, wrap(err, op)
 		}
 		// Step 3.
 		ok, err := s.casRecord(ctx, row, owner, token, ttl, r)
 		if err != nil {
 			s.releaseQuiet(row, owner, r)
-			return dcsync.LockState{}, wrap(err, op)
+			return driver.LockState{}, wrap(err, op)
 		}
 		if ok {
-			return dcsync.LockState{Owner: owner, Token: token, Expires: r.expires}, nil
+			return driver.LockState{Owner: owner, Token: token, Expires: r.expires}, nil
 		}
 		// Our cells are gone: the lease lapsed, and someone else may hold the lock now.
 		// Start over; step 1 tells.
 		s.log.Debug("hbase: lease lapsed while acquiring; retrying", "key", k.String(), "try", try)
-		last = dcsync.Errorf(dcsync.LockUnavailable, op, "%s: lease lapsed while acquiring", k)
+		last = driver.Errorf(dcsync.LockUnavailable, op, "%s: lease lapsed while acquiring", k)
 	}
-	return dcsync.LockState{}, last
+	return driver.LockState{}, last
 }
 
 // abandon ends an acquire whose step 2 failed with err. When ctx has ended, the outcome
@@ -239,10 +240,10 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 // this acquire took after all is released at once (rather than blocking everyone for
 // the lease), and a lock someone else holds is reported as LockUnavailable, wrapping
 // ctx's error.
-func (s *Store) abandon(ctx context.Context, op string, k dcsync.Key, row []byte, owner string, err error) (dcsync.LockState, error) {
+func (s *Store) abandon(ctx context.Context, op string, k dcsync.Key, row []byte, owner string, err error) (driver.LockState, error) {
 	cerr := ctx.Err()
 	if cerr == nil {
-		return dcsync.LockState{}, wrap(err, op)
+		return driver.LockState{}, wrap(err, op)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
 	defer cancel()
@@ -255,7 +256,7 @@ func (s *Store) abandon(ctx context.Context, op string, k dcsync.Key, row []byte
 		return r.state(), &dcsync.Error{Code: dcsync.LockUnavailable, Op: op,
 			Msg: k.String() + " is held by " + holder(r) + "; gave up", Err: cerr}
 	}
-	return dcsync.LockState{}, wrap(err, op)
+	return driver.LockState{}, wrap(err, op)
 }
 
 // casTake is step 1 of AcquireLock: it reports whether the check-and-mutate was
@@ -334,12 +335,12 @@ func (s *Store) bumpFence(ctx context.Context, k dcsync.Key) (uint64, error) {
 				return 0, err
 			}
 			if v <= 0 {
-				return 0, dcsync.Errorf(dcsync.Internal, op, "fencing counter of %s is %d", k, v)
+				return 0, driver.Errorf(dcsync.Internal, op, "fencing counter of %s is %d", k, v)
 			}
 			return uint64(v), nil
 		}
 	}
-	return 0, dcsync.Errorf(dcsync.Internal, op, "Increment of the fencing counter of %s returned no value", k)
+	return 0, driver.Errorf(dcsync.Internal, op, "Increment of the fencing counter of %s returned no value", k)
 }
 
 // releaseQuiet frees a lock row r that owner holds, after a failure, best effort,
@@ -365,25 +366,25 @@ func (s *Store) releaseQuiet(row []byte, owner string, r lockRow) {
 // at or after this try's means refreshed (this try landed, or a later refresh did);
 // our owner with an earlier expiry means not applied, and the write is sent again,
 // conditioned on the expiry now stored.
-func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	const op = "hbase.RefreshLock"
-	if err := dcsync.CheckLease(k, owner, ttl); err != nil {
-		return dcsync.LockState{}, err
+	if err := driver.CheckLease(k, owner, ttl); err != nil {
+		return driver.LockState{}, err
 	}
 	if err := s.check(op); err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	if err := s.ready(ctx, op, &s.locks); err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	row := layout.HBaseLockRow(k)
 	cells, now, err := s.db.GetWithClock(ctx, s.lockTable, row, famLock, hbaserpc.Column{Family: famLock})
 	if err != nil {
-		return dcsync.LockState{}, wrap(err, op)
+		return driver.LockState{}, wrap(err, op)
 	}
 	r := parseLock(cells)
 	if !r.held || r.owner != owner || !r.expires.IsZero() && !time.Now().Before(r.expires) {
-		return dcsync.LockState{}, lost(op, k, owner)
+		return driver.LockState{}, lost(op, k, owner)
 	}
 	sent := time.Now()
 	for try := 0; ; try++ {
@@ -395,28 +396,28 @@ func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, ownedBy(owner, r),
 			lockPut(owner, expires, r.token, cellTTL, r.ts))
 		if err == nil && ok {
-			return dcsync.LockState{Owner: owner, Token: r.token, Expires: expires}, nil
+			return driver.LockState{Owner: owner, Token: r.token, Expires: expires}, nil
 		}
 		if err != nil && (!inDoubt(err) || try >= maxTries-1) {
-			return dcsync.LockState{}, wrap(err, op)
+			return driver.LockState{}, wrap(err, op)
 		}
 		back, rerr := s.readLock(ctx, row)
 		if rerr != nil {
 			if err == nil {
 				err = rerr
 			}
-			return dcsync.LockState{}, wrap(err, op)
+			return driver.LockState{}, wrap(err, op)
 		}
 		s.log.Debug("hbase: refresh not applied or in doubt; read back", "key", k.String(), "held", back.held, "mine", back.owner == owner, "err", err)
 		switch {
 		case !back.held || back.owner != owner:
-			return dcsync.LockState{}, lost(op, k, owner)
+			return driver.LockState{}, lost(op, k, owner)
 		case back.expires.UnixMilli() >= expires.UnixMilli():
 			// This try landed, or a later refresh of ours: the lease ends at or after
 			// expires.
-			return dcsync.LockState{Owner: owner, Token: back.token, Expires: expires}, nil
+			return driver.LockState{Owner: owner, Token: back.token, Expires: expires}, nil
 		case try >= maxTries-1 || !back.expires.IsZero() && !time.Now().Before(back.expires):
-			return dcsync.LockState{}, lost(op, k, owner)
+			return driver.LockState{}, lost(op, k, owner)
 		}
 		r = back // changed under us by another write of ours: replace what is there now
 	}
@@ -439,7 +440,7 @@ func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl
 // if the lease had not run out by then.
 func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
 	const op = "hbase.ReleaseLock"
-	if err := dcsync.CheckLock(k, owner, 0); err != nil {
+	if err := driver.CheckLock(k, owner, 0); err != nil {
 		return err
 	}
 	if err := s.check(op); err != nil {
@@ -509,23 +510,23 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 // Java client holds, Owner is "", Token 0 and Expires the zero time, meaning unknown:
 // the Java store records no owner, token or expiry, and HBase does not return cell
 // TTLs (the lease is whatever TTL that Java client was configured with).
-func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState, error) {
+func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockState, error) {
 	const op = "hbase.InspectLock"
-	if err := k.Validate("lock"); err != nil {
-		return dcsync.LockState{}, err
+	if err := driver.ValidateKey("lock", k); err != nil {
+		return driver.LockState{}, err
 	}
 	if err := s.check(op); err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	if err := s.ready(ctx, op, &s.locks); err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	r, err := s.readLock(ctx, layout.HBaseLockRow(k))
 	if err != nil {
-		return dcsync.LockState{}, wrap(err, op)
+		return driver.LockState{}, wrap(err, op)
 	}
 	if !r.held {
-		return dcsync.LockState{}, dcsync.Errorf(dcsync.NotFound, op, "%s is free", k)
+		return driver.LockState{}, driver.Errorf(dcsync.NotFound, op, "%s is free", k)
 	}
 	return r.state(), nil
 }

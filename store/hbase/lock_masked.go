@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 )
 
@@ -137,15 +138,15 @@ func (s *Store) hiddenJavaHoldFirst(ctx context.Context, op string, k dcsync.Key
 // yieldToHiddenJava ends an acquire whose step 1 took the row r although the row hides
 // a Java hold: it frees the row again (best effort: the cells lapse with the lease
 // otherwise), remembers the row, and reports LockUnavailable.
-func (s *Store) yieldToHiddenJava(op string, k dcsync.Key, row []byte, owner string, r lockRow) (dcsync.LockState, error) {
+func (s *Store) yieldToHiddenJava(op string, k dcsync.Key, row []byte, owner string, r lockRow) (driver.LockState, error) {
 	s.log.Debug("hbase: the row hides a Java acquire behind a Java release of the same millisecond; yielding", "key", k.String())
 	rememberMasked(s.lockTable, row, true)
 	s.releaseQuiet(row, owner, r)
-	return dcsync.LockState{}, hiddenJavaHold(op, k)
+	return driver.LockState{}, hiddenJavaHold(op, k)
 }
 
 func hiddenJavaHold(op string, k dcsync.Key) error {
-	return dcsync.Errorf(dcsync.LockUnavailable, op,
+	return driver.Errorf(dcsync.LockUnavailable, op,
 		"%s is held by a Java client whose acquire is hidden by an earlier Java release of the same millisecond (until its TTL ends)", k)
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 )
 
@@ -68,11 +69,11 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		}
 	}
 	if len(hosts) == 0 {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "no ZooKeeper server in Options.Quorum")
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "no ZooKeeper server in Options.Quorum")
 	}
 	for _, h := range hosts {
 		if strings.Contains(h, ",") {
-			return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "quorum entry %q holds a comma: give one server per entry", h)
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "quorum entry %q holds a comma: give one server per entry", h)
 		}
 	}
 	client, err := hbaserpc.Dial(ctx, hbaserpc.Config{
@@ -87,7 +88,7 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		User:        opts.User,
 	})
 	if err != nil {
-		return nil, dcsync.Wrap(err, dcsync.Connection, op)
+		return nil, driver.Wrap(err, dcsync.Connection, op)
 	}
 	return newStore(client, true, Config{
 		LockTable:        opts.LockTable,

@@ -1,6 +1,6 @@
 package hbase
 
-// # Queue layout (dcsync.QueueStore)
+// # Queue layout (driver.QueueStore)
 //
 // The queue lives in its own table (DefaultQueueTable, created on first use by the first
 // queue call: family "q", VERSIONS 1, no compression, pre-split into 16 regions on the
@@ -123,6 +123,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/layout"
 )
@@ -168,7 +169,7 @@ const (
 )
 
 var (
-	_ dcsync.QueueStore = (*Store)(nil)
+	_ driver.QueueStore = (*Store)(nil)
 )
 
 // queueOps is what the queue needs of the client; tests wrap it to inject faults (a
@@ -188,7 +189,7 @@ type queueState struct {
 	db    queueOps // nil: the store's db or client
 
 	mu    sync.Mutex
-	specs map[string]dcsync.QueueSpec // queues known to exist (for their dedup window)
+	specs map[string]driver.QueueSpec // queues known to exist (for their dedup window)
 	seen  map[string][]byte           // offset row -> its cell as last written or read
 }
 
@@ -206,7 +207,7 @@ func newQueueState(table string) *queueState {
 			Families:  []hbaserpc.FamilySpec{{Name: string(famQueue), MaxVersions: 1}},
 			SplitKeys: splits,
 		}),
-		specs: map[string]dcsync.QueueSpec{},
+		specs: map[string]driver.QueueSpec{},
 	}
 }
 
@@ -292,7 +293,7 @@ type storedEntry struct {
 	at      int64
 }
 
-func encodeEvent(e dcsync.QueueEvent) []byte {
+func encodeEvent(e driver.QueueEvent) []byte {
 	b := make([]byte, 0, 1+4+len(e.Key)+len(e.ID)+len(e.Payload))
 	b = append(b, entryEvent)
 	b = binary.AppendUvarint(b, uint64(len(e.Key)))
@@ -366,19 +367,19 @@ func cellUint(cells []hbaserpc.Cell, qual []byte) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
-func decodeBounds(op string, cells []hbaserpc.Cell) (dcsync.QueueBounds, error) {
+func decodeBounds(op string, cells []hbaserpc.Cell) (driver.QueueBounds, error) {
 	h, err := cellUint(cells, qualHead)
 	if err != nil {
-		return dcsync.QueueBounds{}, dcsync.Errorf(dcsync.Internal, op, "head row: %v", err)
+		return driver.QueueBounds{}, driver.Errorf(dcsync.Internal, op, "head row: %v", err)
 	}
 	f, err := cellUint(cells, qualFloor)
 	if err != nil {
-		return dcsync.QueueBounds{}, dcsync.Errorf(dcsync.Internal, op, "head row: %v", err)
+		return driver.QueueBounds{}, driver.Errorf(dcsync.Internal, op, "head row: %v", err)
 	}
 	if int64(h) < 0 {
-		return dcsync.QueueBounds{}, dcsync.Errorf(dcsync.Internal, op, "head row: negative head")
+		return driver.QueueBounds{}, driver.Errorf(dcsync.Internal, op, "head row: negative head")
 	}
-	return dcsync.QueueBounds{Head: h, Floor: f}, nil
+	return driver.QueueBounds{Head: h, Floor: f}, nil
 }
 
 var headCols = []hbaserpc.Column{{Family: famQueue, Qualifier: qualHead}, {Family: famQueue, Qualifier: qualFloor}}
@@ -396,12 +397,12 @@ type specDoc struct {
 	Op string `json:"op,omitempty"`
 }
 
-func (d specDoc) spec(cellTS int64) dcsync.QueueSpec {
+func (d specDoc) spec(cellTS int64) driver.QueueSpec {
 	created := d.CreatedMs
 	if created == 0 {
 		created = cellTS
 	}
-	return dcsync.QueueSpec{Name: d.Name, Partitions: d.Partitions, Groups: append([]string(nil), d.Groups...),
+	return driver.QueueSpec{Name: d.Name, Partitions: d.Partitions, Groups: append([]string(nil), d.Groups...),
 		Dedup: time.Duration(d.DedupMs) * time.Millisecond, Created: time.UnixMilli(created)}
 }
 
@@ -418,9 +419,9 @@ func randToken() uint64 {
 
 // CreateQueue creates the queue (and the queue table on first use). It returns
 // AlreadyExists, changing nothing, when a queue of that name exists.
-func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
+func (s *Store) CreateQueue(ctx context.Context, spec driver.QueueSpec) error {
 	const op = "hbase.CreateQueue"
-	if err := dcsync.ValidateQueueSpec(spec); err != nil {
+	if err := driver.ValidateQueueSpec(spec); err != nil {
 		return err
 	}
 	table, db, err := s.qready(ctx, op)
@@ -434,7 +435,7 @@ func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
 	}
 	raw, err := json.Marshal(doc)
 	if err != nil {
-		return dcsync.Errorf(dcsync.Internal, op, "%v", err)
+		return driver.Errorf(dcsync.Internal, op, "%v", err)
 	}
 	row := specRow(spec.Name)
 	for try := 0; ; try++ {
@@ -455,10 +456,10 @@ func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
 			return nil
 		}
 		if found {
-			return dcsync.Errorf(dcsync.AlreadyExists, op, "queue %q exists", spec.Name)
+			return driver.Errorf(dcsync.AlreadyExists, op, "queue %q exists", spec.Name)
 		}
 		if err == nil {
-			return dcsync.Errorf(dcsync.Internal, op, "queue %q: create refused but no spec found", spec.Name)
+			return driver.Errorf(dcsync.Internal, op, "queue %q: create refused but no spec found", spec.Name)
 		}
 		s.log.Debug("hbase: queue create in doubt, not applied; retrying", "queue", spec.Name, "err", err)
 	}
@@ -483,37 +484,37 @@ func (s *Store) readSpecRaw(ctx context.Context, db queueOps, table, name string
 	}
 	var d specDoc
 	if err := json.Unmarshal(v, &d); err != nil {
-		return specDoc{}, nil, 0, false, dcsync.Errorf(dcsync.Internal, op, "queue %q: bad spec: %v", name, err)
+		return specDoc{}, nil, 0, false, driver.Errorf(dcsync.Internal, op, "queue %q: bad spec: %v", name, err)
 	}
 	if d.Name != name {
-		return specDoc{}, nil, 0, false, dcsync.Errorf(dcsync.Internal, op, "spec row of queue %q holds queue %q", name, d.Name)
+		return specDoc{}, nil, 0, false, driver.Errorf(dcsync.Internal, op, "spec row of queue %q holds queue %q", name, d.Name)
 	}
 	return d, v, ts, true, nil
 }
 
 // ReadQueueSpec returns the queue's spec, or NotFound.
-func (s *Store) ReadQueueSpec(ctx context.Context, name string) (dcsync.QueueSpec, error) {
+func (s *Store) ReadQueueSpec(ctx context.Context, name string) (driver.QueueSpec, error) {
 	const op = "hbase.ReadQueueSpec"
-	if err := dcsync.ValidateID("queue", name); err != nil {
-		return dcsync.QueueSpec{}, err
+	if err := driver.ValidateID("queue", name); err != nil {
+		return driver.QueueSpec{}, err
 	}
 	table, db, err := s.qready(ctx, op)
 	if err != nil {
-		return dcsync.QueueSpec{}, err
+		return driver.QueueSpec{}, err
 	}
 	d, ts, ok, err := s.readSpec(ctx, db, table, name)
 	if err != nil {
-		return dcsync.QueueSpec{}, err
+		return driver.QueueSpec{}, err
 	}
 	if !ok {
-		return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.NotFound, op, "queue %q not found", name)
+		return driver.QueueSpec{}, driver.Errorf(dcsync.NotFound, op, "queue %q not found", name)
 	}
 	spec := d.spec(ts)
 	s.rememberSpec(spec)
 	return spec, nil
 }
 
-func (s *Store) rememberSpec(spec dcsync.QueueSpec) {
+func (s *Store) rememberSpec(spec driver.QueueSpec) {
 	q := s.queue()
 	q.mu.Lock()
 	q.specs[spec.Name] = spec
@@ -523,7 +524,7 @@ func (s *Store) rememberSpec(spec dcsync.QueueSpec) {
 // knownSpec returns the queue's spec from the cache, or reads it (NotFound when the
 // queue does not exist). Only what never changes (the dedup window, the partitions) is
 // used from it.
-func (s *Store) knownSpec(ctx context.Context, db queueOps, table, op, name string) (dcsync.QueueSpec, error) {
+func (s *Store) knownSpec(ctx context.Context, db queueOps, table, op, name string) (driver.QueueSpec, error) {
 	q := s.queue()
 	q.mu.Lock()
 	spec, ok := q.specs[name]
@@ -533,10 +534,10 @@ func (s *Store) knownSpec(ctx context.Context, db queueOps, table, op, name stri
 	}
 	d, ts, found, err := s.readSpec(ctx, db, table, name)
 	if err != nil {
-		return dcsync.QueueSpec{}, err
+		return driver.QueueSpec{}, err
 	}
 	if !found {
-		return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.NotFound, op, "queue %q not found", name)
+		return driver.QueueSpec{}, driver.Errorf(dcsync.NotFound, op, "queue %q not found", name)
 	}
 	spec = d.spec(ts)
 	s.rememberSpec(spec)
@@ -544,27 +545,27 @@ func (s *Store) knownSpec(ctx context.Context, db queueOps, table, op, name stri
 }
 
 // AddQueueGroup appends group to the queue's groups (check-and-set of the spec).
-func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (dcsync.QueueSpec, error) {
+func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.QueueSpec, error) {
 	const op = "hbase.AddQueueGroup"
-	if err := dcsync.ValidateID("queue", name); err != nil {
-		return dcsync.QueueSpec{}, err
+	if err := driver.ValidateID("queue", name); err != nil {
+		return driver.QueueSpec{}, err
 	}
-	if err := dcsync.ValidateID("group", group); err != nil {
-		return dcsync.QueueSpec{}, err
+	if err := driver.ValidateID("group", group); err != nil {
+		return driver.QueueSpec{}, err
 	}
 	table, db, err := s.qready(ctx, op)
 	if err != nil {
-		return dcsync.QueueSpec{}, err
+		return driver.QueueSpec{}, err
 	}
 	row := specRow(name)
 	var doubt error
 	for try := 0; try < 4*maxTries; try++ {
 		d, oldRaw, ts, found, err := s.readSpecRaw(ctx, db, table, name)
 		if err != nil {
-			return dcsync.QueueSpec{}, err
+			return driver.QueueSpec{}, err
 		}
 		if !found {
-			return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.NotFound, op, "queue %q not found", name)
+			return driver.QueueSpec{}, driver.Errorf(dcsync.NotFound, op, "queue %q not found", name)
 		}
 		spec := d.spec(ts)
 		for _, g := range d.Groups {
@@ -572,24 +573,24 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (dcsync.Q
 				if doubt != nil {
 					return spec, nil // our in-doubt write (or a concurrent add of the same group)
 				}
-				return spec, dcsync.Errorf(dcsync.AlreadyExists, op, "queue %q already has group %q", name, group)
+				return spec, driver.Errorf(dcsync.AlreadyExists, op, "queue %q already has group %q", name, group)
 			}
 		}
-		if len(d.Groups) >= dcsync.MaxQueueGroups {
-			return spec, dcsync.Errorf(dcsync.InvalidArgument, op, "queue %q has %d groups, the most allowed", name, len(d.Groups))
+		if len(d.Groups) >= driver.MaxQueueGroups {
+			return spec, driver.Errorf(dcsync.InvalidArgument, op, "queue %q has %d groups, the most allowed", name, len(d.Groups))
 		}
 		nd := d
 		nd.Groups = append(append([]string(nil), d.Groups...), group)
 		nd.CreatedMs = spec.Created.UnixMilli()
 		raw, err := json.Marshal(nd)
 		if err != nil {
-			return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.Internal, op, "%v", err)
+			return driver.QueueSpec{}, driver.Errorf(dcsync.Internal, op, "%v", err)
 		}
 		ok, _, err := db.CheckAndMutate(ctx, table, row, hbaserpc.IfEquals(famQueue, qualSpec, oldRaw),
 			&hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualSpec, Value: raw}}})
 		if err != nil {
 			if !inDoubt(err) {
-				return dcsync.QueueSpec{}, wrap(err, op)
+				return driver.QueueSpec{}, wrap(err, op)
 			}
 			doubt = err
 			continue
@@ -602,15 +603,15 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (dcsync.Q
 		// Another change got in: read again.
 	}
 	if doubt != nil {
-		return dcsync.QueueSpec{}, wrap(doubt, op)
+		return driver.QueueSpec{}, wrap(doubt, op)
 	}
-	return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.RetriesExhausted, op, "queue %q: the spec kept changing", name)
+	return driver.QueueSpec{}, driver.Errorf(dcsync.RetriesExhausted, op, "queue %q: the spec kept changing", name)
 }
 
 // QueueBounds reads the bounds of many partitions in one MultiGet of their head rows.
-func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
+func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]driver.QueueBounds, error) {
 	const op = "hbase.QueueBounds"
-	if err := dcsync.ValidateQueuePartitions(name, ps); err != nil {
+	if err := driver.ValidateQueuePartitions(name, ps); err != nil {
 		return nil, err
 	}
 	table, db, err := s.qready(ctx, op)
@@ -623,8 +624,8 @@ func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsyn
 	return s.bounds(ctx, db, table, op, name, ps)
 }
 
-func (s *Store) bounds(ctx context.Context, db queueOps, table, op, name string, ps []int) ([]dcsync.QueueBounds, error) {
-	out := make([]dcsync.QueueBounds, len(ps))
+func (s *Store) bounds(ctx context.Context, db queueOps, table, op, name string, ps []int) ([]driver.QueueBounds, error) {
+	out := make([]driver.QueueBounds, len(ps))
 	if len(ps) == 0 {
 		return out, nil
 	}
@@ -647,24 +648,24 @@ func (s *Store) bounds(ctx context.Context, db queueOps, table, op, name string,
 // ReadQueue reads partition p from seq from: the head row and a scan of up to max
 // entries, concurrently (one round trip), then the entries cut at the first gap and at
 // Head. A read from below the Floor scans again from the Floor.
-func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
+func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (driver.QueueRead, error) {
 	const op = "hbase.ReadQueue"
-	if err := dcsync.ValidateQueueRead(name, p, max); err != nil {
-		return dcsync.QueueRead{}, err
+	if err := driver.ValidateQueueRead(name, p, max); err != nil {
+		return driver.QueueRead{}, err
 	}
 	table, db, err := s.qready(ctx, op)
 	if err != nil {
-		return dcsync.QueueRead{}, err
+		return driver.QueueRead{}, err
 	}
 	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
-		return dcsync.QueueRead{}, err
+		return driver.QueueRead{}, err
 	}
 	prefix := partPrefix(name, p)
 	var (
 		wg     sync.WaitGroup
 		head   []hbaserpc.Cell
 		herr   error
-		bounds dcsync.QueueBounds
+		bounds driver.QueueBounds
 	)
 	wg.Add(1)
 	go func() {
@@ -674,22 +675,22 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 	rows, serr := s.scanEntries(ctx, db, table, prefix, from, max)
 	wg.Wait()
 	if herr != nil {
-		return dcsync.QueueRead{}, wrap(herr, op)
+		return driver.QueueRead{}, wrap(herr, op)
 	}
 	if bounds, err = decodeBounds(op, head); err != nil {
-		return dcsync.QueueRead{}, err
+		return driver.QueueRead{}, err
 	}
 	if serr != nil {
-		return dcsync.QueueRead{}, wrap(serr, op)
+		return driver.QueueRead{}, wrap(serr, op)
 	}
 	start := from
 	if start < bounds.Floor {
 		start = bounds.Floor
 		if rows, err = s.scanEntries(ctx, db, table, prefix, start, max); err != nil {
-			return dcsync.QueueRead{}, wrap(err, op)
+			return driver.QueueRead{}, wrap(err, op)
 		}
 	}
-	out := dcsync.QueueRead{QueueBounds: bounds}
+	out := driver.QueueRead{QueueBounds: bounds}
 	next := start
 	for _, r := range rows {
 		if next >= bounds.Head || len(out.Entries) >= max {
@@ -701,12 +702,12 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 		}
 		e, found, err := findEntry(r.Cells)
 		if err != nil {
-			return dcsync.QueueRead{}, dcsync.Errorf(dcsync.Internal, op, "queue %q partition %d seq %d: %v", name, p, seq, err)
+			return driver.QueueRead{}, driver.Errorf(dcsync.Internal, op, "queue %q partition %d seq %d: %v", name, p, seq, err)
 		}
 		if !found || e.kind == kindTrimmed {
 			break // trimmed by a trim that raced this read: below the Floor now
 		}
-		qe := dcsync.QueueEntry{Seq: seq, At: time.UnixMilli(e.at)}
+		qe := driver.QueueEntry{Seq: seq, At: time.UnixMilli(e.at)}
 		if e.kind == kindTombstone {
 			qe.Aborted = true
 		} else {
@@ -748,7 +749,7 @@ func entrySeq(prefix, row []byte) (uint64, bool) {
 // AbortQueueSeq writes a tombstone at seq if no event is there.
 func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint64) (bool, error) {
 	const op = "hbase.AbortQueueSeq"
-	if err := dcsync.ValidateQueueRead(name, p, 1); err != nil {
+	if err := driver.ValidateQueueRead(name, p, 1); err != nil {
 		return false, err
 	}
 	table, db, err := s.qready(ctx, op)
@@ -763,7 +764,7 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 		return false, err
 	}
 	if seq >= b[0].Head {
-		return false, dcsync.Errorf(dcsync.InvalidArgument, op, "seq %d of queue %q partition %d is not reserved (head %d)", seq, name, p, b[0].Head)
+		return false, driver.Errorf(dcsync.InvalidArgument, op, "seq %d of queue %q partition %d is not reserved (head %d)", seq, name, p, b[0].Head)
 	}
 	row := entryRow(partPrefix(name, p), seq)
 	readBack := func() (bool, bool, error) { // aborted, decided
@@ -773,7 +774,7 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 		}
 		e, found, err := findEntry(cells)
 		if err != nil {
-			return false, false, dcsync.Errorf(dcsync.Internal, op, "seq %d: %v", seq, err)
+			return false, false, driver.Errorf(dcsync.Internal, op, "seq %d: %v", seq, err)
 		}
 		if !found {
 			return false, false, nil
@@ -810,7 +811,7 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 // events below it by trimmed marks (see the queue layout).
 func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
 	const op = "hbase.TrimQueue"
-	if err := dcsync.ValidateQueuePartitions(name, []int{p}); err != nil {
+	if err := driver.ValidateQueuePartitions(name, []int{p}); err != nil {
 		return err
 	}
 	table, db, err := s.qready(ctx, op)
@@ -835,16 +836,16 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 			return err
 		}
 		if trimmed, err = cellUint(cells, qualTrimmed); err != nil {
-			return dcsync.Errorf(dcsync.Internal, op, "head row: %v", err)
+			return driver.Errorf(dcsync.Internal, op, "head row: %v", err)
 		}
 		if below > b.Head {
-			return dcsync.Errorf(dcsync.InvalidArgument, op, "trim below %d beyond head %d of queue %q partition %d", below, b.Head, name, p)
+			return driver.Errorf(dcsync.InvalidArgument, op, "trim below %d beyond head %d of queue %q partition %d", below, b.Head, name, p)
 		}
 		if b.Floor >= below {
 			break
 		}
 		if try >= 4*maxTries {
-			return dcsync.Errorf(dcsync.RetriesExhausted, op, "queue %q partition %d: the floor kept changing", name, p)
+			return driver.Errorf(dcsync.RetriesExhausted, op, "queue %q partition %d: the floor kept changing", name, p)
 		}
 		cond := hbaserpc.IfAbsent(famQueue, qualFloor)
 		if raw, _, ok := cellValue(cells, qualFloor); ok {
@@ -891,7 +892,7 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 		}
 		cur, err := cellUint(cells, qualTrimmed)
 		if err != nil {
-			return dcsync.Errorf(dcsync.Internal, op, "head row: %v", err)
+			return driver.Errorf(dcsync.Internal, op, "head row: %v", err)
 		}
 		if cur >= below {
 			return nil
@@ -923,7 +924,7 @@ const (
 	offsetLen   = offsetLenV1 + 8 // without the marks
 )
 
-func encodeOffset(o dcsync.QueueOffset) []byte {
+func encodeOffset(o driver.QueueOffset) []byte {
 	b := make([]byte, 0, offsetLen+len(o.Marks))
 	b = binary.BigEndian.AppendUint64(b, o.Token)
 	b = binary.BigEndian.AppendUint64(b, o.Next)
@@ -937,17 +938,17 @@ func encodeOffset(o dcsync.QueueOffset) []byte {
 	return append(b, o.Marks...)
 }
 
-func decodeOffset(v []byte) (dcsync.QueueOffset, error) {
+func decodeOffset(v []byte) (driver.QueueOffset, error) {
 	if len(v) != offsetLenV1 && len(v) < offsetLen {
-		return dcsync.QueueOffset{}, fmt.Errorf("offset cell holds %d bytes, want %d or at least %d", len(v), offsetLenV1, offsetLen)
+		return driver.QueueOffset{}, fmt.Errorf("offset cell holds %d bytes, want %d or at least %d", len(v), offsetLenV1, offsetLen)
 	}
-	if len(v) > offsetLen+dcsync.MaxQueueMarksLen {
-		return dcsync.QueueOffset{}, fmt.Errorf("offset cell holds %d bytes, above %d", len(v), offsetLen+dcsync.MaxQueueMarksLen)
+	if len(v) > offsetLen+driver.MaxQueueMarksLen {
+		return driver.QueueOffset{}, fmt.Errorf("offset cell holds %d bytes, above %d", len(v), offsetLen+driver.MaxQueueMarksLen)
 	}
 	if v[20] > 1 {
-		return dcsync.QueueOffset{}, fmt.Errorf("offset cell holds held byte %d", v[20])
+		return driver.QueueOffset{}, fmt.Errorf("offset cell holds held byte %d", v[20])
 	}
-	o := dcsync.QueueOffset{
+	o := driver.QueueOffset{
 		Token:    binary.BigEndian.Uint64(v[0:8]),
 		Next:     binary.BigEndian.Uint64(v[8:16]),
 		Attempts: int(binary.BigEndian.Uint32(v[16:20])),
@@ -955,39 +956,39 @@ func decodeOffset(v []byte) (dcsync.QueueOffset, error) {
 	}
 	if len(v) >= offsetLen {
 		o.Version = binary.BigEndian.Uint64(v[offsetLenV1:offsetLen])
-		o.Marks = dcsync.QueueMarks(v[offsetLen:])
+		o.Marks = driver.QueueMarks(v[offsetLen:])
 	}
 	return o, nil
 }
 
 func validGroup(name, group string, p int) error {
-	if err := dcsync.ValidateQueuePartitions(name, []int{p}); err != nil {
+	if err := driver.ValidateQueuePartitions(name, []int{p}); err != nil {
 		return err
 	}
-	return dcsync.ValidateID("group", group)
+	return driver.ValidateID("group", group)
 }
 
 // offsetColumn is the column of an offset row that claims and commits compare and set.
 var offsetColumn = hbaserpc.Column{Family: famQueue, Qualifier: qualOffset}
 
 // readOffset reads one offset row: the offset and its raw cell (nil when none).
-func readOffset(ctx context.Context, db queueOps, table, op string, row []byte) (dcsync.QueueOffset, []byte, error) {
+func readOffset(ctx context.Context, db queueOps, table, op string, row []byte) (driver.QueueOffset, []byte, error) {
 	cells, err := db.Get(ctx, table, row, offsetColumn)
 	if err != nil {
-		return dcsync.QueueOffset{}, nil, wrap(err, op)
+		return driver.QueueOffset{}, nil, wrap(err, op)
 	}
 	return offsetOf(op, cells)
 }
 
 // offsetOf decodes the offset cell among cells (the zero offset and nil when absent).
-func offsetOf(op string, cells []hbaserpc.Cell) (dcsync.QueueOffset, []byte, error) {
+func offsetOf(op string, cells []hbaserpc.Cell) (driver.QueueOffset, []byte, error) {
 	raw, _, ok := cellValue(cells, qualOffset)
 	if !ok {
-		return dcsync.QueueOffset{}, nil, nil
+		return driver.QueueOffset{}, nil, nil
 	}
 	o, err := decodeOffset(raw)
 	if err != nil {
-		return dcsync.QueueOffset{}, nil, dcsync.Errorf(dcsync.Internal, op, "%v", err)
+		return driver.QueueOffset{}, nil, driver.Errorf(dcsync.Internal, op, "%v", err)
 	}
 	return o, raw, nil
 }
@@ -1027,23 +1028,23 @@ func (q *queueState) sawOffset(row, raw []byte) {
 }
 
 // ClaimQueuePartition makes token the owner of group's offset in partition p (see
-// dcsync.QueueStore): it reads the offset cell and, when token is above the stored
+// driver.QueueStore): it reads the offset cell and, when token is above the stored
 // one, replaces it by the same offset with token, by a check-and-mutate conditioned on
 // the exact bytes it read (compare-and-set). A claim whose first attempt lands late,
 // after later writes, finds other bytes there and changes nothing; a claim that finds
 // its own token stored (its in-doubt attempt landed, or a retried call) writes nothing
 // and returns the stored offset.
-func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
+func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (driver.QueueOffset, error) {
 	const op = "hbase.ClaimQueuePartition"
 	if err := validGroup(name, group, p); err != nil {
-		return dcsync.QueueOffset{}, err
+		return driver.QueueOffset{}, err
 	}
 	table, db, err := s.qready(ctx, op)
 	if err != nil {
-		return dcsync.QueueOffset{}, err
+		return driver.QueueOffset{}, err
 	}
 	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
-		return dcsync.QueueOffset{}, err
+		return driver.QueueOffset{}, err
 	}
 	q := s.queue()
 	row := offsetRow(name, group, p)
@@ -1051,11 +1052,11 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 	for try := 0; try < 4*maxTries; try++ {
 		cur, raw, err := readOffset(ctx, db, table, op, row)
 		if err != nil {
-			return dcsync.QueueOffset{}, err
+			return driver.QueueOffset{}, err
 		}
 		q.sawOffset(row, raw)
 		if token < cur.Token {
-			return cur, dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, above %d", name, group, p, cur.Token, token)
+			return cur, driver.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, above %d", name, group, p, cur.Token, token)
 		}
 		if token == cur.Token {
 			// A retried claim, or ours whose reply was lost: nothing to write.
@@ -1070,7 +1071,7 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 		}})
 		if err != nil {
 			if !inDoubt(err) {
-				return dcsync.QueueOffset{}, wrap(err, op)
+				return driver.QueueOffset{}, wrap(err, op)
 			}
 			doubt = err
 			continue // read again: our token there means it landed
@@ -1082,13 +1083,13 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 		// Another claim or commit got in: read again.
 	}
 	if doubt != nil {
-		return dcsync.QueueOffset{}, wrap(doubt, op)
+		return driver.QueueOffset{}, wrap(doubt, op)
 	}
-	return dcsync.QueueOffset{}, dcsync.Errorf(dcsync.RetriesExhausted, op, "queue %q group %q partition %d: the offset kept changing", name, group, p)
+	return driver.QueueOffset{}, driver.Errorf(dcsync.RetriesExhausted, op, "queue %q group %q partition %d: the offset kept changing", name, group, p)
 }
 
 // CommitQueueOffset writes off when the stored token is off.Token and the stored
-// Version is below off.Version (see dcsync.QueueStore), by a check-and-mutate
+// Version is below off.Version (see driver.QueueStore), by a check-and-mutate
 // conditioned on the exact bytes of the offset cell that the decision was made on
 // (compare-and-set). Every write of the cell changes its bytes (a claim the token, a
 // commit the version, which only grows under one token), so a stored value never
@@ -1097,15 +1098,15 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 // as this store last wrote or read it, and reads the row back in the same request, so
 // a commit of the partition's owner is one round trip; a refused attempt decides on
 // the cell it read back.
-func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
 	const op = "hbase.CommitQueueOffset"
 	if err := validGroup(name, group, p); err != nil {
 		return err
 	}
 	if off.Attempts < 0 || off.Attempts > math.MaxInt32 {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "attempts %d out of range", off.Attempts)
+		return driver.Errorf(dcsync.InvalidArgument, op, "attempts %d out of range", off.Attempts)
 	}
-	if err := dcsync.ValidateQueueMarks(op, off); err != nil {
+	if err := driver.ValidateQueueMarks(op, off); err != nil {
 		return err
 	}
 	table, db, err := s.qready(ctx, op)
@@ -1121,18 +1122,18 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 	put := &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualOffset, Value: nv}}}
 	var doubt error
 	// decide returns done (with the call's result) or the condition of the next attempt.
-	decide := func(cur dcsync.QueueOffset) (bool, error) {
+	decide := func(cur driver.QueueOffset) (bool, error) {
 		switch {
 		case cur == off:
 			return true, nil // already stored: an earlier attempt of ours, or the same commit again
 		case cur.Token != off.Token && doubt != nil:
 			// An attempt in doubt may have landed before the new owner's claim (which
 			// keeps Next and Version): the outcome is unknown, not refused.
-			return true, dcsync.Errorf(dcsync.Connection, op, "queue %q group %q partition %d: outcome unknown: an attempt in doubt may have been applied before token %d took the partition: %w", name, group, p, cur.Token, doubt)
+			return true, driver.Errorf(dcsync.Connection, op, "queue %q group %q partition %d: outcome unknown: an attempt in doubt may have been applied before token %d took the partition: %w", name, group, p, cur.Token, doubt)
 		case cur.Token != off.Token:
-			return true, dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, not %d", name, group, p, cur.Token, off.Token)
+			return true, driver.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, not %d", name, group, p, cur.Token, off.Token)
 		case cur.Version >= off.Version:
-			return true, dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d: token %d stored version %d, not below %d (a later write of the owner)", name, group, p, cur.Token, cur.Version, off.Version)
+			return true, driver.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d: token %d stored version %d, not below %d (a later write of the owner)", name, group, p, cur.Token, cur.Version, off.Version)
 		}
 		return false, nil
 	}
@@ -1187,16 +1188,16 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 	if doubt != nil {
 		return wrap(doubt, op)
 	}
-	return dcsync.Errorf(dcsync.RetriesExhausted, op, "queue %q group %q partition %d: the offset kept changing", name, group, p)
+	return driver.Errorf(dcsync.RetriesExhausted, op, "queue %q group %q partition %d: the offset kept changing", name, group, p)
 }
 
 // ReadQueueOffsets reads group's offsets of many partitions in one MultiGet.
-func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]dcsync.QueueOffset, error) {
+func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]driver.QueueOffset, error) {
 	const op = "hbase.ReadQueueOffsets"
-	if err := dcsync.ValidateQueuePartitions(name, ps); err != nil {
+	if err := driver.ValidateQueuePartitions(name, ps); err != nil {
 		return nil, err
 	}
-	if err := dcsync.ValidateID("group", group); err != nil {
+	if err := driver.ValidateID("group", group); err != nil {
 		return nil, err
 	}
 	table, db, err := s.qready(ctx, op)
@@ -1206,7 +1207,7 @@ func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []i
 	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
 		return nil, err
 	}
-	out := make([]dcsync.QueueOffset, len(ps))
+	out := make([]driver.QueueOffset, len(ps))
 	if len(ps) == 0 {
 		return out, nil
 	}
@@ -1221,7 +1222,7 @@ func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []i
 	for i, cells := range rows {
 		if raw, _, ok := cellValue(cells, qualOffset); ok {
 			if out[i], err = decodeOffset(raw); err != nil {
-				return nil, dcsync.Errorf(dcsync.Internal, op, "%v", err)
+				return nil, driver.Errorf(dcsync.Internal, op, "%v", err)
 			}
 		}
 	}

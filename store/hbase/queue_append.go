@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 )
 
@@ -19,12 +20,12 @@ import (
 // their dedup rows are claimed before the reservation and pointed at their seqs after
 // it. The rare paths (an id already there, a claim of a writer that died, an aborted
 // seq, a lost reply) go round again.
-func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
+func (s *Store) AppendQueue(ctx context.Context, name string, events []driver.QueueEvent) ([]driver.QueueAppend, error) {
 	const op = "hbase.AppendQueue"
-	if err := dcsync.ValidateID("queue", name); err != nil {
+	if err := driver.ValidateID("queue", name); err != nil {
 		return nil, err
 	}
-	if err := dcsync.ValidateQueueEvents(events); err != nil {
+	if err := driver.ValidateQueueEvents(events); err != nil {
 		return nil, err
 	}
 	table, db, err := s.qready(ctx, op)
@@ -70,8 +71,8 @@ type appender struct {
 	window time.Duration // the dedup rows' cell TTL
 	token  uint64        // marks every dedup claim this call writes
 
-	events  []dcsync.QueueEvent
-	res     []dcsync.QueueAppend
+	events  []driver.QueueEvent
+	res     []driver.QueueAppend
 	done    []bool
 	seq     []uint64 // the current reservation of each pending event
 	claimed []bool   // the event's id is claimed by this call (pending or at its seq)
@@ -85,10 +86,10 @@ type appender struct {
 	unused   []slot // reserved seqs that will not get their event: tombstoned
 }
 
-func newAppender(s *Store, db queueOps, table, name, op string, window time.Duration, events []dcsync.QueueEvent) *appender {
+func newAppender(s *Store, db queueOps, table, name, op string, window time.Duration, events []driver.QueueEvent) *appender {
 	n := len(events)
 	return &appender{s: s, db: db, table: table, name: name, op: op, window: window, token: randToken(),
-		events: events, res: make([]dcsync.QueueAppend, n), done: make([]bool, n),
+		events: events, res: make([]driver.QueueAppend, n), done: make([]bool, n),
 		seq: make([]uint64, n), claimed: make([]bool, n), waiting: make([]bool, n),
 		waitVal: make([][]byte, n), waitSince: make([]time.Time, n), dedupOld: make([][]byte, n)}
 }
@@ -145,7 +146,7 @@ func (a *appender) reserve(ctx context.Context, idx []int) error {
 	next := map[int]uint64{}
 	for try := 0; len(parts) > 0; try++ {
 		if try > maxTries {
-			return dcsync.Errorf(dcsync.Connection, a.op, "reservations of %d partitions kept failing with unknown outcome", len(parts))
+			return driver.Errorf(dcsync.Connection, a.op, "reservations of %d partitions kept failing with unknown outcome", len(parts))
 		}
 		acts := make([]hbaserpc.Action, len(parts))
 		for k, p := range parts {
@@ -164,14 +165,14 @@ func (a *appender) reserve(ctx context.Context, idx []int) error {
 				continue
 			}
 			if len(res[k].Cells) != 1 {
-				return dcsync.Errorf(dcsync.Internal, a.op, "reservation of partition %d returned %d cells", p, len(res[k].Cells))
+				return driver.Errorf(dcsync.Internal, a.op, "reservation of partition %d returned %d cells", p, len(res[k].Cells))
 			}
 			h, err := decode64(a.op, res[k].Cells[0])
 			if err != nil {
 				return err
 			}
 			if h < int64(count[p]) {
-				return dcsync.Errorf(dcsync.Internal, a.op, "partition %d head %d after reserving %d", p, h, count[p])
+				return driver.Errorf(dcsync.Internal, a.op, "partition %d head %d after reserving %d", p, h, count[p])
 			}
 			next[p] = uint64(h) - uint64(count[p])
 		}
@@ -222,13 +223,13 @@ const (
 func (a *appender) resolve(ctx context.Context, i int, dval []byte) (outcome, error) {
 	p, seq, _, _, err := decodeDedup(dval)
 	if err != nil {
-		return 0, dcsync.Errorf(dcsync.Internal, a.op, "event id %q: %v", a.events[i].ID, err)
+		return 0, driver.Errorf(dcsync.Internal, a.op, "event id %q: %v", a.events[i].ID, err)
 	}
-	if err := dcsync.ValidateQueuePartition(p); err != nil {
-		return 0, dcsync.Errorf(dcsync.Internal, a.op, "event id %q: dedup row names partition %d", a.events[i].ID, p)
+	if err := driver.ValidateQueuePartition(p); err != nil {
+		return 0, driver.Errorf(dcsync.Internal, a.op, "event id %q: dedup row names partition %d", a.events[i].ID, p)
 	}
 	dup := func() (outcome, error) {
-		a.res[i] = dcsync.QueueAppend{Partition: p, Seq: seq, Duplicate: true}
+		a.res[i] = driver.QueueAppend{Partition: p, Seq: seq, Duplicate: true}
 		a.done[i] = true
 		return outDuplicate, nil
 	}
@@ -242,7 +243,7 @@ func (a *appender) resolve(ctx context.Context, i int, dval []byte) (outcome, er
 	}
 	e, found, err := findEntry(rows[0])
 	if err != nil {
-		return 0, dcsync.Errorf(dcsync.Internal, a.op, "partition %d seq %d: %v", p, seq, err)
+		return 0, driver.Errorf(dcsync.Internal, a.op, "partition %d seq %d: %v", p, seq, err)
 	}
 	if found {
 		if e.kind == kindTombstone {
@@ -320,7 +321,7 @@ func (a *appender) run(ctx context.Context) error {
 			break
 		}
 		if rounds >= 2*maxTries {
-			return dcsync.Errorf(dcsync.RetriesExhausted, a.op, "%d events still not appended after %d rounds (seqs aborted under them)", len(todo), rounds)
+			return driver.Errorf(dcsync.RetriesExhausted, a.op, "%d events still not appended after %d rounds (seqs aborted under them)", len(todo), rounds)
 		}
 		if err := a.claim(ctx, claim); err != nil {
 			return err
@@ -334,7 +335,7 @@ func (a *appender) run(ctx context.Context) error {
 		if len(ready) == 0 {
 			// Every id left is pending for other calls: give them time.
 			if time.Since(start) > 4*claimTimeout+time.Minute {
-				return dcsync.Errorf(dcsync.RetriesExhausted, a.op, "event ids stayed claimed by other appends for %v", time.Since(start))
+				return driver.Errorf(dcsync.RetriesExhausted, a.op, "event ids stayed claimed by other appends for %v", time.Since(start))
 			}
 			if err := sleepCtx(ctx, delay); err != nil {
 				return ctxErr(ctx, a.op)
@@ -360,7 +361,7 @@ func (a *appender) run(ctx context.Context) error {
 	}
 	for i, j := range dupOf {
 		if j >= 0 {
-			a.res[i] = dcsync.QueueAppend{Partition: a.res[j].Partition, Seq: a.res[j].Seq, Duplicate: true}
+			a.res[i] = driver.QueueAppend{Partition: a.res[j].Partition, Seq: a.res[j].Seq, Duplicate: true}
 		}
 	}
 	return nil
@@ -386,7 +387,7 @@ func (a *appender) claim(ctx context.Context, idx []int) error {
 	}
 	for try := 0; len(send) > 0 || len(check) > 0; try++ {
 		if try > 4*maxTries {
-			return dcsync.Errorf(dcsync.RetriesExhausted, a.op, "%d event ids could not be claimed", len(send)+len(check))
+			return driver.Errorf(dcsync.RetriesExhausted, a.op, "%d event ids could not be claimed", len(send)+len(check))
 		}
 		if len(send) > 0 {
 			acts := make([]hbaserpc.Action, len(send))
@@ -437,7 +438,7 @@ func (a *appender) claim(ctx context.Context, idx []int) error {
 			}
 			_, _, tok, pending, err := decodeDedup(v)
 			if err != nil {
-				return dcsync.Errorf(dcsync.Internal, a.op, "event id %q: %v", a.events[i].ID, err)
+				return driver.Errorf(dcsync.Internal, a.op, "event id %q: %v", a.events[i].ID, err)
 			}
 			if pending {
 				if !bytes.Equal(a.waitVal[i], v) {
@@ -492,7 +493,7 @@ func (a *appender) place(ctx context.Context, idx []int) ([]int, error) {
 	cond := hbaserpc.IfEquals(famQueue, qualDedup, mine)
 	for try := 0; len(ids) > 0; try++ {
 		if try > maxTries {
-			return nil, dcsync.Errorf(dcsync.Connection, a.op, "%d dedup rows written with unknown outcome %d times", len(ids), try)
+			return nil, driver.Errorf(dcsync.Connection, a.op, "%d dedup rows written with unknown outcome %d times", len(ids), try)
 		}
 		acts := make([]hbaserpc.Action, len(ids))
 		vals := make([][]byte, len(ids))
@@ -658,7 +659,7 @@ func (a *appender) writeGroup(ctx context.Context, idx []int, unused []slot, rea
 	var last error
 	for try := 0; len(idx) > 0 || len(unused) > 0; try++ {
 		if try > maxTries {
-			res.err = dcsync.Errorf(dcsync.Connection, a.op, "%d entries written with unknown outcome %d times: %w", len(idx), try, last)
+			res.err = driver.Errorf(dcsync.Connection, a.op, "%d entries written with unknown outcome %d times: %w", len(idx), try, last)
 			return res
 		}
 		acts := make([]hbaserpc.Action, 0, len(idx)+len(unused))
@@ -730,7 +731,7 @@ func (a *appender) scanTombstones(ctx context.Context, p int, lo, hi uint64) (ma
 		err = a.db.ScanFunc(ctx, a.table, hbaserpc.Scan{StartRow: start, StopRow: stop, Columns: abortCols,
 			Caching: int(min(hi-lo+1, 1000))}, func(r hbaserpc.Row) error {
 			if len(r.Key) != len(start) || !bytes.HasPrefix(r.Key, prefix) {
-				return dcsync.Errorf(dcsync.Internal, a.op, "partition %d: scanned row %q is not an entry", p, r.Key)
+				return driver.Errorf(dcsync.Internal, a.op, "partition %d: scanned row %q is not an entry", p, r.Key)
 			}
 			if aborted(r.Cells) {
 				tomb[binary.BigEndian.Uint64(r.Key[len(r.Key)-8:])] = true
@@ -748,6 +749,6 @@ func (a *appender) scanTombstones(ctx context.Context, p int, lo, hi uint64) (ma
 }
 
 func (a *appender) finish(i int) {
-	a.res[i] = dcsync.QueueAppend{Partition: a.events[i].Partition, Seq: a.seq[i]}
+	a.res[i] = driver.QueueAppend{Partition: a.events[i].Partition, Seq: a.seq[i]}
 	a.done[i] = true
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 )
 
@@ -30,10 +30,10 @@ const (
 	benchParts   = 16
 )
 
-func benchEvents(n, parts int, payload []byte) []dcsync.QueueEvent {
-	evs := make([]dcsync.QueueEvent, n)
+func benchEvents(n, parts int, payload []byte) []driver.QueueEvent {
+	evs := make([]driver.QueueEvent, n)
 	for i := range evs {
-		evs[i] = dcsync.QueueEvent{Partition: i % parts, Payload: payload}
+		evs[i] = driver.QueueEvent{Partition: i % parts, Payload: payload}
 	}
 	return evs
 }
@@ -82,7 +82,7 @@ func BenchmarkQueue(b *testing.B) {
 	}
 	newQueue := func(b *testing.B, parts int) string {
 		name := qname(b)
-		if err := s.CreateQueue(ctx, dcsync.QueueSpec{Name: name, Partitions: parts, Groups: []string{"g"}}); err != nil {
+		if err := s.CreateQueue(ctx, driver.QueueSpec{Name: name, Partitions: parts, Groups: []string{"g"}}); err != nil {
 			b.Fatal(err)
 		}
 		return name
@@ -260,7 +260,7 @@ func BenchmarkQueue(b *testing.B) {
 			mu.Lock()
 			sent[uint64(i)] = t0 // seqs are assigned in order: one producer
 			mu.Unlock()
-			if _, err := s.AppendQueue(ctx, name, []dcsync.QueueEvent{{Partition: 0, Payload: payload}}); err != nil {
+			if _, err := s.AppendQueue(ctx, name, []driver.QueueEvent{{Partition: 0, Payload: payload}}); err != nil {
 				b.Fatal(err)
 			}
 			time.Sleep(time.Millisecond)

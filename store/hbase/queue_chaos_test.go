@@ -2,19 +2,19 @@ package hbase
 
 import (
 	"context"
+	"github.com/dcsync/dcsync/driver"
 	"math/rand/v2"
 	"net/url"
 	"testing"
 	"time"
 
 	"github.com/dcsync/dcsync/internal/chaos"
-	"github.com/dcsync/dcsync/queue"
 )
 
 // init runs a queue chaos worker when this test binary was started as one (before
 // TestMain: the worker needs nothing else of the package).
 func init() {
-	chaos.QueueChildMain(func(ctx context.Context, raw string) (queue.Store, error) {
+	chaos.QueueChildMain(func(ctx context.Context, raw string) (driver.Store, error) {
 		u, err := url.Parse(raw)
 		if err != nil {
 			return nil, err
@@ -24,7 +24,7 @@ func init() {
 }
 
 // queueOnly hands the chaos run the store without its Close: the test closes it.
-type queueOnly struct{ queue.Store }
+type queueOnly struct{ driver.Store }
 
 // TestQueueChaos runs internal/chaos's queue model on the real HBase: producers and
 // consumers of two groups as goroutines and as processes; consumer processes paused
@@ -43,7 +43,7 @@ func TestQueueChaos(t *testing.T) {
 	child := url.URL{Scheme: "hbase", Host: zk, RawQuery: url.Values{"lock_table": {fixture.lockTable},
 		"latch_table_suffix": {fixture.latchSuffix}, "queue_table": {queueFixture.table}}.Encode()}
 	sc := chaos.QueueScenario{
-		Open:      func(context.Context) (queue.Store, error) { return queueOnly{s}, nil },
+		Open:      func(context.Context) (driver.Store, error) { return queueOnly{s}, nil },
 		StoreURL:  child.String(),
 		Producers: 1, Consumers: 2, ProcessProducers: 1, ProcessConsumers: 1,
 		Events: chaos.QueueCIEvents, Duration: 3 * time.Minute, Batch: 64,

@@ -3,12 +3,12 @@ package hbase
 import (
 	"context"
 	"fmt"
+	"github.com/dcsync/dcsync/driver"
 	"sync"
 	"testing"
 
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/internal/queuebench"
-	"github.com/dcsync/dcsync/queue"
 )
 
 // BenchmarkQueueFrontEnd runs the queue's front-end suite (package queue's Enqueue,
@@ -24,7 +24,7 @@ func BenchmarkQueueFrontEnd(b *testing.B) {
 	b.Cleanup(func() { s.Close() })
 	raw := &hbRaw{c: s.client, table: s.QueueTable(), run: "raw-" + randHex(5), seqs: map[[2]int]uint64{}, pos: map[int]*hbPos{}}
 	queuebench.Run(b, queuebench.Config{
-		Open: func(b *testing.B) queue.Store {
+		Open: func(b *testing.B) driver.Store {
 			s := openQueueStore(b)
 			b.Cleanup(func() { s.Close() })
 			return s

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 )
 
@@ -104,9 +105,9 @@ func TestQueueCommitLandsLate(t *testing.T) {
 	s, f := heldStore(t)
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
-	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
 	row := offsetRow(name, "g", 0)
-	stored := func() dcsync.QueueOffset {
+	stored := func() driver.QueueOffset {
 		t.Helper()
 		offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
 		must(t, err, "ReadQueueOffsets")
@@ -116,14 +117,14 @@ func TestQueueCommitLandsLate(t *testing.T) {
 	must(t, err, "ClaimQueuePartition")
 
 	// Commit v1 (Next 5): its first attempt is held, the store's retry applies it.
-	v1 := dcsync.QueueOffset{Token: 7, Next: 5, Held: true, Version: 1}
+	v1 := driver.QueueOffset{Token: 7, Next: 5, Held: true, Version: 1}
 	f.holdNext(row, 1)
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit v1 whose first attempt is held")
 	if got := stored(); got != v1 {
 		t.Fatalf("after commit v1: %+v", got)
 	}
 	// The owner's next commit, v2 (Next 9), then the first attempt of v1 lands.
-	v2 := dcsync.QueueOffset{Token: 7, Next: 9, Held: true, Version: 2}
+	v2 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 2}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v2), "commit v2")
 	if applied := f.deliver(t); applied[0] {
 		t.Errorf("the late first attempt of commit v1 was applied after commit v2")
@@ -133,12 +134,12 @@ func TestQueueCommitLandsLate(t *testing.T) {
 	}
 
 	// The same with marks: a late attempt must not lose a mark either.
-	marks, err := dcsync.EncodeQueueMarks(9, []dcsync.QueueMark{{Seq: 11, Acked: true}})
+	marks, err := driver.EncodeQueueMarks(9, []driver.QueueMark{{Seq: 11, Acked: true}})
 	must(t, err, "EncodeQueueMarks")
-	v3 := dcsync.QueueOffset{Token: 7, Next: 9, Held: true, Version: 3}
+	v3 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 3}
 	f.holdNext(row, 1)
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v3), "commit v3 whose first attempt is held")
-	v4 := dcsync.QueueOffset{Token: 7, Next: 9, Held: true, Version: 4, Marks: marks}
+	v4 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 4, Marks: marks}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v4), "commit v4 (entry 11 acked out of order)")
 	if applied := f.deliver(t); applied[0] {
 		t.Errorf("the late first attempt of commit v3 was applied after commit v4")
@@ -148,12 +149,12 @@ func TestQueueCommitLandsLate(t *testing.T) {
 	}
 
 	// A commit held until after a new owner's claim: refused too.
-	v5 := dcsync.QueueOffset{Token: 7, Next: 12, Held: true, Version: 5}
+	v5 := driver.QueueOffset{Token: 7, Next: 12, Held: true, Version: 5}
 	f.holdNext(row, 1)
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v5), "commit v5 whose first attempt is held")
 	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 8)
 	must(t, err, "ClaimQueuePartition 8")
-	if off != (dcsync.QueueOffset{Token: 8, Next: 12, Held: true, Version: 5}) {
+	if off != (driver.QueueOffset{Token: 8, Next: 12, Held: true, Version: 5}) {
 		t.Fatalf("claim returned %+v", off)
 	}
 	if applied := f.deliver(t); applied[0] {
@@ -172,9 +173,9 @@ func TestQueueClaimLandsLate(t *testing.T) {
 	s, f := heldStore(t)
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
-	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
 	row := offsetRow(name, "g", 0)
-	stored := func() dcsync.QueueOffset {
+	stored := func() driver.QueueOffset {
 		t.Helper()
 		offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
 		must(t, err, "ReadQueueOffsets")
@@ -183,10 +184,10 @@ func TestQueueClaimLandsLate(t *testing.T) {
 	f.holdNext(row, 1)
 	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 3)
 	must(t, err, "claim whose first attempt is held")
-	if off != (dcsync.QueueOffset{Token: 3}) {
+	if off != (driver.QueueOffset{Token: 3}) {
 		t.Fatalf("claim returned %+v", off)
 	}
-	v1 := dcsync.QueueOffset{Token: 3, Next: 4, Held: true, Version: 1}
+	v1 := driver.QueueOffset{Token: 3, Next: 4, Held: true, Version: 1}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit v1")
 	if applied := f.deliver(t); applied[0] {
 		t.Errorf("the late first attempt of the claim was applied after the owner's commit")
@@ -199,7 +200,7 @@ func TestQueueClaimLandsLate(t *testing.T) {
 	f.holdNext(row, 1)
 	off, err = s.ClaimQueuePartition(ctx, name, "g", 0, 4)
 	must(t, err, "claim 4 whose first attempt is held")
-	if want := (dcsync.QueueOffset{Token: 4, Next: 4, Held: true, Version: 1}); off != want {
+	if want := (driver.QueueOffset{Token: 4, Next: 4, Held: true, Version: 1}); off != want {
 		t.Fatalf("claim 4 returned %+v, want %+v", off, want)
 	}
 	_, err = s.ClaimQueuePartition(ctx, name, "g", 0, 6)
@@ -207,7 +208,7 @@ func TestQueueClaimLandsLate(t *testing.T) {
 	if applied := f.deliver(t); applied[0] {
 		t.Errorf("claim 4's late first attempt was applied after claim 6")
 	}
-	if want := (dcsync.QueueOffset{Token: 6, Next: 4, Held: true, Version: 1}); stored() != want {
+	if want := (driver.QueueOffset{Token: 6, Next: 4, Held: true, Version: 1}); stored() != want {
 		t.Fatalf("after claim 4's late attempt: %+v, want %+v", stored(), want)
 	}
 	// A claim whose attempt applied with its reply lost: the retry finds the token.
@@ -215,7 +216,7 @@ func TestQueueClaimLandsLate(t *testing.T) {
 	s.queue().db = lost
 	off, err = s.ClaimQueuePartition(ctx, name, "g", 0, 9)
 	must(t, err, "claim with a lost reply")
-	if want := (dcsync.QueueOffset{Token: 9, Next: 4, Held: true, Version: 1}); off != want || lost.hit["CheckAndMutate"] != 1 {
+	if want := (driver.QueueOffset{Token: 9, Next: 4, Held: true, Version: 1}); off != want || lost.hit["CheckAndMutate"] != 1 {
 		t.Fatalf("claim with a lost reply returned %+v (faults %v), want %+v", off, lost.hit, want)
 	}
 }
@@ -233,20 +234,20 @@ func oldOffsetCell(token, next uint64, attempts uint32, held bool) []byte {
 }
 
 func TestQueueOffsetCellFormats(t *testing.T) {
-	marks, err := dcsync.EncodeQueueMarks(3, []dcsync.QueueMark{{Seq: 4, Acked: true}, {Seq: 9, Attempts: 2}})
+	marks, err := driver.EncodeQueueMarks(3, []driver.QueueMark{{Seq: 4, Acked: true}, {Seq: 9, Attempts: 2}})
 	must(t, err, "EncodeQueueMarks")
-	for _, o := range []dcsync.QueueOffset{{}, {Token: 1<<64 - 1, Next: 1<<64 - 1, Attempts: 1<<31 - 1, Held: true, Version: 1<<64 - 1}, {Token: 2, Next: 3, Version: 4, Marks: marks}} {
+	for _, o := range []driver.QueueOffset{{}, {Token: 1<<64 - 1, Next: 1<<64 - 1, Attempts: 1<<31 - 1, Held: true, Version: 1<<64 - 1}, {Token: 2, Next: 3, Version: 4, Marks: marks}} {
 		got, err := decodeOffset(encodeOffset(o))
 		if err != nil || got != o {
 			t.Fatalf("round trip of %+v: %+v, %v", o, got, err)
 		}
 	}
 	got, err := decodeOffset(oldOffsetCell(5, 7, 2, true))
-	if err != nil || got != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}) {
+	if err != nil || got != (driver.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}) {
 		t.Fatalf("21-byte cell decoded as %+v, %v", got, err)
 	}
 	bad := [][]byte{nil, make([]byte, 20), make([]byte, 22), make([]byte, 28), append(oldOffsetCell(1, 1, 1, false)[:20], 2),
-		make([]byte, offsetLen+dcsync.MaxQueueMarksLen+1)}
+		make([]byte, offsetLen+driver.MaxQueueMarksLen+1)}
 	for _, v := range bad {
 		if o, err := decodeOffset(v); err == nil {
 			t.Fatalf("decodeOffset of %d bytes %x: %+v, want an error", len(v), v[:min(len(v), 24)], o)
@@ -261,7 +262,7 @@ func TestQueueOffsetOldCell(t *testing.T) {
 	s, f := heldStore(t)
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
-	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
 	row := offsetRow(name, "g", 0)
 	ok, _, err := s.client.CheckAndMutate(ctx, s.QueueTable(), row, hbaserpc.IfAbsent(famQueue, qualOffset), &hbaserpc.Put{Values: []hbaserpc.Value{
 		{Family: famQueue, Qualifier: qualOffTok, Value: be64(5)},
@@ -270,17 +271,17 @@ func TestQueueOffsetOldCell(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("writing an old offset cell: %v, %v", ok, err)
 	}
-	old := dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}
+	old := driver.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}
 	offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
 	if err != nil || offs[0] != old {
 		t.Fatalf("old cell read as %+v, %v; want %+v", offs, err, old)
 	}
 	f.holdNext(row, 1)
-	v1 := dcsync.QueueOffset{Token: 5, Next: 8, Attempts: 0, Held: true, Version: 1}
+	v1 := driver.QueueOffset{Token: 5, Next: 8, Attempts: 0, Held: true, Version: 1}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit over an old cell, first attempt held")
 	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 6)
 	must(t, err, "claim")
-	if want := (dcsync.QueueOffset{Token: 6, Next: 8, Held: true, Version: 1}); off != want {
+	if want := (driver.QueueOffset{Token: 6, Next: 8, Held: true, Version: 1}); off != want {
 		t.Fatalf("claim returned %+v, want %+v", off, want)
 	}
 	if applied := f.deliver(t); applied[0] {
@@ -301,11 +302,11 @@ func TestQueueAbortLandsAfterTrim(t *testing.T) {
 	s, f := heldStore(t)
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
-	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
 	table := s.QueueTable()
 	// A producer that has claimed its id, reserved its seq and placed the id there,
 	// and not yet written: a hole.
-	a := newAppender(s, s.client, table, name, "test", time.Hour, []dcsync.QueueEvent{{Partition: 0, ID: "x", Payload: []byte("event")}})
+	a := newAppender(s, s.client, table, name, "test", time.Hour, []driver.QueueEvent{{Partition: 0, ID: "x", Payload: []byte("event")}})
 	must(t, a.claim(ctx, []int{0}), "claim")
 	must(t, a.reserve(ctx, []int{0}), "reserve")
 	ready, err := a.place(ctx, []int{0})
@@ -327,7 +328,7 @@ func TestQueueAbortLandsAfterTrim(t *testing.T) {
 	}
 	_, err = s.ClaimQueuePartition(ctx, name, "g", 0, 1)
 	must(t, err, "ClaimQueuePartition")
-	must(t, s.CommitQueueOffset(ctx, name, "g", 0, dcsync.QueueOffset{Token: 1, Next: seq + 1, Held: true, Version: 1}), "CommitQueueOffset")
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, driver.QueueOffset{Token: 1, Next: seq + 1, Held: true, Version: 1}), "CommitQueueOffset")
 	must(t, s.TrimQueue(ctx, name, 0, seq+1), "TrimQueue")
 	// The abort's first attempt lands.
 	if applied := f.deliver(t); applied[0] {
@@ -338,9 +339,9 @@ func TestQueueAbortLandsAfterTrim(t *testing.T) {
 		t.Fatalf("AbortQueueSeq of the trimmed seq: %v, %v; want false (an event was there)", ok, err)
 	}
 	// The producer's retry of the id (its reply lost, say): a duplicate.
-	res, err := s.AppendQueue(ctx, name, []dcsync.QueueEvent{{Partition: 0, ID: "x", Payload: []byte("event")}})
+	res, err := s.AppendQueue(ctx, name, []driver.QueueEvent{{Partition: 0, ID: "x", Payload: []byte("event")}})
 	must(t, err, "AppendQueue of the id again")
-	if res[0] != (dcsync.QueueAppend{Partition: 0, Seq: seq, Duplicate: true}) {
+	if res[0] != (driver.QueueAppend{Partition: 0, Seq: seq, Duplicate: true}) {
 		t.Fatalf("append of the trimmed event's id again: %+v, want a duplicate of seq %d (else delivered twice)", res[0], seq)
 	}
 }
@@ -393,7 +394,7 @@ func TestQueueCommitRoundTrips(t *testing.T) {
 	s.queue().db = c
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
-	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
 	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 1)
 	must(t, err, "ClaimQueuePartition")
 	c.take()
@@ -415,7 +416,7 @@ func TestQueueCommitRoundTrips(t *testing.T) {
 	}
 	// The refused commit's read-back refreshed the guess: a commit of token 2 through
 	// this store is one round trip again.
-	o2 := dcsync.QueueOffset{Token: 2, Next: 60, Held: true, Version: off.Version}
+	o2 := driver.QueueOffset{Token: 2, Next: 60, Held: true, Version: off.Version}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, o2), "commit of token 2 after the read-back")
 	if got := c.take(); got["CheckAndMutateRead"] != 1 || len(got) != 1 {
 		t.Fatalf("a commit after a read-back made calls %v, want one CheckAndMutateRead", got)
@@ -448,11 +449,11 @@ func TestQueueCommitInDoubtThenTakenOver(t *testing.T) {
 	s, f := heldStore(t)
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
-	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
 	row := offsetRow(name, "g", 0)
 	_, err := s.ClaimQueuePartition(ctx, name, "g", 0, 7)
 	must(t, err, "ClaimQueuePartition 7")
-	off := dcsync.QueueOffset{Token: 7, Next: 5, Held: true, Version: 1}
+	off := driver.QueueOffset{Token: 7, Next: 5, Held: true, Version: 1}
 	f.holdNext(row, 1)
 	f.onHold = func() {
 		// The held attempt reaches the region server (its reply is lost), then the

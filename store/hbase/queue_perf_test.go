@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 )
 
@@ -234,7 +234,7 @@ func BenchmarkQueueEnqueueInterleaved(b *testing.B) {
 		evs := benchEvents(n, benchParts, payload)
 		b.Run(fmt.Sprintf("g=%d/n=%d", g, n), func(b *testing.B) {
 			name := qname(b)
-			if err := s.CreateQueue(ctx, dcsync.QueueSpec{Name: name, Partitions: benchParts, Groups: []string{"g"}}); err != nil {
+			if err := s.CreateQueue(ctx, driver.QueueSpec{Name: name, Partitions: benchParts, Groups: []string{"g"}}); err != nil {
 				b.Fatal(err)
 			}
 			raw := "raw-" + randHex(5)

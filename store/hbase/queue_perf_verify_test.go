@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 )
 
@@ -77,9 +77,9 @@ func TestQueueAppendScanVerify(t *testing.T) {
 	s.queue().db = f
 	name := qname(t)
 	const parts, per = 4, scanPerPartition * 2
-	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: parts, Groups: []string{"g"}})
-	batch := func(tag string) []dcsync.QueueEvent {
-		evs := make([]dcsync.QueueEvent, parts*per)
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: parts, Groups: []string{"g"}})
+	batch := func(tag string) []driver.QueueEvent {
+		evs := make([]driver.QueueEvent, parts*per)
 		for i := range evs {
 			evs[i] = ev(i%parts, fmt.Sprintf("%s%d", tag, i))
 			if i%5 == 0 {
@@ -88,7 +88,7 @@ func TestQueueAppendScanVerify(t *testing.T) {
 		}
 		return evs
 	}
-	check := func(evs []dcsync.QueueEvent, res []dcsync.QueueAppend, skip map[int]map[uint64]bool) {
+	check := func(evs []driver.QueueEvent, res []driver.QueueAppend, skip map[int]map[uint64]bool) {
 		t.Helper()
 		at := map[int]map[uint64]string{}
 		for i, r := range res {
@@ -184,7 +184,7 @@ func TestQueueAppendScanVerify(t *testing.T) {
 		t.Fatalf("%d events re-appended, want 4: %+v", moved, res)
 	}
 	// The id whose seq was aborted is at its new seq.
-	again, err := s.AppendQueue(ctx, name, []dcsync.QueueEvent{evs[20]})
+	again, err := s.AppendQueue(ctx, name, []driver.QueueEvent{evs[20]})
 	must(t, err, "AppendQueue of an id again")
 	if evs[20].ID == "" || !again[0].Duplicate || again[0].Seq != res[20].Seq || again[0].Partition != 0 {
 		t.Fatalf("id %q again: %+v, first at %+v", evs[20].ID, again[0], res[20])

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 )
 
@@ -45,20 +46,20 @@ func openQueueStore(t testing.TB) *Store {
 
 func qname(t testing.TB) string { return "q-" + randHex(5) }
 
-func mustCreate(t *testing.T, s *Store, spec dcsync.QueueSpec) {
+func mustCreate(t *testing.T, s *Store, spec driver.QueueSpec) {
 	t.Helper()
 	must(t, s.CreateQueue(ctxT(t, time.Minute), spec), "CreateQueue")
 }
 
-func ev(p int, payload string) dcsync.QueueEvent {
-	return dcsync.QueueEvent{Partition: p, Payload: []byte(payload)}
+func ev(p int, payload string) driver.QueueEvent {
+	return driver.QueueEvent{Partition: p, Payload: []byte(payload)}
 }
 
 // readAll reads partition p from from until the read comes back short.
-func readAll(t *testing.T, s dcsync.QueueStore, name string, p int, from uint64) []dcsync.QueueEntry {
+func readAll(t *testing.T, s driver.QueueStore, name string, p int, from uint64) []driver.QueueEntry {
 	t.Helper()
 	ctx := ctxT(t, time.Minute)
-	var out []dcsync.QueueEntry
+	var out []driver.QueueEntry
 	for {
 		r, err := s.ReadQueue(ctx, name, p, from, 100)
 		must(t, err, "ReadQueue")
@@ -75,14 +76,14 @@ func TestQueueSpec(t *testing.T) {
 	defer s.Close()
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
-	spec := dcsync.QueueSpec{Name: name, Partitions: 3, Groups: []string{"g1", "a#b|c/d"}, Dedup: time.Hour}
+	spec := driver.QueueSpec{Name: name, Partitions: 3, Groups: []string{"g1", "a#b|c/d"}, Dedup: time.Hour}
 	_, err := s.ReadQueueSpec(ctx, name)
 	wantCode(t, err, dcsync.NotFound, "ReadQueueSpec of a missing queue")
-	_, err = s.AppendQueue(ctx, name, []dcsync.QueueEvent{ev(0, "x")})
+	_, err = s.AppendQueue(ctx, name, []driver.QueueEvent{ev(0, "x")})
 	wantCode(t, err, dcsync.NotFound, "AppendQueue to a missing queue")
 	before := time.Now().Add(-time.Minute)
 	mustCreate(t, s, spec)
-	wantCode(t, s.CreateQueue(ctx, dcsync.QueueSpec{Name: name, Partitions: 9, Groups: []string{"x"}}), dcsync.AlreadyExists, "second CreateQueue")
+	wantCode(t, s.CreateQueue(ctx, driver.QueueSpec{Name: name, Partitions: 9, Groups: []string{"x"}}), dcsync.AlreadyExists, "second CreateQueue")
 	got, err := s.ReadQueueSpec(ctx, name)
 	must(t, err, "ReadQueueSpec")
 	if got.Name != name || got.Partitions != 3 || fmt.Sprint(got.Groups) != fmt.Sprint(spec.Groups) || got.Dedup != time.Hour || got.Created.Before(before) {
@@ -101,12 +102,12 @@ func TestQueueSpec(t *testing.T) {
 	_, err = s.AddQueueGroup(ctx, "nope-"+name, "g")
 	wantCode(t, err, dcsync.NotFound, "AddQueueGroup of a missing queue")
 	// Names sharing bytes stay apart: "ab"+group vs "a"+...
-	mustCreate(t, s, dcsync.QueueSpec{Name: name + "x", Partitions: 1, Groups: []string{"g"}})
+	mustCreate(t, s, driver.QueueSpec{Name: name + "x", Partitions: 1, Groups: []string{"g"}})
 	if sp, _ := s.ReadQueueSpec(ctx, name+"x"); sp.Partitions != 1 {
 		t.Fatalf("other queue: %+v", sp)
 	}
 	// Bad input fails before any I/O.
-	for _, bad := range []dcsync.QueueSpec{{}, {Name: "x", Partitions: 0, Groups: []string{"g"}}, {Name: "x", Partitions: 1}} {
+	for _, bad := range []driver.QueueSpec{{}, {Name: "x", Partitions: 0, Groups: []string{"g"}}, {Name: "x", Partitions: 1}} {
 		wantCode(t, s.CreateQueue(ctx, bad), dcsync.InvalidArgument, fmt.Sprintf("CreateQueue(%+v)", bad))
 	}
 	_, err = s.ReadQueue(ctx, name, -1, 0, 10)
@@ -122,14 +123,14 @@ func TestQueueAppendRead(t *testing.T) {
 	defer s.Close()
 	ctx := ctxT(t, 2*time.Minute)
 	name := qname(t)
-	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 4, Groups: []string{"g"}})
-	var evs []dcsync.QueueEvent
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 4, Groups: []string{"g"}})
+	var evs []driver.QueueEvent
 	for i := 0; i < 30; i++ {
 		e := ev(i%3, fmt.Sprint("payload-", i))
 		e.Key = fmt.Sprint("k", i)
 		evs = append(evs, e)
 	}
-	evs = append(evs, dcsync.QueueEvent{Partition: 3}) // empty payload
+	evs = append(evs, driver.QueueEvent{Partition: 3}) // empty payload
 	res, err := s.AppendQueue(ctx, name, evs)
 	must(t, err, "AppendQueue")
 	next := map[int]uint64{}
@@ -139,7 +140,7 @@ func TestQueueAppendRead(t *testing.T) {
 		}
 		next[r.Partition]++
 	}
-	res2, err := s.AppendQueue(ctx, name, []dcsync.QueueEvent{ev(0, "more")})
+	res2, err := s.AppendQueue(ctx, name, []driver.QueueEvent{ev(0, "more")})
 	must(t, err, "AppendQueue")
 	if res2[0].Seq != 10 {
 		t.Fatalf("second append: %+v", res2)
@@ -212,22 +213,22 @@ func TestQueueOffsets(t *testing.T) {
 	defer s.Close()
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
-	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 2, Groups: []string{"g", "h"}})
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 2, Groups: []string{"g", "h"}})
 	offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0, 1, 2})
 	must(t, err, "ReadQueueOffsets")
-	if fmt.Sprint(offs) != fmt.Sprint(make([]dcsync.QueueOffset, 3)) {
+	if fmt.Sprint(offs) != fmt.Sprint(make([]driver.QueueOffset, 3)) {
 		t.Fatalf("fresh offsets %v", offs)
 	}
 	o, err := s.ClaimQueuePartition(ctx, name, "g", 1, 5)
 	must(t, err, "Claim")
-	if o != (dcsync.QueueOffset{Token: 5}) {
+	if o != (driver.QueueOffset{Token: 5}) {
 		t.Fatalf("first claim %+v", o)
 	}
-	must(t, s.CommitQueueOffset(ctx, name, "g", 1, dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}), "Commit")
-	wantCode(t, s.CommitQueueOffset(ctx, name, "g", 1, dcsync.QueueOffset{Token: 4, Next: 9, Version: 2}), dcsync.LockLost, "Commit with an old token")
+	must(t, s.CommitQueueOffset(ctx, name, "g", 1, driver.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}), "Commit")
+	wantCode(t, s.CommitQueueOffset(ctx, name, "g", 1, driver.QueueOffset{Token: 4, Next: 9, Version: 2}), dcsync.LockLost, "Commit with an old token")
 	o, err = s.ClaimQueuePartition(ctx, name, "g", 1, 5)
 	must(t, err, "retried Claim")
-	if o != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}) {
+	if o != (driver.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}) {
 		t.Fatalf("retried claim %+v", o)
 	}
 	o, err = s.ClaimQueuePartition(ctx, name, "g", 1, 3)
@@ -237,19 +238,19 @@ func TestQueueOffsets(t *testing.T) {
 	}
 	o, err = s.ClaimQueuePartition(ctx, name, "g", 1, 8)
 	must(t, err, "Claim by a new owner")
-	if o != (dcsync.QueueOffset{Token: 8, Next: 7, Attempts: 2, Held: true, Version: 1}) {
+	if o != (driver.QueueOffset{Token: 8, Next: 7, Attempts: 2, Held: true, Version: 1}) {
 		t.Fatalf("takeover claim %+v", o)
 	}
-	wantCode(t, s.CommitQueueOffset(ctx, name, "g", 1, dcsync.QueueOffset{Token: 5, Next: 20, Version: 2}), dcsync.LockLost, "zombie commit")
-	must(t, s.CommitQueueOffset(ctx, name, "g", 1, dcsync.QueueOffset{Token: 8, Next: 9, Version: 2}), "release")
+	wantCode(t, s.CommitQueueOffset(ctx, name, "g", 1, driver.QueueOffset{Token: 5, Next: 20, Version: 2}), dcsync.LockLost, "zombie commit")
+	must(t, s.CommitQueueOffset(ctx, name, "g", 1, driver.QueueOffset{Token: 8, Next: 9, Version: 2}), "release")
 	offs, err = s.ReadQueueOffsets(ctx, name, "g", []int{1, 0})
 	must(t, err, "ReadQueueOffsets")
-	if offs[0] != (dcsync.QueueOffset{Token: 8, Next: 9, Version: 2}) || offs[1] != (dcsync.QueueOffset{}) {
+	if offs[0] != (driver.QueueOffset{Token: 8, Next: 9, Version: 2}) || offs[1] != (driver.QueueOffset{}) {
 		t.Fatalf("offsets %v", offs)
 	}
 	offs, err = s.ReadQueueOffsets(ctx, name, "h", []int{1})
 	must(t, err, "ReadQueueOffsets of another group")
-	if offs[0] != (dcsync.QueueOffset{}) {
+	if offs[0] != (driver.QueueOffset{}) {
 		t.Fatalf("group h: %v", offs)
 	}
 	// Concurrent claims with distinct tokens: the highest ends up stored, each winner
@@ -268,7 +269,7 @@ func TestQueueOffsets(t *testing.T) {
 	wg.Wait()
 	offs, err = s.ReadQueueOffsets(ctx, name, "h", []int{0})
 	must(t, err, "ReadQueueOffsets")
-	if offs[0] != (dcsync.QueueOffset{Token: 19}) {
+	if offs[0] != (driver.QueueOffset{Token: 19}) {
 		t.Fatalf("after concurrent claims: %+v", offs[0])
 	}
 }
@@ -278,19 +279,19 @@ func TestQueueDedup(t *testing.T) {
 	defer s.Close()
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
-	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 2, Groups: []string{"g"}, Dedup: time.Minute})
-	e := func(p int, id string) dcsync.QueueEvent {
-		return dcsync.QueueEvent{Partition: p, ID: id, Payload: []byte(id)}
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 2, Groups: []string{"g"}, Dedup: time.Minute})
+	e := func(p int, id string) driver.QueueEvent {
+		return driver.QueueEvent{Partition: p, ID: id, Payload: []byte(id)}
 	}
-	res, err := s.AppendQueue(ctx, name, []dcsync.QueueEvent{e(0, "a"), e(0, "b"), e(1, "a"), e(1, "c")})
+	res, err := s.AppendQueue(ctx, name, []driver.QueueEvent{e(0, "a"), e(0, "b"), e(1, "a"), e(1, "c")})
 	must(t, err, "AppendQueue")
-	want := []dcsync.QueueAppend{{Partition: 0, Seq: 0, Duplicate: false}, {Partition: 0, Seq: 1, Duplicate: false}, {Partition: 0, Seq: 0, Duplicate: true}, {Partition: 1, Seq: 0, Duplicate: false}}
+	want := []driver.QueueAppend{{Partition: 0, Seq: 0, Duplicate: false}, {Partition: 0, Seq: 1, Duplicate: false}, {Partition: 0, Seq: 0, Duplicate: true}, {Partition: 1, Seq: 0, Duplicate: false}}
 	if fmt.Sprint(res) != fmt.Sprint(want) {
 		t.Fatalf("results %v, want %v", res, want)
 	}
-	res, err = s.AppendQueue(ctx, name, []dcsync.QueueEvent{e(1, "c"), e(0, "d"), e(1, "b"), e(0, "e")})
+	res, err = s.AppendQueue(ctx, name, []driver.QueueEvent{e(1, "c"), e(0, "d"), e(1, "b"), e(0, "e")})
 	must(t, err, "AppendQueue")
-	want = []dcsync.QueueAppend{{Partition: 1, Seq: 0, Duplicate: true}, {Partition: 0, Seq: 2, Duplicate: false}, {Partition: 0, Seq: 1, Duplicate: true}, {Partition: 0, Seq: 3, Duplicate: false}}
+	want = []driver.QueueAppend{{Partition: 1, Seq: 0, Duplicate: true}, {Partition: 0, Seq: 2, Duplicate: false}, {Partition: 0, Seq: 1, Duplicate: true}, {Partition: 0, Seq: 3, Duplicate: false}}
 	if fmt.Sprint(res) != fmt.Sprint(want) {
 		t.Fatalf("results %v, want %v", res, want)
 	}
@@ -299,12 +300,12 @@ func TestQueueDedup(t *testing.T) {
 	}
 	// Concurrent appends of one id: exactly one stores it.
 	var wg sync.WaitGroup
-	out := make([]dcsync.QueueAppend, 8)
+	out := make([]driver.QueueAppend, 8)
 	for i := range out {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := s.AppendQueue(ctx, name, []dcsync.QueueEvent{e(i%2, "race")})
+			r, err := s.AppendQueue(ctx, name, []driver.QueueEvent{e(i%2, "race")})
 			if err != nil {
 				t.Errorf("append %d: %v", i, err)
 				return
@@ -346,19 +347,19 @@ func TestQueueHoles(t *testing.T) {
 	defer s.Close()
 	ctx := ctxT(t, 2*time.Minute)
 	name := qname(t)
-	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
-	_, err := s.AppendQueue(ctx, name, []dcsync.QueueEvent{ev(0, "a0"), ev(0, "a1")})
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	_, err := s.AppendQueue(ctx, name, []driver.QueueEvent{ev(0, "a0"), ev(0, "a1")})
 	must(t, err, "AppendQueue")
 
 	// A bare reservation (a producer that died after reserving).
 	table, db, err := s.qready(ctx, "test")
 	must(t, err, "qready")
-	a := newAppender(s, db, table, name, "test", time.Hour, []dcsync.QueueEvent{ev(0, "lost")})
+	a := newAppender(s, db, table, name, "test", time.Hour, []driver.QueueEvent{ev(0, "lost")})
 	must(t, a.reserve(ctx, []int{0}), "reserve")
 	if a.seq[0] != 2 {
 		t.Fatalf("reserved seq %d, want 2", a.seq[0])
 	}
-	_, err = s.AppendQueue(ctx, name, []dcsync.QueueEvent{ev(0, "a3")})
+	_, err = s.AppendQueue(ctx, name, []driver.QueueEvent{ev(0, "a3")})
 	must(t, err, "AppendQueue after the hole")
 	r, err := s.ReadQueue(ctx, name, 0, 0, 10)
 	must(t, err, "ReadQueue")
@@ -427,13 +428,13 @@ func TestQueueHoles(t *testing.T) {
 	}
 	appendTestHook.Store(&hook)
 	defer appendTestHook.Store(nil)
-	res, err := s.AppendQueue(ctx, name, []dcsync.QueueEvent{ev(0, "x"), {Partition: 0, ID: "idx", Payload: []byte("y")}})
+	res, err := s.AppendQueue(ctx, name, []driver.QueueEvent{ev(0, "x"), {Partition: 0, ID: "idx", Payload: []byte("y")}})
 	must(t, err, "AppendQueue with aborted seqs")
 	if res[0].Seq != 7 || res[1].Seq != 8 || res[1].Duplicate {
 		t.Fatalf("re-appended at %+v, want seqs 7, 8", res)
 	}
 	appendTestHook.Store(nil)
-	res, err = s.AppendQueue(ctx, name, []dcsync.QueueEvent{{Partition: 0, ID: "idx", Payload: []byte("y")}})
+	res, err = s.AppendQueue(ctx, name, []driver.QueueEvent{{Partition: 0, ID: "idx", Payload: []byte("y")}})
 	must(t, err, "AppendQueue of the id again")
 	if !res[0].Duplicate || res[0].Seq != 8 {
 		t.Fatalf("dedup after takeover: %+v", res[0])
@@ -462,12 +463,12 @@ func TestQueueDedupDeadWriter(t *testing.T) {
 	defer s.Close()
 	ctx := ctxT(t, 2*time.Minute)
 	name := qname(t)
-	mustCreate(t, s, dcsync.QueueSpec{Name: name, Partitions: 2, Groups: []string{"g"}})
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 2, Groups: []string{"g"}})
 	table, db, err := s.qready(ctx, "test")
 	must(t, err, "qready")
 	// A writer that dies after claiming its id, reserving and placing its seq.
 	dead := func(id string) *appender {
-		a := newAppender(s, db, table, name, "test", time.Hour, []dcsync.QueueEvent{{Partition: 1, ID: id, Payload: []byte("first")}})
+		a := newAppender(s, db, table, name, "test", time.Hour, []driver.QueueEvent{{Partition: 1, ID: id, Payload: []byte("first")}})
 		must(t, a.claim(ctx, []int{0}), "claim")
 		must(t, a.reserve(ctx, []int{0}), "reserve")
 		ready, err := a.place(ctx, []int{0})
@@ -478,7 +479,7 @@ func TestQueueDedupDeadWriter(t *testing.T) {
 		return a
 	}
 	a := dead("u1")
-	res, err := s.AppendQueue(ctx, name, []dcsync.QueueEvent{{Partition: 0, ID: "u1", Payload: []byte("retry")}})
+	res, err := s.AppendQueue(ctx, name, []driver.QueueEvent{{Partition: 0, ID: "u1", Payload: []byte("retry")}})
 	must(t, err, "retry of a dead writer's id")
 	if !res[0].Duplicate || res[0].Partition != 1 || res[0].Seq != a.seq[0] {
 		t.Fatalf("retry result %+v, want a duplicate of 1/%d", res[0], a.seq[0])
@@ -498,12 +499,12 @@ func TestQueueDedupDeadWriter(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("abort: %v, %v", ok, err)
 	}
-	res, err = s.AppendQueue(ctx, name, []dcsync.QueueEvent{{Partition: 0, ID: "u2", Payload: []byte("again")}})
+	res, err = s.AppendQueue(ctx, name, []driver.QueueEvent{{Partition: 0, ID: "u2", Payload: []byte("again")}})
 	must(t, err, "retry after the abort")
 	if res[0].Duplicate || res[0].Partition != 0 || res[0].Seq != 0 {
 		t.Fatalf("takeover result %+v", res[0])
 	}
-	res, err = s.AppendQueue(ctx, name, []dcsync.QueueEvent{{Partition: 1, ID: "u2"}})
+	res, err = s.AppendQueue(ctx, name, []driver.QueueEvent{{Partition: 1, ID: "u2"}})
 	must(t, err, "third append")
 	if !res[0].Duplicate || res[0].Partition != 0 || res[0].Seq != 0 {
 		t.Fatalf("after takeover: %+v", res[0])
@@ -520,10 +521,10 @@ func TestQueueDedupDeadWriter(t *testing.T) {
 	// claimTimeout for it, then takes the id over.
 	defer func(d time.Duration) { claimTimeout = d }(claimTimeout)
 	claimTimeout = 300 * time.Millisecond
-	c := newAppender(s, db, table, name, "test", time.Hour, []dcsync.QueueEvent{{Partition: 1, ID: "u3", Payload: []byte("first")}})
+	c := newAppender(s, db, table, name, "test", time.Hour, []driver.QueueEvent{{Partition: 1, ID: "u3", Payload: []byte("first")}})
 	must(t, c.claim(ctx, []int{0}), "claim")
 	t0 := time.Now()
-	res, err = s.AppendQueue(ctx, name, []dcsync.QueueEvent{{Partition: 1, ID: "u3", Payload: []byte("retry")}})
+	res, err = s.AppendQueue(ctx, name, []driver.QueueEvent{{Partition: 1, ID: "u3", Payload: []byte("retry")}})
 	must(t, err, "retry of a claim left pending")
 	if res[0].Duplicate || res[0].Partition != 1 {
 		t.Fatalf("retry of a pending claim: %+v", res[0])
@@ -541,7 +542,7 @@ func TestQueueDedupDeadWriter(t *testing.T) {
 	}
 	must(t, c.write(ctx, nil), "tombstone")
 	must(t, c.run(ctx), "rounds")
-	if !c.res[0].Duplicate || c.res[0] != (dcsync.QueueAppend{Partition: 1, Seq: res[0].Seq, Duplicate: true}) {
+	if !c.res[0].Duplicate || c.res[0] != (driver.QueueAppend{Partition: 1, Seq: res[0].Seq, Duplicate: true}) {
 		t.Fatalf("late writer: %+v, want a duplicate of %+v", c.res[0], res[0])
 	}
 	r, err := s.ReadQueue(ctx, name, 1, res[0].Seq, 10)
@@ -577,7 +578,7 @@ func (f *queueFaults) set(m string, n int) {
 	f.mu.Unlock()
 }
 
-var errLost = dcsync.Errorf(dcsync.Connection, "test", "outcome unknown: injected lost reply")
+var errLost = driver.Errorf(dcsync.Connection, "test", "outcome unknown: injected lost reply")
 
 func (f *queueFaults) MultiMutate(ctx context.Context, table string, acts []hbaserpc.Action) ([]hbaserpc.ActionResult, error) {
 	conditional, reads, incs := false, false, false
@@ -656,7 +657,7 @@ func TestQueueInDoubt(t *testing.T) {
 	name := qname(t)
 
 	f.set("CheckAndMutate", 1)
-	must(t, s.CreateQueue(ctx, dcsync.QueueSpec{Name: name, Partitions: 2, Groups: []string{"g"}}), "CreateQueue with a lost reply")
+	must(t, s.CreateQueue(ctx, driver.QueueSpec{Name: name, Partitions: 2, Groups: []string{"g"}}), "CreateQueue with a lost reply")
 	f.set("CheckAndMutate", 1)
 	_, err := s.AddQueueGroup(ctx, name, "h")
 	must(t, err, "AddQueueGroup with a lost reply")
@@ -670,7 +671,7 @@ func TestQueueInDoubt(t *testing.T) {
 		for m, k := range plan {
 			f.set(m, k)
 		}
-		evs := []dcsync.QueueEvent{ev(0, "p"), {Partition: 1, ID: fmt.Sprint("id", n), Payload: []byte("i")}, ev(1, "q")}
+		evs := []driver.QueueEvent{ev(0, "p"), {Partition: 1, ID: fmt.Sprint("id", n), Payload: []byte("i")}, ev(1, "q")}
 		if n == 0 {
 			evs[1].ID = ""
 		}
@@ -702,7 +703,7 @@ func TestQueueInDoubt(t *testing.T) {
 	// A reservation resent after a lost reply: its range is unknown, so it is left as
 	// holes and the events reserved again.
 	f.set("MultiMutate-resent", 1)
-	res, err := s.AppendQueue(ctx, name, []dcsync.QueueEvent{ev(0, "r1"), ev(0, "r2")})
+	res, err := s.AppendQueue(ctx, name, []driver.QueueEvent{ev(0, "r1"), ev(0, "r2")})
 	must(t, err, "AppendQueue with a resent reservation")
 	if res[0].Seq != 6 || res[1].Seq != 7 {
 		t.Fatalf("after a resent reservation: %+v, want seqs 6, 7 (4 and 5 left as holes)", res)
@@ -721,20 +722,20 @@ func TestQueueInDoubt(t *testing.T) {
 	f.set("CheckAndMutate", 1)
 	o, err := s.ClaimQueuePartition(ctx, name, "g", 0, 3)
 	must(t, err, "Claim with a lost reply")
-	if o != (dcsync.QueueOffset{Token: 3}) {
+	if o != (driver.QueueOffset{Token: 3}) {
 		t.Fatalf("claim %+v", o)
 	}
 	f.set("CheckAndMutate", 1)
-	must(t, s.CommitQueueOffset(ctx, name, "g", 0, dcsync.QueueOffset{Token: 3, Next: 2, Version: 1}), "Commit with a lost reply")
+	must(t, s.CommitQueueOffset(ctx, name, "g", 0, driver.QueueOffset{Token: 3, Next: 2, Version: 1}), "Commit with a lost reply")
 	offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
 	must(t, err, "ReadQueueOffsets")
-	if offs[0] != (dcsync.QueueOffset{Token: 3, Next: 2, Version: 1}) {
+	if offs[0] != (driver.QueueOffset{Token: 3, Next: 2, Version: 1}) {
 		t.Fatalf("offset %+v", offs[0])
 	}
 	// An abort whose reply is lost: aborted, once.
 	table, db, err := s.qready(ctx, "test")
 	must(t, err, "qready")
-	a := newAppender(s, db, table, name, "test", time.Hour, []dcsync.QueueEvent{ev(0, "hole")})
+	a := newAppender(s, db, table, name, "test", time.Hour, []driver.QueueEvent{ev(0, "hole")})
 	must(t, a.reserve(ctx, []int{0}), "reserve")
 	f.set("CheckAndMutate", 1)
 	ok, err := s.AbortQueueSeq(ctx, name, 0, a.seq[0])

@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
-// Store is an in-process dcsync.Store. The zero value is not usable; call New.
+// Store is an in-process driver.Store. The zero value is not usable; call New.
 type Store struct {
 	now func() time.Time
 
@@ -30,7 +31,7 @@ type lockID struct {
 }
 
 type lockEntry struct {
-	dcsync.LockState
+	driver.LockState
 }
 
 type latchID struct{ client, name string }
@@ -61,7 +62,7 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-var _ dcsync.Store = (*Store)(nil)
+var _ driver.Store = (*Store)(nil)
 
 func toLockID(k dcsync.Key) lockID {
 	id := lockID{level: k.Level, farm: k.Farm, client: k.Client, name: k.Name}
@@ -77,12 +78,12 @@ func (s *Store) begin(ctx context.Context, check error) error {
 		return check
 	}
 	if err := ctx.Err(); err != nil {
-		return dcsync.Errorf(dcsync.Connection, "memory", "context done: %w", err)
+		return driver.Errorf(dcsync.Connection, "memory", "context done: %w", err)
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return dcsync.Errorf(dcsync.Connection, "memory", "store is closed")
+		return driver.Errorf(dcsync.Connection, "memory", "store is closed")
 	}
 	return nil
 }
@@ -97,62 +98,62 @@ func (s *Store) liveLock(id lockID, now time.Time) (lockEntry, bool) {
 	return e, ok
 }
 
-// AcquireLock implements dcsync.LockStore.
-func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
-	if err := s.begin(ctx, dcsync.CheckLease(k, owner, ttl)); err != nil {
-		return dcsync.LockState{}, err
+// AcquireLock implements driver.LockStore.
+func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
+	if err := s.begin(ctx, driver.CheckLease(k, owner, ttl)); err != nil {
+		return driver.LockState{}, err
 	}
 	defer s.mu.Unlock()
 	id, now := toLockID(k), s.now()
 	if e, ok := s.liveLock(id, now); ok {
-		return e.LockState, dcsync.Errorf(dcsync.LockUnavailable, "memory.AcquireLock", "%s is held by %s", k, e.Owner)
+		return e.LockState, driver.Errorf(dcsync.LockUnavailable, "memory.AcquireLock", "%s is held by %s", k, e.Owner)
 	}
 	s.fences[id]++
-	st := dcsync.LockState{Owner: owner, Token: s.fences[id], Expires: now.Add(ttl)}
+	st := driver.LockState{Owner: owner, Token: s.fences[id], Expires: now.Add(ttl)}
 	s.locks[id] = lockEntry{st}
 	return st, nil
 }
 
-// RefreshLock implements dcsync.LockStore.
-func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
-	if err := s.begin(ctx, dcsync.CheckLease(k, owner, ttl)); err != nil {
-		return dcsync.LockState{}, err
+// RefreshLock implements driver.LockStore.
+func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
+	if err := s.begin(ctx, driver.CheckLease(k, owner, ttl)); err != nil {
+		return driver.LockState{}, err
 	}
 	defer s.mu.Unlock()
 	id, now := toLockID(k), s.now()
 	e, ok := s.liveLock(id, now)
 	if !ok || e.Owner != owner {
-		return dcsync.LockState{}, dcsync.Errorf(dcsync.LockLost, "memory.RefreshLock", "%s is not held by %s", k, owner)
+		return driver.LockState{}, driver.Errorf(dcsync.LockLost, "memory.RefreshLock", "%s is not held by %s", k, owner)
 	}
 	e.Expires = now.Add(ttl)
 	s.locks[id] = e
 	return e.LockState, nil
 }
 
-// ReleaseLock implements dcsync.LockStore.
+// ReleaseLock implements driver.LockStore.
 func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
-	if err := s.begin(ctx, dcsync.CheckLock(k, owner, 0)); err != nil {
+	if err := s.begin(ctx, driver.CheckLock(k, owner, 0)); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
 	id := toLockID(k)
 	e, ok := s.liveLock(id, s.now())
 	if !ok || e.Owner != owner {
-		return dcsync.Errorf(dcsync.LockLost, "memory.ReleaseLock", "%s is not held by %s", k, owner)
+		return driver.Errorf(dcsync.LockLost, "memory.ReleaseLock", "%s is not held by %s", k, owner)
 	}
 	delete(s.locks, id)
 	return nil
 }
 
-// InspectLock implements dcsync.LockStore.
-func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState, error) {
-	if err := s.begin(ctx, k.Validate("lock")); err != nil {
-		return dcsync.LockState{}, err
+// InspectLock implements driver.LockStore.
+func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockState, error) {
+	if err := s.begin(ctx, driver.ValidateKey("lock", k)); err != nil {
+		return driver.LockState{}, err
 	}
 	defer s.mu.Unlock()
 	e, ok := s.liveLock(toLockID(k), s.now())
 	if !ok {
-		return dcsync.LockState{}, dcsync.Errorf(dcsync.NotFound, "memory.InspectLock", "%s is free", k)
+		return driver.LockState{}, driver.Errorf(dcsync.NotFound, "memory.InspectLock", "%s is free", k)
 	}
 	return e.LockState, nil
 }
@@ -188,7 +189,7 @@ func countAt(cells map[string]cell, k dcsync.Key) int64 {
 	for _, c := range cells {
 		counts = append(counts, c.count)
 	}
-	return dcsync.SumCounts(counts...)
+	return driver.SumCounts(counts...)
 }
 
 func (s *Store) putCell(id latchID, farm string, c cell) {
@@ -198,11 +199,11 @@ func (s *Store) putCell(id latchID, farm string, c cell) {
 	s.latches[id][farm] = c
 }
 
-// CreateLatch implements dcsync.LatchStore.
+// CreateLatch implements driver.LatchStore.
 func (s *Store) CreateLatch(ctx context.Context, k dcsync.Key, count int64, ttl time.Duration) error {
-	check := dcsync.CheckLatch(k, ttl)
+	check := driver.CheckLatch(k, ttl)
 	if check == nil {
-		check = dcsync.ValidateCount(count)
+		check = driver.ValidateCount(count)
 	}
 	if err := s.begin(ctx, check); err != nil {
 		return err
@@ -210,15 +211,15 @@ func (s *Store) CreateLatch(ctx context.Context, k dcsync.Key, count int64, ttl 
 	defer s.mu.Unlock()
 	id, now := latchID{k.Client, k.Name}, s.now()
 	if exists(s.liveCells(id, now), k) {
-		return dcsync.Errorf(dcsync.AlreadyExists, "memory.CreateLatch", "latch %s exists", k)
+		return driver.Errorf(dcsync.AlreadyExists, "memory.CreateLatch", "latch %s exists", k)
 	}
 	s.putCell(id, k.Farm, cell{count: count, expires: now.Add(ttl)})
 	return nil
 }
 
-// EnsureLatch implements dcsync.LatchStore.
+// EnsureLatch implements driver.LatchStore.
 func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration) (bool, error) {
-	if err := s.begin(ctx, dcsync.CheckLatch(k, ttl)); err != nil {
+	if err := s.begin(ctx, driver.CheckLatch(k, ttl)); err != nil {
 		return false, err
 	}
 	defer s.mu.Unlock()
@@ -230,16 +231,16 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 	return true, nil
 }
 
-// AddLatch implements dcsync.LatchStore.
+// AddLatch implements driver.LatchStore.
 func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
-	if err := s.begin(ctx, dcsync.CheckLatch(k, 0)); err != nil {
+	if err := s.begin(ctx, driver.CheckLatch(k, 0)); err != nil {
 		return 0, err
 	}
 	defer s.mu.Unlock()
 	id, now := latchID{k.Client, k.Name}, s.now()
 	cells := s.liveCells(id, now)
 	if !exists(cells, k) {
-		return 0, dcsync.Errorf(dcsync.NotFound, "memory.AddLatch", "latch %s does not exist", k)
+		return 0, driver.Errorf(dcsync.NotFound, "memory.AddLatch", "latch %s does not exist", k)
 	}
 	c, ok := cells[k.Farm]
 	if !ok {
@@ -250,9 +251,9 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 			}
 		}
 	}
-	n, err := dcsync.AddCount("memory.AddLatch", c.count, delta)
+	n, err := driver.AddCount("memory.AddLatch", c.count, delta)
 	if err == nil {
-		_, err = dcsync.AddCount("memory.AddLatch", countAt(cells, k), delta)
+		_, err = driver.AddCount("memory.AddLatch", countAt(cells, k), delta)
 	}
 	if err != nil {
 		return 0, err
@@ -262,11 +263,11 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 	return countAt(cells, k), nil
 }
 
-// ReadLatches implements dcsync.LatchStore.
-func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
+// ReadLatches implements driver.LatchStore.
+func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.LatchCount, error) {
 	var check error
 	for _, k := range keys {
-		if check = dcsync.CheckLatch(k, 0); check != nil {
+		if check = driver.CheckLatch(k, 0); check != nil {
 			break
 		}
 	}
@@ -275,11 +276,11 @@ func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.La
 	}
 	defer s.mu.Unlock()
 	now := s.now()
-	out := make([]dcsync.LatchCount, len(keys))
+	out := make([]driver.LatchCount, len(keys))
 	for i, k := range keys {
 		cells := s.liveCells(latchID{k.Client, k.Name}, now)
 		if exists(cells, k) {
-			out[i] = dcsync.LatchCount{Found: true, Count: countAt(cells, k)}
+			out[i] = driver.LatchCount{Found: true, Count: countAt(cells, k)}
 		}
 	}
 	return out, nil

@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/memory"
 	"github.com/dcsync/dcsync/store/storetest"
 )
@@ -21,7 +21,7 @@ func (sharedStore) Close() error { return nil }
 func TestConformance(t *testing.T) {
 	shared := sharedStore{memory.New()}
 	storetest.Run(t, storetest.Harness{
-		Open:    func(t *testing.T) dcsync.Store { return shared },
-		OpenOwn: func(t *testing.T) dcsync.Store { return memory.New() },
+		Open:    func(t *testing.T) driver.Store { return shared },
+		OpenOwn: func(t *testing.T) driver.Store { return memory.New() },
 	})
 }

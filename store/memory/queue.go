@@ -6,19 +6,20 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
-// The memory store is the reference implementation of dcsync.QueueStore. It has no
+// The memory store is the reference implementation of driver.QueueStore. It has no
 // holes: a sequence number is reserved and its event stored in one step under the
 // store's mutex, so every seq below a partition's Head holds an event (or was trimmed),
 // and AbortQueueSeq never finds an unwritten seq. Payloads are copied in and out.
-var _ dcsync.QueueStore = (*Store)(nil)
+var _ driver.QueueStore = (*Store)(nil)
 
 // memQueue is one queue's state; guarded by the store's mutex.
 type memQueue struct {
-	spec    dcsync.QueueSpec
+	spec    driver.QueueSpec
 	parts   map[int]*memPart
-	offsets map[offsetID]dcsync.QueueOffset
+	offsets map[offsetID]driver.QueueOffset
 	ids     map[string]idRecord // event id -> where it went, while in the dedup window
 	idOrder []idSeen            // ids in append order, to forget them when they expire
 }
@@ -26,7 +27,7 @@ type memQueue struct {
 // memPart is one storage partition: entries[i].Seq == floor+i, head == floor+len(entries).
 type memPart struct {
 	floor   uint64
-	entries []dcsync.QueueEntry
+	entries []driver.QueueEntry
 }
 
 func (p *memPart) head() uint64 { return p.floor + uint64(len(p.entries)) }
@@ -59,7 +60,7 @@ func (s *Store) queues() map[string]*memQueue {
 func (s *Store) queue(op, name string) (*memQueue, error) {
 	q, ok := s.queues()[name]
 	if !ok {
-		return nil, dcsync.Errorf(dcsync.NotFound, op, "queue %q does not exist", name)
+		return nil, driver.Errorf(dcsync.NotFound, op, "queue %q does not exist", name)
 	}
 	return q, nil
 }
@@ -89,7 +90,7 @@ func (q *memQueue) forget(now time.Time) {
 	}
 }
 
-func copySpec(s dcsync.QueueSpec) dcsync.QueueSpec {
+func copySpec(s driver.QueueSpec) driver.QueueSpec {
 	s.Groups = slices.Clone(s.Groups)
 	return s
 }
@@ -103,79 +104,79 @@ func copyBytes(b []byte) []byte {
 
 // checkQueueGroup validates a queue name, a group and a storage partition.
 func checkQueueGroup(name, group string, p int) error {
-	if err := dcsync.ValidateID("queue", name); err != nil {
+	if err := driver.ValidateID("queue", name); err != nil {
 		return err
 	}
-	if err := dcsync.ValidateID("group", group); err != nil {
+	if err := driver.ValidateID("group", group); err != nil {
 		return err
 	}
-	return dcsync.ValidateQueuePartition(p)
+	return driver.ValidateQueuePartition(p)
 }
 
-// CreateQueue implements dcsync.QueueStore.
-func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
-	if err := s.begin(ctx, dcsync.ValidateQueueSpec(spec)); err != nil {
+// CreateQueue implements driver.QueueStore.
+func (s *Store) CreateQueue(ctx context.Context, spec driver.QueueSpec) error {
+	if err := s.begin(ctx, driver.ValidateQueueSpec(spec)); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
 	qs := s.queues()
 	if _, ok := qs[spec.Name]; ok {
-		return dcsync.Errorf(dcsync.AlreadyExists, "memory.CreateQueue", "queue %q exists", spec.Name)
+		return driver.Errorf(dcsync.AlreadyExists, "memory.CreateQueue", "queue %q exists", spec.Name)
 	}
 	spec = copySpec(spec)
 	spec.Created = s.now()
 	qs[spec.Name] = &memQueue{
 		spec:    spec,
 		parts:   map[int]*memPart{},
-		offsets: map[offsetID]dcsync.QueueOffset{},
+		offsets: map[offsetID]driver.QueueOffset{},
 		ids:     map[string]idRecord{},
 	}
 	return nil
 }
 
-// ReadQueueSpec implements dcsync.QueueStore.
-func (s *Store) ReadQueueSpec(ctx context.Context, name string) (dcsync.QueueSpec, error) {
-	if err := s.begin(ctx, dcsync.ValidateID("queue", name)); err != nil {
-		return dcsync.QueueSpec{}, err
+// ReadQueueSpec implements driver.QueueStore.
+func (s *Store) ReadQueueSpec(ctx context.Context, name string) (driver.QueueSpec, error) {
+	if err := s.begin(ctx, driver.ValidateID("queue", name)); err != nil {
+		return driver.QueueSpec{}, err
 	}
 	defer s.mu.Unlock()
 	q, err := s.queue("memory.ReadQueueSpec", name)
 	if err != nil {
-		return dcsync.QueueSpec{}, err
+		return driver.QueueSpec{}, err
 	}
 	return copySpec(q.spec), nil
 }
 
-// AddQueueGroup implements dcsync.QueueStore.
-func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (dcsync.QueueSpec, error) {
-	check := dcsync.ValidateID("queue", name)
+// AddQueueGroup implements driver.QueueStore.
+func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.QueueSpec, error) {
+	check := driver.ValidateID("queue", name)
 	if check == nil {
-		check = dcsync.ValidateID("group", group)
+		check = driver.ValidateID("group", group)
 	}
 	if err := s.begin(ctx, check); err != nil {
-		return dcsync.QueueSpec{}, err
+		return driver.QueueSpec{}, err
 	}
 	defer s.mu.Unlock()
 	q, err := s.queue("memory.AddQueueGroup", name)
 	if err != nil {
-		return dcsync.QueueSpec{}, err
+		return driver.QueueSpec{}, err
 	}
 	if q.spec.GroupIndex(group) >= 0 {
-		return copySpec(q.spec), dcsync.Errorf(dcsync.AlreadyExists, "memory.AddQueueGroup", "queue %q has group %q", name, group)
+		return copySpec(q.spec), driver.Errorf(dcsync.AlreadyExists, "memory.AddQueueGroup", "queue %q has group %q", name, group)
 	}
-	if len(q.spec.Groups) >= dcsync.MaxQueueGroups {
-		return dcsync.QueueSpec{}, dcsync.Errorf(dcsync.InvalidArgument, "memory.AddQueueGroup", "queue %q has %d groups, the most it can have", name, len(q.spec.Groups))
+	if len(q.spec.Groups) >= driver.MaxQueueGroups {
+		return driver.QueueSpec{}, driver.Errorf(dcsync.InvalidArgument, "memory.AddQueueGroup", "queue %q has %d groups, the most it can have", name, len(q.spec.Groups))
 	}
 	q.spec.Groups = append(slices.Clone(q.spec.Groups), group)
 	return copySpec(q.spec), nil
 }
 
-// AppendQueue implements dcsync.QueueStore. Each event's sequence number is reserved
+// AppendQueue implements driver.QueueStore. Each event's sequence number is reserved
 // and its event stored in one step, so the store never has holes.
-func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
-	check := dcsync.ValidateID("queue", name)
+func (s *Store) AppendQueue(ctx context.Context, name string, events []driver.QueueEvent) ([]driver.QueueAppend, error) {
+	check := driver.ValidateID("queue", name)
 	if check == nil {
-		check = dcsync.ValidateQueueEvents(events)
+		check = driver.ValidateQueueEvents(events)
 	}
 	if err := s.begin(ctx, check); err != nil {
 		return nil, err
@@ -187,39 +188,39 @@ func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.Qu
 	}
 	now := s.now()
 	q.forget(now)
-	out := make([]dcsync.QueueAppend, len(events))
+	out := make([]driver.QueueAppend, len(events))
 	for i, e := range events {
 		if e.ID != "" {
 			if r, ok := q.ids[e.ID]; ok {
-				out[i] = dcsync.QueueAppend{Partition: r.p, Seq: r.seq, Duplicate: true}
+				out[i] = driver.QueueAppend{Partition: r.p, Seq: r.seq, Duplicate: true}
 				continue
 			}
 		}
 		mp := q.part(e.Partition)
 		seq := mp.head()
-		mp.entries = append(mp.entries, dcsync.QueueEntry{
+		mp.entries = append(mp.entries, driver.QueueEntry{
 			Seq: seq, Key: e.Key, ID: e.ID, Payload: copyBytes(e.Payload), At: now,
 		})
 		if e.ID != "" {
 			q.ids[e.ID] = idRecord{p: e.Partition, seq: seq, at: now}
 			q.idOrder = append(q.idOrder, idSeen{id: e.ID, at: now})
 		}
-		out[i] = dcsync.QueueAppend{Partition: e.Partition, Seq: seq}
+		out[i] = driver.QueueAppend{Partition: e.Partition, Seq: seq}
 	}
 	return out, nil
 }
 
-// ReadQueue implements dcsync.QueueStore.
-func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
-	if err := s.begin(ctx, dcsync.ValidateQueueRead(name, p, max)); err != nil {
-		return dcsync.QueueRead{}, err
+// ReadQueue implements driver.QueueStore.
+func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (driver.QueueRead, error) {
+	if err := s.begin(ctx, driver.ValidateQueueRead(name, p, max)); err != nil {
+		return driver.QueueRead{}, err
 	}
 	defer s.mu.Unlock()
 	q, err := s.queue("memory.ReadQueue", name)
 	if err != nil {
-		return dcsync.QueueRead{}, err
+		return driver.QueueRead{}, err
 	}
-	var r dcsync.QueueRead
+	var r driver.QueueRead
 	mp, ok := q.parts[p]
 	if !ok {
 		return r, nil
@@ -233,7 +234,7 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 	if len(src) > max {
 		src = src[:max]
 	}
-	r.Entries = make([]dcsync.QueueEntry, len(src))
+	r.Entries = make([]driver.QueueEntry, len(src))
 	for i, e := range src {
 		e.Payload = copyBytes(e.Payload)
 		r.Entries[i] = e
@@ -248,11 +249,11 @@ func max64(a, b uint64) uint64 {
 	return b
 }
 
-// AbortQueueSeq implements dcsync.QueueStore. Every seq below Head holds an event in
+// AbortQueueSeq implements driver.QueueStore. Every seq below Head holds an event in
 // this store (it has no holes), so it reports false for every seq it accepts, trimmed
 // ones included; seq at or beyond Head is InvalidArgument.
 func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint64) (bool, error) {
-	if err := s.begin(ctx, dcsync.ValidateQueueRead(name, p, 1)); err != nil {
+	if err := s.begin(ctx, driver.ValidateQueueRead(name, p, 1)); err != nil {
 		return false, err
 	}
 	defer s.mu.Unlock()
@@ -265,14 +266,14 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 		head = mp.head()
 	}
 	if seq >= head {
-		return false, dcsync.Errorf(dcsync.InvalidArgument, "memory.AbortQueueSeq", "seq %d of partition %d is not below its head %d", seq, p, head)
+		return false, driver.Errorf(dcsync.InvalidArgument, "memory.AbortQueueSeq", "seq %d of partition %d is not below its head %d", seq, p, head)
 	}
 	return false, nil
 }
 
-// QueueBounds implements dcsync.QueueStore.
-func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
-	if err := s.begin(ctx, dcsync.ValidateQueuePartitions(name, ps)); err != nil {
+// QueueBounds implements driver.QueueStore.
+func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]driver.QueueBounds, error) {
+	if err := s.begin(ctx, driver.ValidateQueuePartitions(name, ps)); err != nil {
 		return nil, err
 	}
 	defer s.mu.Unlock()
@@ -280,52 +281,52 @@ func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsyn
 	if err != nil {
 		return nil, err
 	}
-	out := make([]dcsync.QueueBounds, len(ps))
+	out := make([]driver.QueueBounds, len(ps))
 	for i, p := range ps {
 		if mp, ok := q.parts[p]; ok {
-			out[i] = dcsync.QueueBounds{Head: mp.head(), Floor: mp.floor}
+			out[i] = driver.QueueBounds{Head: mp.head(), Floor: mp.floor}
 		}
 	}
 	return out, nil
 }
 
-// ClaimQueuePartition implements dcsync.QueueStore. token must not be 0 (the token of
+// ClaimQueuePartition implements driver.QueueStore. token must not be 0 (the token of
 // an offset no one ever owned). A greater token writes the token only; an equal token
 // (a retried claim) writes nothing.
-func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
+func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (driver.QueueOffset, error) {
 	check := checkQueueGroup(name, group, p)
 	if check == nil && token == 0 {
-		check = dcsync.Errorf(dcsync.InvalidArgument, "memory.ClaimQueuePartition", "token 0 cannot own a partition")
+		check = driver.Errorf(dcsync.InvalidArgument, "memory.ClaimQueuePartition", "token 0 cannot own a partition")
 	}
 	if err := s.begin(ctx, check); err != nil {
-		return dcsync.QueueOffset{}, err
+		return driver.QueueOffset{}, err
 	}
 	defer s.mu.Unlock()
 	q, err := s.queue("memory.ClaimQueuePartition", name)
 	if err != nil {
-		return dcsync.QueueOffset{}, err
+		return driver.QueueOffset{}, err
 	}
 	id := offsetID{group, p}
 	off := q.offsets[id]
 	if token < off.Token {
-		return off, dcsync.Errorf(dcsync.LockLost, "memory.ClaimQueuePartition", "partition %d of queue %q group %q is owned by token %d, above %d", p, name, group, off.Token, token)
+		return off, driver.Errorf(dcsync.LockLost, "memory.ClaimQueuePartition", "partition %d of queue %q group %q is owned by token %d, above %d", p, name, group, off.Token, token)
 	}
 	off.Token = token
 	q.offsets[id] = off
 	return off, nil
 }
 
-// CommitQueueOffset implements dcsync.QueueStore: it writes off when the stored token is
+// CommitQueueOffset implements driver.QueueStore: it writes off when the stored token is
 // off.Token and the stored Version is below off.Version, returns nil when the stored
 // offset already is off, and LockLost otherwise.
-func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
 	const op = "memory.CommitQueueOffset"
 	check := checkQueueGroup(name, group, p)
 	if check == nil && off.Attempts < 0 {
-		check = dcsync.Errorf(dcsync.InvalidArgument, op, "attempts %d is negative", off.Attempts)
+		check = driver.Errorf(dcsync.InvalidArgument, op, "attempts %d is negative", off.Attempts)
 	}
 	if check == nil {
-		check = dcsync.ValidateQueueMarks(op, off)
+		check = driver.ValidateQueueMarks(op, off)
 	}
 	if err := s.begin(ctx, check); err != nil {
 		return err
@@ -339,21 +340,21 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 	cur := q.offsets[id]
 	switch {
 	case off.Token == 0 || cur.Token != off.Token:
-		return dcsync.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q is owned by token %d, not %d", p, name, group, cur.Token, off.Token)
+		return driver.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q is owned by token %d, not %d", p, name, group, cur.Token, off.Token)
 	case cur == off:
 		return nil // an earlier attempt of this write landed
 	case cur.Version >= off.Version:
-		return dcsync.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q holds version %d of token %d, not below %d", p, name, group, cur.Version, off.Token, off.Version)
+		return driver.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q holds version %d of token %d, not below %d", p, name, group, cur.Version, off.Token, off.Version)
 	}
 	q.offsets[id] = off
 	return nil
 }
 
-// ReadQueueOffsets implements dcsync.QueueStore.
-func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]dcsync.QueueOffset, error) {
+// ReadQueueOffsets implements driver.QueueStore.
+func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]driver.QueueOffset, error) {
 	check := checkQueueGroup(name, group, 0)
 	if check == nil {
-		check = dcsync.ValidateQueuePartitions(name, ps)
+		check = driver.ValidateQueuePartitions(name, ps)
 	}
 	if err := s.begin(ctx, check); err != nil {
 		return nil, err
@@ -363,16 +364,16 @@ func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []i
 	if err != nil {
 		return nil, err
 	}
-	out := make([]dcsync.QueueOffset, len(ps))
+	out := make([]driver.QueueOffset, len(ps))
 	for i, p := range ps {
 		out[i] = q.offsets[offsetID{group, p}]
 	}
 	return out, nil
 }
 
-// TrimQueue implements dcsync.QueueStore.
+// TrimQueue implements driver.QueueStore.
 func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
-	if err := s.begin(ctx, dcsync.ValidateQueueRead(name, p, 1)); err != nil {
+	if err := s.begin(ctx, driver.ValidateQueueRead(name, p, 1)); err != nil {
 		return err
 	}
 	defer s.mu.Unlock()
@@ -382,7 +383,7 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 	}
 	mp := q.part(p)
 	if below > mp.head() {
-		return dcsync.Errorf(dcsync.InvalidArgument, "memory.TrimQueue", "trim of partition %d below %d, beyond its head %d", p, below, mp.head())
+		return driver.Errorf(dcsync.InvalidArgument, "memory.TrimQueue", "trim of partition %d below %d, beyond its head %d", p, below, mp.head())
 	}
 	if below <= mp.floor {
 		return nil

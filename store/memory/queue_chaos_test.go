@@ -2,11 +2,11 @@ package memory_test
 
 import (
 	"context"
+	"github.com/dcsync/dcsync/driver"
 	"testing"
 	"time"
 
 	"github.com/dcsync/dcsync/internal/chaos"
-	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/store/memory"
 )
 
@@ -19,7 +19,7 @@ import (
 func TestQueueChaos(t *testing.T) {
 	s := memory.New()
 	sc := chaos.QueueScenario{
-		Open:      func(context.Context) (queue.Store, error) { return sharedStore{s}, nil },
+		Open:      func(context.Context) (driver.Store, error) { return sharedStore{s}, nil },
 		Producers: 2, Consumers: 3,
 		Events: chaos.QueueCIEvents, Duration: 2 * time.Minute,
 		Churn: 30, Freeze: true, FaultEvery: 500 * time.Millisecond,

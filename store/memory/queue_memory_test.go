@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/memory"
 )
 
@@ -34,16 +35,16 @@ func TestQueueDedupWindow(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	s := memory.New(memory.WithClock(clock.Now))
 	ctx := context.Background()
-	spec := dcsync.QueueSpec{Name: "q", Partitions: 1, Groups: []string{"g"}, Dedup: time.Minute}
+	spec := driver.QueueSpec{Name: "q", Partitions: 1, Groups: []string{"g"}, Dedup: time.Minute}
 	if err := s.CreateQueue(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := s.ReadQueueSpec(ctx, "q"); !got.Created.Equal(clock.Now()) {
 		t.Fatalf("Created = %v, want the store's clock %v", got.Created, clock.Now())
 	}
-	appendID := func(id string) dcsync.QueueAppend {
+	appendID := func(id string) driver.QueueAppend {
 		t.Helper()
-		res, err := s.AppendQueue(ctx, "q", []dcsync.QueueEvent{{ID: id}})
+		res, err := s.AppendQueue(ctx, "q", []driver.QueueEvent{{ID: id}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,16 +78,16 @@ func TestQueueDedupWindow(t *testing.T) {
 func TestQueueContextAndClose(t *testing.T) {
 	s := memory.New()
 	ctx := context.Background()
-	spec := dcsync.QueueSpec{Name: "q", Partitions: 1, Groups: []string{"g"}}
+	spec := driver.QueueSpec{Name: "q", Partitions: 1, Groups: []string{"g"}}
 	if err := s.CreateQueue(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
 	done, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := s.AppendQueue(done, "q", []dcsync.QueueEvent{{}}); dcsync.CodeOf(err) != dcsync.Connection {
+	if _, err := s.AppendQueue(done, "q", []driver.QueueEvent{{}}); dcsync.CodeOf(err) != dcsync.Connection {
 		t.Fatalf("AppendQueue with a done context = %v, want Connection", err)
 	}
-	if err := s.CreateQueue(done, dcsync.QueueSpec{Name: "q2", Partitions: 1, Groups: []string{"g"}}); dcsync.CodeOf(err) != dcsync.Connection {
+	if err := s.CreateQueue(done, driver.QueueSpec{Name: "q2", Partitions: 1, Groups: []string{"g"}}); dcsync.CodeOf(err) != dcsync.Connection {
 		t.Fatalf("CreateQueue with a done context = %v, want Connection", err)
 	}
 	if b, err := s.QueueBounds(ctx, "q", []int{0}); err != nil || b[0].Head != 0 {
@@ -96,7 +97,7 @@ func TestQueueContextAndClose(t *testing.T) {
 		t.Fatalf("queue created with a done context: %v", err)
 	}
 	s.Close()
-	if _, err := s.AppendQueue(ctx, "q", []dcsync.QueueEvent{{}}); dcsync.CodeOf(err) != dcsync.Connection {
+	if _, err := s.AppendQueue(ctx, "q", []driver.QueueEvent{{}}); dcsync.CodeOf(err) != dcsync.Connection {
 		t.Fatalf("AppendQueue on a closed store = %v, want Connection", err)
 	}
 	if _, err := s.ReadQueue(ctx, "q", 0, 0, 1); dcsync.CodeOf(err) != dcsync.Connection {
@@ -108,7 +109,7 @@ func TestQueueContextAndClose(t *testing.T) {
 func TestQueueStoresAreSeparate(t *testing.T) {
 	a, b := memory.New(), memory.New()
 	ctx := context.Background()
-	spec := dcsync.QueueSpec{Name: "q", Partitions: 1, Groups: []string{"g"}}
+	spec := driver.QueueSpec{Name: "q", Partitions: 1, Groups: []string{"g"}}
 	if err := a.CreateQueue(ctx, spec); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/store/sqlite"
 )
@@ -177,7 +178,7 @@ func TestReadOnlyFile(t *testing.T) {
 	if !s.ReadOnly() {
 		t.Fatal("ReadOnly() = false")
 	}
-	if c, err := s.ReadLatches(ctx, []dcsync.Key{lt}); err != nil || c[0] != (dcsync.LatchCount{Found: true, Count: 3}) {
+	if c, err := s.ReadLatches(ctx, []dcsync.Key{lt}); err != nil || c[0] != (driver.LatchCount{Found: true, Count: 3}) {
 		t.Fatalf("ReadLatches = %+v, %v; want count 3", c, err)
 	}
 	if st, err := s.InspectLock(ctx, lk); err != nil || st.Owner != "owner" {

@@ -6,24 +6,25 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 var (
-	_ dcsync.LockLister   = (*Store)(nil)
-	_ dcsync.LatchLister  = (*Store)(nil)
-	_ dcsync.LatchDeleter = (*Store)(nil)
+	_ driver.LockLister   = (*Store)(nil)
+	_ driver.LatchLister  = (*Store)(nil)
+	_ driver.LatchDeleter = (*Store)(nil)
 )
 
-// ListLocks implements dcsync.LockLister: the live locks of client, sorted by level,
+// ListLocks implements driver.LockLister: the live locks of client, sorted by level,
 // farm and name (one query on the primary key's client column; the table's key starts
 // with level and farm, so this reads the whole lock table, which is small). An XDC lock
 // is listed with an empty Farm.
-func (s *Store) ListLocks(ctx context.Context, client string) ([]dcsync.LockInfo, error) {
+func (s *Store) ListLocks(ctx context.Context, client string) ([]driver.LockInfo, error) {
 	const op = "sqlite.ListLocks"
-	if err := dcsync.ValidateID("client", client); err != nil {
+	if err := driver.ValidateID("client", client); err != nil {
 		return nil, err
 	}
-	var out []dcsync.LockInfo
+	var out []driver.LockInfo
 	err := s.retry(ctx, op, func() error {
 		out = out[:0]
 		rows, err := s.db.QueryContext(ctx, `SELECT level, farm, name, owner, token, expires_ms FROM dcsync_locks
@@ -33,7 +34,7 @@ func (s *Store) ListLocks(ctx context.Context, client string) ([]dcsync.LockInfo
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var li dcsync.LockInfo
+			var li driver.LockInfo
 			var level int
 			var exp int64
 			if err := rows.Scan(&level, &li.Key.Farm, &li.Key.Name, &li.Owner, &li.Token, &exp); err != nil {
@@ -50,14 +51,14 @@ func (s *Store) ListLocks(ctx context.Context, client string) ([]dcsync.LockInfo
 	return out, nil
 }
 
-// ListLatches implements dcsync.LatchLister: one entry per live farm cell of client's
+// ListLatches implements driver.LatchLister: one entry per live farm cell of client's
 // latches, sorted by name and farm.
-func (s *Store) ListLatches(ctx context.Context, client string) ([]dcsync.LatchInfo, error) {
+func (s *Store) ListLatches(ctx context.Context, client string) ([]driver.LatchInfo, error) {
 	const op = "sqlite.ListLatches"
-	if err := dcsync.ValidateID("client", client); err != nil {
+	if err := driver.ValidateID("client", client); err != nil {
 		return nil, err
 	}
-	var out []dcsync.LatchInfo
+	var out []driver.LatchInfo
 	err := s.retry(ctx, op, func() error {
 		out = out[:0]
 		rows, err := s.db.QueryContext(ctx, `SELECT name, farm, count, expires_ms FROM dcsync_latch_cells
@@ -67,7 +68,7 @@ func (s *Store) ListLatches(ctx context.Context, client string) ([]dcsync.LatchI
 		}
 		defer rows.Close()
 		for rows.Next() {
-			li := dcsync.LatchInfo{Key: dcsync.Key{Level: dcsync.DC, Client: client}}
+			li := driver.LatchInfo{Key: dcsync.Key{Level: dcsync.DC, Client: client}}
 			var exp int64
 			if err := rows.Scan(&li.Key.Name, &li.Key.Farm, &li.Count, &exp); err != nil {
 				return err
@@ -83,12 +84,12 @@ func (s *Store) ListLatches(ctx context.Context, client string) ([]dcsync.LatchI
 	return out, nil
 }
 
-// DeleteLatch implements dcsync.LatchDeleter: at level DC it deletes k.Farm's cell, at
+// DeleteLatch implements driver.LatchDeleter: at level DC it deletes k.Farm's cell, at
 // level XDC every cell of k's name, in one transaction; NotFound when no live cell was
 // there.
 func (s *Store) DeleteLatch(ctx context.Context, k dcsync.Key) error {
 	const op = "sqlite.DeleteLatch"
-	if err := dcsync.CheckLatch(k, 0); err != nil {
+	if err := driver.CheckLatch(k, 0); err != nil {
 		return err
 	}
 	return s.write(ctx, op, func(tx *sql.Tx) error {
@@ -104,7 +105,7 @@ func (s *Store) DeleteLatch(ctx context.Context, k dcsync.Key) error {
 			return err
 		}
 		if live == 0 {
-			return dcsync.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
+			return driver.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
 		}
 		_, err := tx.ExecContext(ctx, `DELETE FROM dcsync_latch_cells WHERE `+where, args...)
 		return err

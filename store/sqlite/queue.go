@@ -13,11 +13,12 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 var (
-	_ dcsync.QueueStore       = (*Store)(nil)
-	_ dcsync.QueueTxCommitter = (*Store)(nil)
+	_ driver.QueueStore       = (*Store)(nil)
+	_ driver.QueueTxCommitter = (*Store)(nil)
 )
 
 // The queue tables, created by the first CreateQueue of a file. A queue is known in
@@ -142,18 +143,18 @@ func (s *Store) queue(ctx context.Context, q queryRower, op, name string) (queue
 			return m, err
 		}
 		if n == 0 {
-			return m, dcsync.Errorf(dcsync.NotFound, op, "queue %q does not exist in %s", name, s.path)
+			return m, driver.Errorf(dcsync.NotFound, op, "queue %q does not exist in %s", name, s.path)
 		}
 	}
 	var dedup int64
 	err := q.QueryRowContext(ctx, `SELECT id, dedup_ns FROM dcsync_queues WHERE name = ?`, name).Scan(&m.id, &dedup)
 	if errors.Is(err, sql.ErrNoRows) {
-		return m, dcsync.Errorf(dcsync.NotFound, op, "queue %q does not exist in %s", name, s.path)
+		return m, driver.Errorf(dcsync.NotFound, op, "queue %q does not exist in %s", name, s.path)
 	}
 	if err != nil {
 		return m, err
 	}
-	m.dedup = dcsync.QueueSpec{Dedup: time.Duration(dedup)}.DedupWindow()
+	m.dedup = driver.QueueSpec{Dedup: time.Duration(dedup)}.DedupWindow()
 	st.mu.Lock()
 	st.tables = true
 	if st.meta == nil {
@@ -189,28 +190,28 @@ func sweepDedup(ctx context.Context, tx *sql.Tx, id int64, now time.Time) error 
 
 func checkSeq(op, what string, v uint64) error {
 	if v > math.MaxInt64 {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "%s %d is beyond this store's range (at most %d)", what, v, int64(math.MaxInt64))
+		return driver.Errorf(dcsync.InvalidArgument, op, "%s %d is beyond this store's range (at most %d)", what, v, int64(math.MaxInt64))
 	}
 	return nil
 }
 
-// CreateQueue implements dcsync.QueueStore. The first call on a file creates the queue
+// CreateQueue implements driver.QueueStore. The first call on a file creates the queue
 // tables. spec.Created is set by the store's clock.
-func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
+func (s *Store) CreateQueue(ctx context.Context, spec driver.QueueSpec) error {
 	const op = "sqlite.CreateQueue"
-	if err := dcsync.ValidateQueueSpec(spec); err != nil {
+	if err := driver.ValidateQueueSpec(spec); err != nil {
 		return err
 	}
 	groups, err := json.Marshal(spec.Groups)
 	if err != nil {
-		return dcsync.Errorf(dcsync.Internal, op, "encoding groups: %w", err)
+		return driver.Errorf(dcsync.Internal, op, "encoding groups: %w", err)
 	}
 	err = s.write(ctx, op, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, queueSchema); err != nil {
-			return dcsync.Errorf(dcsync.TableCreation, op, "%s: creating the queue tables: %w", s.path, err)
+			return driver.Errorf(dcsync.TableCreation, op, "%s: creating the queue tables: %w", s.path, err)
 		}
 		if err := s.addOffsetColumns(ctx, tx); err != nil {
-			return dcsync.Errorf(dcsync.TableCreation, op, "%s: adding the offsets' version and marks: %w", s.path, err)
+			return driver.Errorf(dcsync.TableCreation, op, "%s: adding the offsets' version and marks: %w", s.path, err)
 		}
 		res, err := tx.ExecContext(ctx, `INSERT INTO dcsync_queues (name, partitions, groups, dedup_ns, created_ms)
 			VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO NOTHING`,
@@ -221,7 +222,7 @@ func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 {
-			return dcsync.Errorf(dcsync.AlreadyExists, op, "queue %q exists", spec.Name)
+			return driver.Errorf(dcsync.AlreadyExists, op, "queue %q exists", spec.Name)
 		}
 		return nil
 	})
@@ -234,11 +235,11 @@ func (s *Store) CreateQueue(ctx context.Context, spec dcsync.QueueSpec) error {
 	return err
 }
 
-func (s *Store) readSpec(ctx context.Context, q queryRower, op, name string) (dcsync.QueueSpec, error) {
+func (s *Store) readSpec(ctx context.Context, q queryRower, op, name string) (driver.QueueSpec, error) {
 	if _, err := s.queue(ctx, q, op, name); err != nil {
-		return dcsync.QueueSpec{}, err
+		return driver.QueueSpec{}, err
 	}
-	spec := dcsync.QueueSpec{Name: name}
+	spec := driver.QueueSpec{Name: name}
 	var groups string
 	var dedup, created int64
 	err := q.QueryRowContext(ctx, `SELECT partitions, groups, dedup_ns, created_ms FROM dcsync_queues WHERE name = ?`, name).
@@ -247,50 +248,50 @@ func (s *Store) readSpec(ctx context.Context, q queryRower, op, name string) (dc
 		return spec, err
 	}
 	if err := json.Unmarshal([]byte(groups), &spec.Groups); err != nil {
-		return spec, dcsync.Errorf(dcsync.Internal, op, "%s: queue %q: malformed groups %q: %w", s.path, name, groups, err)
+		return spec, driver.Errorf(dcsync.Internal, op, "%s: queue %q: malformed groups %q: %w", s.path, name, groups, err)
 	}
 	spec.Dedup = time.Duration(dedup)
 	spec.Created = time.UnixMilli(created)
 	return spec, nil
 }
 
-// ReadQueueSpec implements dcsync.QueueStore.
-func (s *Store) ReadQueueSpec(ctx context.Context, name string) (dcsync.QueueSpec, error) {
+// ReadQueueSpec implements driver.QueueStore.
+func (s *Store) ReadQueueSpec(ctx context.Context, name string) (driver.QueueSpec, error) {
 	const op = "sqlite.ReadQueueSpec"
-	if err := dcsync.ValidateID("queue", name); err != nil {
-		return dcsync.QueueSpec{}, err
+	if err := driver.ValidateID("queue", name); err != nil {
+		return driver.QueueSpec{}, err
 	}
-	var spec dcsync.QueueSpec
+	var spec driver.QueueSpec
 	err := s.retry(ctx, op, func() (err error) {
 		spec, err = s.readSpec(ctx, s.db, op, name)
 		return err
 	})
 	if err != nil {
-		return dcsync.QueueSpec{}, err
+		return driver.QueueSpec{}, err
 	}
 	return spec, nil
 }
 
-// AddQueueGroup implements dcsync.QueueStore.
-func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (dcsync.QueueSpec, error) {
+// AddQueueGroup implements driver.QueueStore.
+func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.QueueSpec, error) {
 	const op = "sqlite.AddQueueGroup"
-	if err := dcsync.ValidateID("queue", name); err != nil {
-		return dcsync.QueueSpec{}, err
+	if err := driver.ValidateID("queue", name); err != nil {
+		return driver.QueueSpec{}, err
 	}
-	if err := dcsync.ValidateID("group", group); err != nil {
-		return dcsync.QueueSpec{}, err
+	if err := driver.ValidateID("group", group); err != nil {
+		return driver.QueueSpec{}, err
 	}
-	var spec dcsync.QueueSpec
+	var spec driver.QueueSpec
 	err := s.write(ctx, op, func(tx *sql.Tx) (err error) {
 		spec, err = s.readSpec(ctx, tx, op, name)
 		if err != nil {
 			return err
 		}
 		if spec.GroupIndex(group) >= 0 {
-			return dcsync.Errorf(dcsync.AlreadyExists, op, "queue %q already has group %q", name, group)
+			return driver.Errorf(dcsync.AlreadyExists, op, "queue %q already has group %q", name, group)
 		}
-		if len(spec.Groups) >= dcsync.MaxQueueGroups {
-			return dcsync.Errorf(dcsync.InvalidArgument, op, "queue %q has %d groups, the most allowed", name, len(spec.Groups))
+		if len(spec.Groups) >= driver.MaxQueueGroups {
+			return driver.Errorf(dcsync.InvalidArgument, op, "queue %q has %d groups, the most allowed", name, len(spec.Groups))
 		}
 		groups, err := json.Marshal(append(spec.Groups[:len(spec.Groups):len(spec.Groups)], group))
 		if err != nil {
@@ -303,23 +304,23 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (dcsync.Q
 		return nil
 	})
 	if err != nil && !errors.Is(err, dcsync.ErrAlreadyExists) {
-		return dcsync.QueueSpec{}, err
+		return driver.QueueSpec{}, err
 	}
 	return spec, err
 }
 
-// AppendQueue implements dcsync.QueueStore: one IMMEDIATE transaction reads the heads
+// AppendQueue implements driver.QueueStore: one IMMEDIATE transaction reads the heads
 // of the events' partitions, inserts the events at the next seqs, advances the heads
 // and records the events' ids, so an append is all or nothing and leaves no holes.
-func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.QueueEvent) ([]dcsync.QueueAppend, error) {
+func (s *Store) AppendQueue(ctx context.Context, name string, events []driver.QueueEvent) ([]driver.QueueAppend, error) {
 	const op = "sqlite.AppendQueue"
-	if err := dcsync.ValidateID("queue", name); err != nil {
+	if err := driver.ValidateID("queue", name); err != nil {
 		return nil, err
 	}
-	if err := dcsync.ValidateQueueEvents(events); err != nil {
+	if err := driver.ValidateQueueEvents(events); err != nil {
 		return nil, err
 	}
-	out := make([]dcsync.QueueAppend, len(events))
+	out := make([]driver.QueueAppend, len(events))
 	var swept time.Time
 	var qid int64
 	err := s.write(ctx, op, func(tx *sql.Tx) error {
@@ -343,7 +344,7 @@ func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.Qu
 		for i, e := range events {
 			if e.ID != "" {
 				if j, ok := first[e.ID]; ok {
-					out[i] = dcsync.QueueAppend{Partition: out[j].Partition, Seq: out[j].Seq, Duplicate: true}
+					out[i] = driver.QueueAppend{Partition: out[j].Partition, Seq: out[j].Seq, Duplicate: true}
 					continue
 				}
 				first[e.ID] = i
@@ -378,7 +379,7 @@ func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.Qu
 					if err := tx.QueryRowContext(ctx, `SELECT p, seq FROM dcsync_queue_dedup WHERE q = ? AND id = ?`, m.id, e.ID).Scan(&p, &seq); err != nil {
 						return err
 					}
-					out[i] = dcsync.QueueAppend{Partition: p, Seq: uint64(seq), Duplicate: true}
+					out[i] = driver.QueueAppend{Partition: p, Seq: uint64(seq), Duplicate: true}
 					continue
 				}
 			}
@@ -389,7 +390,7 @@ func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.Qu
 			if _, err := ins.ExecContext(ctx, m.id, e.Partition, head, e.Key, e.ID, payload, nowMS); err != nil {
 				return err
 			}
-			out[i] = dcsync.QueueAppend{Partition: e.Partition, Seq: uint64(head)}
+			out[i] = driver.QueueAppend{Partition: e.Partition, Seq: uint64(head)}
 			heads[e.Partition] = head + 1
 		}
 		for p, head := range heads {
@@ -416,25 +417,25 @@ func (s *Store) AppendQueue(ctx context.Context, name string, events []dcsync.Qu
 }
 
 // bounds reads partition p's head and floor (zero for a partition never written).
-func bounds(ctx context.Context, q queryRower, id int64, p int) (dcsync.QueueBounds, error) {
+func bounds(ctx context.Context, q queryRower, id int64, p int) (driver.QueueBounds, error) {
 	var head, floor int64
 	err := q.QueryRowContext(ctx, `SELECT head, floor FROM dcsync_queue_heads WHERE q = ? AND p = ?`, id, p).Scan(&head, &floor)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = nil
 	}
-	return dcsync.QueueBounds{Head: uint64(head), Floor: uint64(floor)}, err
+	return driver.QueueBounds{Head: uint64(head), Floor: uint64(floor)}, err
 }
 
-// ReadQueue implements dcsync.QueueStore. The entries and bounds are read in one
+// ReadQueue implements driver.QueueStore. The entries and bounds are read in one
 // snapshot.
-func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (dcsync.QueueRead, error) {
+func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (driver.QueueRead, error) {
 	const op = "sqlite.ReadQueue"
-	if err := dcsync.ValidateQueueRead(name, p, max); err != nil {
-		return dcsync.QueueRead{}, err
+	if err := driver.ValidateQueueRead(name, p, max); err != nil {
+		return driver.QueueRead{}, err
 	}
-	var r dcsync.QueueRead
+	var r driver.QueueRead
 	err := s.read(ctx, op, func(tx *sql.Tx) error {
-		r = dcsync.QueueRead{}
+		r = driver.QueueRead{}
 		m, err := s.queue(ctx, tx, op, name)
 		if err != nil {
 			return err
@@ -452,9 +453,9 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 			return err
 		}
 		defer rows.Close()
-		r.Entries = make([]dcsync.QueueEntry, 0, min(uint64(max), r.Head-start))
+		r.Entries = make([]driver.QueueEntry, 0, min(uint64(max), r.Head-start))
 		for rows.Next() {
-			var e dcsync.QueueEntry
+			var e driver.QueueEntry
 			var seq, at int64
 			if err := rows.Scan(&seq, &e.Key, &e.ID, &e.Payload, &at, &e.Aborted); err != nil {
 				return err
@@ -468,7 +469,7 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 		return rows.Err()
 	})
 	if err != nil {
-		return dcsync.QueueRead{}, err
+		return driver.QueueRead{}, err
 	}
 	return r, nil
 }
@@ -480,13 +481,13 @@ func max2(a, b uint64) uint64 {
 	return b
 }
 
-// AbortQueueSeq implements dcsync.QueueStore. The store writes every reserved seq in
+// AbortQueueSeq implements driver.QueueStore. The store writes every reserved seq in
 // the transaction that reserves it, so there is nothing to abort: it reports whether
 // the entry at seq is a tombstone (false for a trimmed seq), writing one only where an
 // entry is missing, which does not happen in a file written by this store.
 func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint64) (bool, error) {
 	const op = "sqlite.AbortQueueSeq"
-	if err := dcsync.ValidateQueueRead(name, p, 1); err != nil {
+	if err := driver.ValidateQueueRead(name, p, 1); err != nil {
 		return false, err
 	}
 	if err := checkSeq(op, "seq", seq); err != nil {
@@ -504,7 +505,7 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 			return err
 		}
 		if seq >= b.Head {
-			return dcsync.Errorf(dcsync.InvalidArgument, op, "queue %q partition %d: seq %d is not below the head %d", name, p, seq, b.Head)
+			return driver.Errorf(dcsync.InvalidArgument, op, "queue %q partition %d: seq %d is not below the head %d", name, p, seq, b.Head)
 		}
 		if seq < b.Floor {
 			return nil
@@ -577,24 +578,24 @@ func byPartition[T any](ctx context.Context, tx *sql.Tx, ps []int, query string,
 	return out, nil
 }
 
-// QueueBounds implements dcsync.QueueStore: one snapshot.
-func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsync.QueueBounds, error) {
+// QueueBounds implements driver.QueueStore: one snapshot.
+func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]driver.QueueBounds, error) {
 	const op = "sqlite.QueueBounds"
-	if err := dcsync.ValidateQueuePartitions(name, ps); err != nil {
+	if err := driver.ValidateQueuePartitions(name, ps); err != nil {
 		return nil, err
 	}
-	var out []dcsync.QueueBounds
+	var out []driver.QueueBounds
 	err := s.read(ctx, op, func(tx *sql.Tx) error {
 		m, err := s.queue(ctx, tx, op, name)
 		if err != nil {
 			return err
 		}
 		out, err = byPartition(ctx, tx, ps, `SELECT p, head, floor FROM dcsync_queue_heads WHERE q = ? AND p IN (%s)`,
-			[]any{m.id}, func(rows *sql.Rows) (int, dcsync.QueueBounds, error) {
+			[]any{m.id}, func(rows *sql.Rows) (int, driver.QueueBounds, error) {
 				var p int
 				var head, floor int64
 				err := rows.Scan(&p, &head, &floor)
-				return p, dcsync.QueueBounds{Head: uint64(head), Floor: uint64(floor)}, err
+				return p, driver.QueueBounds{Head: uint64(head), Floor: uint64(floor)}, err
 			})
 		return err
 	})
@@ -605,13 +606,13 @@ func (s *Store) QueueBounds(ctx context.Context, name string, ps []int) ([]dcsyn
 }
 
 func validateOffsetArgs(name, group string, p int) error {
-	if err := dcsync.ValidateID("queue", name); err != nil {
+	if err := driver.ValidateID("queue", name); err != nil {
 		return err
 	}
-	if err := dcsync.ValidateID("group", group); err != nil {
+	if err := driver.ValidateID("group", group); err != nil {
 		return err
 	}
-	return dcsync.ValidateQueuePartition(p)
+	return driver.ValidateQueuePartition(p)
 }
 
 // offsetColumnsState reports whether dcsync_queue_offsets exists and whether it has
@@ -686,43 +687,43 @@ func (s *Store) ensureOffsetColumns(ctx context.Context, op string) error {
 }
 
 // scanOffset scans the columns of offsetSelect.
-func scanOffset(scan func(...any) error, pre ...any) (dcsync.QueueOffset, error) {
+func scanOffset(scan func(...any) error, pre ...any) (driver.QueueOffset, error) {
 	var token, next, version int64
 	var marks []byte
-	var off dcsync.QueueOffset
+	var off driver.QueueOffset
 	err := scan(append(pre, &token, &next, &off.Attempts, &off.Held, &version, &marks)...)
-	off.Token, off.Next, off.Version, off.Marks = uint64(token), uint64(next), uint64(version), dcsync.QueueMarks(marks)
+	off.Token, off.Next, off.Version, off.Marks = uint64(token), uint64(next), uint64(version), driver.QueueMarks(marks)
 	return off, err
 }
 
 // readOffset reads group's offset in p (the zero offset when none is stored).
-func (s *Store) readOffset(ctx context.Context, q queryRower, id int64, group string, p int) (dcsync.QueueOffset, bool, error) {
+func (s *Store) readOffset(ctx context.Context, q queryRower, id int64, group string, p int) (driver.QueueOffset, bool, error) {
 	cols, err := s.offsetSelect(ctx, q)
 	if err != nil {
-		return dcsync.QueueOffset{}, false, err
+		return driver.QueueOffset{}, false, err
 	}
 	off, err := scanOffset(q.QueryRowContext(ctx, `SELECT `+cols+` FROM dcsync_queue_offsets WHERE q = ? AND g = ? AND p = ?`,
 		id, group, p).Scan)
 	if errors.Is(err, sql.ErrNoRows) {
-		return dcsync.QueueOffset{}, false, nil
+		return driver.QueueOffset{}, false, nil
 	}
 	return off, err == nil, err
 }
 
-// ClaimQueuePartition implements dcsync.QueueStore: in one transaction, it reads the
+// ClaimQueuePartition implements driver.QueueStore: in one transaction, it reads the
 // offset and, when token is above the stored one, writes token (and nothing else).
-func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (dcsync.QueueOffset, error) {
+func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (driver.QueueOffset, error) {
 	const op = "sqlite.ClaimQueuePartition"
 	if err := validateOffsetArgs(name, group, p); err != nil {
-		return dcsync.QueueOffset{}, err
+		return driver.QueueOffset{}, err
 	}
 	if err := checkSeq(op, "token", token); err != nil {
-		return dcsync.QueueOffset{}, err
+		return driver.QueueOffset{}, err
 	}
 	if err := s.ensureOffsetColumns(ctx, op); err != nil {
-		return dcsync.QueueOffset{}, err
+		return driver.QueueOffset{}, err
 	}
-	var off dcsync.QueueOffset
+	var off driver.QueueOffset
 	err := s.write(ctx, op, func(tx *sql.Tx) (err error) {
 		m, err := s.queue(ctx, tx, op, name)
 		if err != nil {
@@ -732,7 +733,7 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 			return err
 		}
 		if token < off.Token {
-			return dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, above %d", name, group, p, off.Token, token)
+			return driver.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, above %d", name, group, p, off.Token, token)
 		}
 		if token == off.Token {
 			return nil // a retried claim: nothing to write
@@ -746,13 +747,13 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 		if errors.Is(err, dcsync.ErrLockLost) {
 			return off, err
 		}
-		return dcsync.QueueOffset{}, err
+		return driver.QueueOffset{}, err
 	}
 	off.Token = token
 	return off, nil
 }
 
-func validateCommit(op, name, group string, p int, off dcsync.QueueOffset) error {
+func validateCommit(op, name, group string, p int, off driver.QueueOffset) error {
 	if err := validateOffsetArgs(name, group, p); err != nil {
 		return err
 	}
@@ -766,15 +767,15 @@ func validateCommit(op, name, group string, p int, off dcsync.QueueOffset) error
 		return err
 	}
 	if off.Attempts < 0 || off.Attempts > math.MaxInt32 {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "attempts %d is outside [0, %d]", off.Attempts, math.MaxInt32)
+		return driver.Errorf(dcsync.InvalidArgument, op, "attempts %d is outside [0, %d]", off.Attempts, math.MaxInt32)
 	}
-	return dcsync.ValidateQueueMarks(op, off)
+	return driver.ValidateQueueMarks(op, off)
 }
 
 // commitOffset is CommitQueueOffset in tx: one UPDATE conditioned on the owner's token
 // and a stored version below off's; when it changes no row, the stored offset decides
 // (equal to off: nil; no record and off.Token 0: inserted; otherwise LockLost).
-func (s *Store) commitOffset(ctx context.Context, tx *sql.Tx, op, name, group string, p int, off dcsync.QueueOffset) error {
+func (s *Store) commitOffset(ctx context.Context, tx *sql.Tx, op, name, group string, p int, off driver.QueueOffset) error {
 	m, err := s.queue(ctx, tx, op, name)
 	if err != nil {
 		return err
@@ -803,20 +804,20 @@ func (s *Store) commitOffset(ctx context.Context, tx *sql.Tx, op, name, group st
 	case stored == off:
 		return nil // already stored: the same commit again
 	case stored.Token != off.Token:
-		return dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, not %d", name, group, p, stored.Token, off.Token)
+		return driver.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, not %d", name, group, p, stored.Token, off.Token)
 	case stored.Version >= off.Version:
-		return dcsync.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d: token %d stored version %d, not below %d (a later write of the owner)", name, group, p, stored.Token, stored.Version, off.Version)
+		return driver.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d: token %d stored version %d, not below %d (a later write of the owner)", name, group, p, stored.Token, stored.Version, off.Version)
 	case !found:
 		// No record is the zero offset, whose token 0 matches.
 		_, err := tx.ExecContext(ctx, `INSERT INTO dcsync_queue_offsets (q, g, p, token, next, attempts, held, version, marks) VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?)`,
 			m.id, group, p, int64(off.Next), off.Attempts, off.Held, int64(off.Version), marks)
 		return err
 	}
-	return dcsync.Errorf(dcsync.Internal, op, "queue %q group %q partition %d: offset %+v neither updated nor refused by %+v", name, group, p, stored, off)
+	return driver.Errorf(dcsync.Internal, op, "queue %q group %q partition %d: offset %+v neither updated nor refused by %+v", name, group, p, stored, off)
 }
 
-// CommitQueueOffset implements dcsync.QueueStore.
-func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off dcsync.QueueOffset) error {
+// CommitQueueOffset implements driver.QueueStore.
+func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
 	const op = "sqlite.CommitQueueOffset"
 	if err := validateCommit(op, name, group, p, off); err != nil {
 		return err
@@ -829,7 +830,7 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 	})
 }
 
-// CommitQueueOffsetTx implements dcsync.QueueTxCommitter: CommitQueueOffset inside
+// CommitQueueOffsetTx implements driver.QueueTxCommitter: CommitQueueOffset inside
 // the application's transaction tx, which must be a *sql.Tx on this store's file (from
 // WriteTx, or from DB().BeginTx; anything else is InvalidArgument). The offset is
 // written, or LockLost returned, inside tx: it commits or rolls back with the
@@ -837,17 +838,17 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 // write is not retried: when tx does not hold the file's write lock (a deferred
 // transaction) and another connection holds it, the call fails with a Connection
 // error; WriteTx and DB().BeginTx begin IMMEDIATE transactions, which hold it.
-func (s *Store) CommitQueueOffsetTx(ctx context.Context, tx any, name, group string, p int, off dcsync.QueueOffset) error {
+func (s *Store) CommitQueueOffsetTx(ctx context.Context, tx any, name, group string, p int, off driver.QueueOffset) error {
 	const op = "sqlite.CommitQueueOffsetTx"
 	if err := validateCommit(op, name, group, p, off); err != nil {
 		return err
 	}
 	sqlTx, ok := tx.(*sql.Tx)
 	if !ok || sqlTx == nil {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "tx is a %T, not a *sql.Tx of the store's database", tx)
+		return driver.Errorf(dcsync.InvalidArgument, op, "tx is a %T, not a *sql.Tx of the store's database", tx)
 	}
 	if s.readOnly {
-		return dcsync.Errorf(dcsync.NotImplemented, op, "%s is opened read-only (this process cannot write the file): writes are refused", s.path)
+		return driver.Errorf(dcsync.NotImplemented, op, "%s is opened read-only (this process cannot write the file): writes are refused", s.path)
 	}
 	if isClosed(s.done) {
 		return s.closedErr(op)
@@ -862,7 +863,7 @@ func (s *Store) CommitQueueOffsetTx(ctx context.Context, tx any, name, group str
 func (s *Store) sameFile(ctx context.Context, tx *sql.Tx, op string) error {
 	var file string
 	if err := tx.QueryRowContext(ctx, `SELECT file FROM pragma_database_list WHERE name = 'main'`).Scan(&file); err != nil {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "tx is not a usable SQLite transaction of %s: %w", s.path, err)
+		return driver.Errorf(dcsync.InvalidArgument, op, "tx is not a usable SQLite transaction of %s: %w", s.path, err)
 	}
 	ours, err := os.Stat(s.path)
 	if err != nil {
@@ -870,24 +871,24 @@ func (s *Store) sameFile(ctx context.Context, tx *sql.Tx, op string) error {
 	}
 	theirs, err := os.Stat(file)
 	if file == "" || err != nil || !os.SameFile(ours, theirs) {
-		return dcsync.Errorf(dcsync.InvalidArgument, op, "tx is a transaction of %q, not of the store's file %s", file, s.path)
+		return driver.Errorf(dcsync.InvalidArgument, op, "tx is a transaction of %q, not of the store's file %s", file, s.path)
 	}
 	return nil
 }
 
-// ReadQueueOffsets implements dcsync.QueueStore: one snapshot.
-func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]dcsync.QueueOffset, error) {
+// ReadQueueOffsets implements driver.QueueStore: one snapshot.
+func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]driver.QueueOffset, error) {
 	const op = "sqlite.ReadQueueOffsets"
-	if err := dcsync.ValidateID("queue", name); err != nil {
+	if err := driver.ValidateID("queue", name); err != nil {
 		return nil, err
 	}
-	if err := dcsync.ValidateID("group", group); err != nil {
+	if err := driver.ValidateID("group", group); err != nil {
 		return nil, err
 	}
-	if err := dcsync.ValidateQueuePartitions(name, ps); err != nil {
+	if err := driver.ValidateQueuePartitions(name, ps); err != nil {
 		return nil, err
 	}
-	var out []dcsync.QueueOffset
+	var out []driver.QueueOffset
 	err := s.read(ctx, op, func(tx *sql.Tx) error {
 		m, err := s.queue(ctx, tx, op, name)
 		if err != nil {
@@ -898,7 +899,7 @@ func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []i
 			return err
 		}
 		out, err = byPartition(ctx, tx, ps, `SELECT p, `+cols+` FROM dcsync_queue_offsets WHERE q = ? AND g = ? AND p IN (%s)`,
-			[]any{m.id, group}, func(rows *sql.Rows) (int, dcsync.QueueOffset, error) {
+			[]any{m.id, group}, func(rows *sql.Rows) (int, driver.QueueOffset, error) {
 				var p int
 				off, err := scanOffset(rows.Scan, &p)
 				return p, off, err
@@ -911,11 +912,11 @@ func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []i
 	return out, nil
 }
 
-// TrimQueue implements dcsync.QueueStore. It also sweeps the queue's expired ids when
+// TrimQueue implements driver.QueueStore. It also sweeps the queue's expired ids when
 // they are due.
 func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
 	const op = "sqlite.TrimQueue"
-	if err := dcsync.ValidateQueueRead(name, p, 1); err != nil {
+	if err := driver.ValidateQueueRead(name, p, 1); err != nil {
 		return err
 	}
 	if err := checkSeq(op, "below", below); err != nil {
@@ -935,7 +936,7 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 			return err
 		}
 		if below > b.Head {
-			return dcsync.Errorf(dcsync.InvalidArgument, op, "queue %q partition %d: trim below %d is above the head %d", name, p, below, b.Head)
+			return driver.Errorf(dcsync.InvalidArgument, op, "queue %q partition %d: trim below %d is above the head %d", name, p, below, b.Head)
 		}
 		if below > b.Floor {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM dcsync_queue_entries WHERE q = ? AND p = ? AND seq >= ? AND seq < ?`,

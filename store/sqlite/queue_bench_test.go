@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/sqlite"
 )
 
@@ -47,14 +47,14 @@ func rawDB(b *testing.B, path string) *sql.DB {
 	return db
 }
 
-func benchEvents(g, batch int, withIDs bool) []dcsync.QueueEvent {
+func benchEvents(g, batch int, withIDs bool) []driver.QueueEvent {
 	payload := make([]byte, benchPayload)
 	for i := range payload {
 		payload[i] = byte(i)
 	}
-	evs := make([]dcsync.QueueEvent, benchBatch)
+	evs := make([]driver.QueueEvent, benchBatch)
 	for i := range evs {
-		evs[i] = dcsync.QueueEvent{Partition: i % benchPartitions, Key: fmt.Sprintf("key-%d", i), Payload: payload}
+		evs[i] = driver.QueueEvent{Partition: i % benchPartitions, Key: fmt.Sprintf("key-%d", i), Payload: payload}
 		if withIDs {
 			evs[i].ID = fmt.Sprintf("id-%d-%d-%d", g, batch, i)
 		}
@@ -109,7 +109,7 @@ func BenchmarkQueueEnqueue(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer s.Close()
-				if err := s.CreateQueue(ctx, dcsync.QueueSpec{Name: "bench", Partitions: benchPartitions, Groups: []string{"g"}}); err != nil {
+				if err := s.CreateQueue(ctx, driver.QueueSpec{Name: "bench", Partitions: benchPartitions, Groups: []string{"g"}}); err != nil {
 					b.Fatal(err)
 				}
 				parallel(b, goroutines, func(g, i int) error {
@@ -153,7 +153,7 @@ func BenchmarkQueueEnqueue(b *testing.B) {
 // the timer starts.
 func BenchmarkQueueReceive(b *testing.B) {
 	ctx := context.Background()
-	fill := func(b *testing.B, add func(evs []dcsync.QueueEvent) error) {
+	fill := func(b *testing.B, add func(evs []driver.QueueEvent) error) {
 		for i := 0; i < b.N; i++ {
 			evs := benchEvents(0, i, false)
 			for j := range evs {
@@ -170,10 +170,10 @@ func BenchmarkQueueReceive(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer s.Close()
-		if err := s.CreateQueue(ctx, dcsync.QueueSpec{Name: "bench", Partitions: 1, Groups: []string{"g"}}); err != nil {
+		if err := s.CreateQueue(ctx, driver.QueueSpec{Name: "bench", Partitions: 1, Groups: []string{"g"}}); err != nil {
 			b.Fatal(err)
 		}
-		fill(b, func(evs []dcsync.QueueEvent) error { _, err := s.AppendQueue(ctx, "bench", evs); return err })
+		fill(b, func(evs []driver.QueueEvent) error { _, err := s.AppendQueue(ctx, "bench", evs); return err })
 		off, err := s.ClaimQueuePartition(ctx, "bench", "g", 0, 1)
 		if err != nil {
 			b.Fatal(err)
@@ -194,7 +194,7 @@ func BenchmarkQueueReceive(b *testing.B) {
 	b.Run("Raw/select", func(b *testing.B) {
 		db := rawDB(b, filepath.Join(b.TempDir(), "raw.db"))
 		var seq int64
-		fill(b, func(evs []dcsync.QueueEvent) error {
+		fill(b, func(evs []driver.QueueEvent) error {
 			tx, err := db.BeginTx(ctx, nil)
 			if err != nil {
 				return err
@@ -218,7 +218,7 @@ func BenchmarkQueueReceive(b *testing.B) {
 			defer rows.Close()
 			n := 0
 			for rows.Next() {
-				var e dcsync.QueueEntry
+				var e driver.QueueEntry
 				var s, at int64
 				if err := rows.Scan(&s, &e.Key, &e.ID, &e.Payload, &at, &e.Aborted); err != nil {
 					return err

@@ -2,19 +2,19 @@ package sqlite_test
 
 import (
 	"context"
+	"github.com/dcsync/dcsync/driver"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/dcsync/dcsync/internal/chaos"
-	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/store/sqlite"
 )
 
 // init runs a queue chaos worker when this test binary was started as one (before
 // TestMain: the worker needs nothing else of the package).
 func init() {
-	chaos.QueueChildMain(func(ctx context.Context, path string) (queue.Store, error) { return sqlite.Open(ctx, path) })
+	chaos.QueueChildMain(func(ctx context.Context, path string) (driver.Store, error) { return sqlite.Open(ctx, path) })
 }
 
 // TestQueueChaos runs internal/chaos's queue model on one SQLite file: producers and
@@ -26,7 +26,7 @@ func init() {
 func TestQueueChaos(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "queue-chaos.db")
 	sc := chaos.QueueScenario{
-		Open:      func(ctx context.Context) (queue.Store, error) { return sqlite.Open(ctx, path) },
+		Open:      func(ctx context.Context) (driver.Store, error) { return sqlite.Open(ctx, path) },
 		StoreURL:  path,
 		Producers: 2, Consumers: 2, ProcessProducers: 1, ProcessConsumers: 1,
 		Events: chaos.QueueCIEvents, Duration: 4 * time.Minute,

@@ -3,13 +3,13 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
+	"github.com/dcsync/dcsync/driver"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dcsync/dcsync/internal/queuebench"
-	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/store/sqlite"
 )
 
@@ -24,7 +24,7 @@ func BenchmarkQueueFrontEnd(b *testing.B) {
 	ctx := context.Background()
 	path := filepath.Join(b.TempDir(), "q.db")
 	queuebench.Run(b, queuebench.Config{
-		Open: func(b *testing.B) queue.Store {
+		Open: func(b *testing.B) driver.Store {
 			s, err := sqlite.Open(ctx, path)
 			if err != nil {
 				b.Fatal(err)

@@ -15,19 +15,20 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/sqlite"
 )
 
-func createQueue(t *testing.T, s *sqlite.Store, name string, partitions int, groups ...string) dcsync.QueueSpec {
+func createQueue(t *testing.T, s *sqlite.Store, name string, partitions int, groups ...string) driver.QueueSpec {
 	t.Helper()
-	spec := dcsync.QueueSpec{Name: name, Partitions: partitions, Groups: groups}
+	spec := driver.QueueSpec{Name: name, Partitions: partitions, Groups: groups}
 	if err := s.CreateQueue(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}
 	return spec
 }
 
-func appendQ(t *testing.T, s *sqlite.Store, name string, events ...dcsync.QueueEvent) []dcsync.QueueAppend {
+func appendQ(t *testing.T, s *sqlite.Store, name string, events ...driver.QueueEvent) []driver.QueueAppend {
 	t.Helper()
 	out, err := s.AppendQueue(context.Background(), name, events)
 	if err != nil {
@@ -39,8 +40,8 @@ func appendQ(t *testing.T, s *sqlite.Store, name string, events ...dcsync.QueueE
 	return out
 }
 
-func qa(p int, seq uint64, dup bool) dcsync.QueueAppend {
-	return dcsync.QueueAppend{Partition: p, Seq: seq, Duplicate: dup}
+func qa(p int, seq uint64, dup bool) driver.QueueAppend {
+	return driver.QueueAppend{Partition: p, Seq: seq, Duplicate: dup}
 }
 
 func TestQueueSpec(t *testing.T) {
@@ -53,11 +54,11 @@ func TestQueueSpec(t *testing.T) {
 	if _, err := s.ReadQueue(ctx, "q#1/a|b", 0, 0, 10); !errors.Is(err, dcsync.ErrNotFound) {
 		t.Fatalf("ReadQueue before any queue: %v, want NotFound", err)
 	}
-	spec := dcsync.QueueSpec{Name: "q#1/a|b", Partitions: 3, Groups: []string{"g1", "g_2"}, Dedup: 90 * time.Second}
+	spec := driver.QueueSpec{Name: "q#1/a|b", Partitions: 3, Groups: []string{"g1", "g_2"}, Dedup: 90 * time.Second}
 	if err := s.CreateQueue(ctx, spec); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CreateQueue(ctx, dcsync.QueueSpec{Name: spec.Name, Partitions: 7, Groups: []string{"x"}}); !errors.Is(err, dcsync.ErrAlreadyExists) {
+	if err := s.CreateQueue(ctx, driver.QueueSpec{Name: spec.Name, Partitions: 7, Groups: []string{"x"}}); !errors.Is(err, dcsync.ErrAlreadyExists) {
 		t.Fatalf("second CreateQueue: %v, want AlreadyExists", err)
 	}
 	got, err := s.ReadQueueSpec(ctx, spec.Name)
@@ -81,7 +82,7 @@ func TestQueueSpec(t *testing.T) {
 	if _, err := s.AddQueueGroup(ctx, "nope", "g1"); !errors.Is(err, dcsync.ErrNotFound) {
 		t.Fatalf("AddQueueGroup of a missing queue: %v", err)
 	}
-	for i := len(got.Groups); i < dcsync.MaxQueueGroups; i++ {
+	for i := len(got.Groups); i < driver.MaxQueueGroups; i++ {
 		if _, err := s.AddQueueGroup(ctx, spec.Name, fmt.Sprintf("extra%d", i)); err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +90,7 @@ func TestQueueSpec(t *testing.T) {
 	if _, err := s.AddQueueGroup(ctx, spec.Name, "one-too-many"); !errors.Is(err, dcsync.ErrInvalidArgument) {
 		t.Fatalf("AddQueueGroup beyond the limit: %v", err)
 	}
-	if got, _ := s.ReadQueueSpec(ctx, spec.Name); len(got.Groups) != dcsync.MaxQueueGroups {
+	if got, _ := s.ReadQueueSpec(ctx, spec.Name); len(got.Groups) != driver.MaxQueueGroups {
 		t.Fatalf("%d groups", len(got.Groups))
 	}
 	// A second store on the file sees the queue.
@@ -104,18 +105,18 @@ func TestQueueAppendReadTrim(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "q.db"))
 	createQueue(t, s, "q", 2, "g")
 	res := appendQ(t, s, "q",
-		dcsync.QueueEvent{Partition: 0, Key: "k", Payload: []byte("a")},
-		dcsync.QueueEvent{Partition: 1, Payload: []byte("b")},
-		dcsync.QueueEvent{Partition: 0, ID: "id1", Payload: []byte("c")},
-		dcsync.QueueEvent{Partition: 1, ID: "id1", Payload: []byte("dup in batch")},
-		dcsync.QueueEvent{Partition: 0},
+		driver.QueueEvent{Partition: 0, Key: "k", Payload: []byte("a")},
+		driver.QueueEvent{Partition: 1, Payload: []byte("b")},
+		driver.QueueEvent{Partition: 0, ID: "id1", Payload: []byte("c")},
+		driver.QueueEvent{Partition: 1, ID: "id1", Payload: []byte("dup in batch")},
+		driver.QueueEvent{Partition: 0},
 	)
-	want := []dcsync.QueueAppend{qa(0, 0, false), qa(1, 0, false), qa(0, 1, false), qa(0, 1, true), qa(0, 2, false)}
+	want := []driver.QueueAppend{qa(0, 0, false), qa(1, 0, false), qa(0, 1, false), qa(0, 1, true), qa(0, 2, false)}
 	if fmt.Sprint(res) != fmt.Sprint(want) {
 		t.Fatalf("append: %v, want %v", res, want)
 	}
-	res = appendQ(t, s, "q", dcsync.QueueEvent{Partition: 1, ID: "id1"}, dcsync.QueueEvent{Partition: 1, ID: "id2"})
-	if want := []dcsync.QueueAppend{qa(0, 1, true), qa(1, 1, false)}; fmt.Sprint(res) != fmt.Sprint(want) {
+	res = appendQ(t, s, "q", driver.QueueEvent{Partition: 1, ID: "id1"}, driver.QueueEvent{Partition: 1, ID: "id2"})
+	if want := []driver.QueueAppend{qa(0, 1, true), qa(1, 1, false)}; fmt.Sprint(res) != fmt.Sprint(want) {
 		t.Fatalf("append: %v, want %v", res, want)
 	}
 	r, err := s.ReadQueue(ctx, "q", 0, 0, 100)
@@ -158,11 +159,11 @@ func TestQueueAppendReadTrim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []dcsync.QueueBounds{{Head: 2}, {Head: 3, Floor: 2}, {}, {Head: 3, Floor: 2}}; fmt.Sprint(b) != fmt.Sprint(want) {
+	if want := []driver.QueueBounds{{Head: 2}, {Head: 3, Floor: 2}, {}, {Head: 3, Floor: 2}}; fmt.Sprint(b) != fmt.Sprint(want) {
 		t.Fatalf("bounds %v, want %v", b, want)
 	}
 	// Ids stay remembered after their event is trimmed.
-	if res := appendQ(t, s, "q", dcsync.QueueEvent{Partition: 0, ID: "id1"}); !res[0].Duplicate || res[0].Seq != 1 {
+	if res := appendQ(t, s, "q", driver.QueueEvent{Partition: 0, ID: "id1"}); !res[0].Duplicate || res[0].Seq != 1 {
 		t.Fatalf("append of a trimmed id: %v", res)
 	}
 	// Abort: nothing to abort in a store without holes.
@@ -175,7 +176,7 @@ func TestQueueAppendReadTrim(t *testing.T) {
 	if _, err := s.AbortQueueSeq(ctx, "q", 0, 3); !errors.Is(err, dcsync.ErrInvalidArgument) {
 		t.Fatalf("abort at head: %v", err)
 	}
-	if _, err := s.AppendQueue(ctx, "nope", []dcsync.QueueEvent{{}}); !errors.Is(err, dcsync.ErrNotFound) {
+	if _, err := s.AppendQueue(ctx, "nope", []driver.QueueEvent{{}}); !errors.Is(err, dcsync.ErrNotFound) {
 		t.Fatalf("append to a missing queue: %v", err)
 	}
 }
@@ -185,21 +186,21 @@ func TestQueueDedupExpires(t *testing.T) {
 	var now atomic.Int64
 	now.Store(1_700_000_000_000)
 	s := open(t, filepath.Join(t.TempDir(), "q.db"), sqlite.WithClock(func() time.Time { return time.UnixMilli(now.Load()) }))
-	s.CreateQueue(ctx, dcsync.QueueSpec{Name: "q", Partitions: 1, Groups: []string{"g"}, Dedup: 10 * time.Minute})
-	appendQ(t, s, "q", dcsync.QueueEvent{ID: "a"})
+	s.CreateQueue(ctx, driver.QueueSpec{Name: "q", Partitions: 1, Groups: []string{"g"}, Dedup: 10 * time.Minute})
+	appendQ(t, s, "q", driver.QueueEvent{ID: "a"})
 	now.Add((10*time.Minute - time.Millisecond).Milliseconds())
-	if r := appendQ(t, s, "q", dcsync.QueueEvent{ID: "a"}); !r[0].Duplicate {
+	if r := appendQ(t, s, "q", driver.QueueEvent{ID: "a"}); !r[0].Duplicate {
 		t.Fatalf("within the window: %v", r)
 	}
 	now.Add(time.Millisecond.Milliseconds())
-	if r := appendQ(t, s, "q", dcsync.QueueEvent{ID: "a"}); r[0].Duplicate || r[0].Seq != 1 {
+	if r := appendQ(t, s, "q", driver.QueueEvent{ID: "a"}); r[0].Duplicate || r[0].Seq != 1 {
 		t.Fatalf("after the window: %v", r)
 	}
-	appendQ(t, s, "q", dcsync.QueueEvent{ID: "b"})
+	appendQ(t, s, "q", driver.QueueEvent{ID: "b"})
 	// Both ids expire; the next append (more than a minute after the last sweep)
 	// deletes them.
 	now.Add((11 * time.Minute).Milliseconds())
-	appendQ(t, s, "q", dcsync.QueueEvent{})
+	appendQ(t, s, "q", driver.QueueEvent{})
 	var n int
 	if err := s.DB().QueryRow(`SELECT COUNT(*) FROM dcsync_queue_dedup`).Scan(&n); err != nil || n != 0 {
 		t.Fatalf("%d ids remembered after the sweep (%v)", n, err)
@@ -211,52 +212,52 @@ func TestQueueOffsets(t *testing.T) {
 	s := open(t, filepath.Join(t.TempDir(), "q.db"))
 	createQueue(t, s, "q", 4, "g", "h")
 	offs, err := s.ReadQueueOffsets(ctx, "q", "g", []int{0, 1})
-	if err != nil || fmt.Sprint(offs) != fmt.Sprint([]dcsync.QueueOffset{{}, {}}) {
+	if err != nil || fmt.Sprint(offs) != fmt.Sprint([]driver.QueueOffset{{}, {}}) {
 		t.Fatalf("offsets before any claim: %v, %v", offs, err)
 	}
 	off, err := s.ClaimQueuePartition(ctx, "q", "g", 1, 5)
-	if err != nil || off != (dcsync.QueueOffset{Token: 5}) {
+	if err != nil || off != (driver.QueueOffset{Token: 5}) {
 		t.Fatalf("first claim: %+v, %v", off, err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}); err != nil {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 1, driver.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 4, Next: 9, Version: 2}); !errors.Is(err, dcsync.ErrLockLost) {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 1, driver.QueueOffset{Token: 4, Next: 9, Version: 2}); !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("commit with a stale token: %v", err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 2, dcsync.QueueOffset{Token: 4, Next: 9, Version: 1}); !errors.Is(err, dcsync.ErrLockLost) {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 2, driver.QueueOffset{Token: 4, Next: 9, Version: 1}); !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("commit to an unclaimed partition: %v", err)
 	}
 	// Claimed again by 5 (a retried claim): the stored offset, nothing written.
-	if off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 5); err != nil || off != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}) {
+	if off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 5); err != nil || off != (driver.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}) {
 		t.Fatalf("retried claim: %+v, %v", off, err)
 	}
 	off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 3)
-	if !errors.Is(err, dcsync.ErrLockLost) || off != (dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}) {
+	if !errors.Is(err, dcsync.ErrLockLost) || off != (driver.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true, Version: 1}) {
 		t.Fatalf("lower claim: %+v, %v", off, err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 8, Version: 2}); err != nil {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 1, driver.QueueOffset{Token: 5, Next: 8, Version: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 6); err != nil || off != (dcsync.QueueOffset{Token: 6, Next: 8, Version: 2}) {
+	if off, err = s.ClaimQueuePartition(ctx, "q", "g", 1, 6); err != nil || off != (driver.QueueOffset{Token: 6, Next: 8, Version: 2}) {
 		t.Fatalf("claim after a release: %+v, %v", off, err)
 	}
-	if err := s.CommitQueueOffset(ctx, "q", "g", 1, dcsync.QueueOffset{Token: 5, Next: 100, Version: 3}); !errors.Is(err, dcsync.ErrLockLost) {
+	if err := s.CommitQueueOffset(ctx, "q", "g", 1, driver.QueueOffset{Token: 5, Next: 100, Version: 3}); !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("zombie commit: %v", err)
 	}
 	offs, err = s.ReadQueueOffsets(ctx, "q", "g", []int{1, 0, 1})
-	want := []dcsync.QueueOffset{{Token: 6, Next: 8, Version: 2}, {}, {Token: 6, Next: 8, Version: 2}}
+	want := []driver.QueueOffset{{Token: 6, Next: 8, Version: 2}, {}, {Token: 6, Next: 8, Version: 2}}
 	if err != nil || fmt.Sprint(offs) != fmt.Sprint(want) {
 		t.Fatalf("offsets %v, want %v (%v)", offs, want, err)
 	}
-	if offs, _ := s.ReadQueueOffsets(ctx, "q", "h", []int{1}); offs[0] != (dcsync.QueueOffset{}) {
+	if offs, _ := s.ReadQueueOffsets(ctx, "q", "h", []int{1}); offs[0] != (driver.QueueOffset{}) {
 		t.Fatalf("another group's offset: %+v", offs[0])
 	}
 	// Token 0 matches the missing record.
-	if err := s.CommitQueueOffset(ctx, "q", "h", 3, dcsync.QueueOffset{Next: 2, Version: 1}); err != nil {
+	if err := s.CommitQueueOffset(ctx, "q", "h", 3, driver.QueueOffset{Next: 2, Version: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if offs, _ := s.ReadQueueOffsets(ctx, "q", "h", []int{3}); offs[0] != (dcsync.QueueOffset{Next: 2, Version: 1}) {
+	if offs, _ := s.ReadQueueOffsets(ctx, "q", "h", []int{3}); offs[0] != (driver.QueueOffset{Next: 2, Version: 1}) {
 		t.Fatalf("offset committed with token 0: %+v", offs[0])
 	}
 }
@@ -273,36 +274,36 @@ func TestQueueValidation(t *testing.T) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	bad := map[string]func() error{
-		"spec no groups":  func() error { return s.CreateQueue(ctx, dcsync.QueueSpec{Name: "x", Partitions: 1}) },
-		"spec partitions": func() error { return s.CreateQueue(ctx, dcsync.QueueSpec{Name: "x", Groups: []string{"g"}}) },
+		"spec no groups":  func() error { return s.CreateQueue(ctx, driver.QueueSpec{Name: "x", Partitions: 1}) },
+		"spec partitions": func() error { return s.CreateQueue(ctx, driver.QueueSpec{Name: "x", Groups: []string{"g"}}) },
 		"spec name": func() error {
-			return s.CreateQueue(ctx, dcsync.QueueSpec{Name: "a\nb", Partitions: 1, Groups: []string{"g"}})
+			return s.CreateQueue(ctx, driver.QueueSpec{Name: "a\nb", Partitions: 1, Groups: []string{"g"}})
 		},
 		"spec dup group": func() error {
-			return s.CreateQueue(ctx, dcsync.QueueSpec{Name: "x", Partitions: 1, Groups: []string{"g", "g"}})
+			return s.CreateQueue(ctx, driver.QueueSpec{Name: "x", Partitions: 1, Groups: []string{"g", "g"}})
 		},
 		"read spec name": func() error { _, err := s.ReadQueueSpec(ctx, ""); return err },
 		"add group name": func() error { _, err := s.AddQueueGroup(ctx, "q", "\x00"); return err },
 		"append none":    func() error { _, err := s.AppendQueue(ctx, "q", nil); return err },
 		"append partition": func() error {
-			_, err := s.AppendQueue(ctx, "q", []dcsync.QueueEvent{{Partition: -1}})
+			_, err := s.AppendQueue(ctx, "q", []driver.QueueEvent{{Partition: -1}})
 			return err
 		},
 		"append payload": func() error {
-			_, err := s.AppendQueue(ctx, "q", []dcsync.QueueEvent{{Payload: make([]byte, dcsync.MaxQueuePayload+1)}})
+			_, err := s.AppendQueue(ctx, "q", []driver.QueueEvent{{Payload: make([]byte, driver.MaxQueuePayload+1)}})
 			return err
 		},
 		"append key": func() error {
-			_, err := s.AppendQueue(ctx, "q", []dcsync.QueueEvent{{Key: string(make([]byte, dcsync.MaxQueueKeyLen+1))}})
+			_, err := s.AppendQueue(ctx, "q", []driver.QueueEvent{{Key: string(make([]byte, driver.MaxQueueKeyLen+1))}})
 			return err
 		},
 		"append batch": func() error {
-			_, err := s.AppendQueue(ctx, "q", make([]dcsync.QueueEvent, dcsync.MaxQueueBatch+1))
+			_, err := s.AppendQueue(ctx, "q", make([]driver.QueueEvent, driver.MaxQueueBatch+1))
 			return err
 		},
 		"read max": func() error { _, err := s.ReadQueue(ctx, "q", 0, 0, 0); return err },
 		"read partition": func() error {
-			_, err := s.ReadQueue(ctx, "q", dcsync.MaxQueuePartitions+dcsync.MaxQueueGroups, 0, 1)
+			_, err := s.ReadQueue(ctx, "q", driver.MaxQueuePartitions+driver.MaxQueueGroups, 0, 1)
 			return err
 		},
 		"abort seq":   func() error { _, err := s.AbortQueueSeq(ctx, "q", 0, 1<<63); return err },
@@ -310,14 +311,14 @@ func TestQueueValidation(t *testing.T) {
 		"claim group": func() error { _, err := s.ClaimQueuePartition(ctx, "q", "", 0, 1); return err },
 		"claim token": func() error { _, err := s.ClaimQueuePartition(ctx, "q", "g", 0, 1<<63); return err },
 		"commit attempts": func() error {
-			return s.CommitQueueOffset(ctx, "q", "g", 0, dcsync.QueueOffset{Token: 1, Attempts: -1})
+			return s.CommitQueueOffset(ctx, "q", "g", 0, driver.QueueOffset{Token: 1, Attempts: -1})
 		},
-		"commit next": func() error { return s.CommitQueueOffset(ctx, "q", "g", 0, dcsync.QueueOffset{Next: 1 << 63}) },
+		"commit next": func() error { return s.CommitQueueOffset(ctx, "q", "g", 0, driver.QueueOffset{Next: 1 << 63}) },
 		"commit tx type": func() error {
-			return s.CommitQueueOffsetTx(ctx, "not a tx", "q", "g", 0, dcsync.QueueOffset{})
+			return s.CommitQueueOffsetTx(ctx, "not a tx", "q", "g", 0, driver.QueueOffset{})
 		},
 		"commit nil tx": func() error {
-			return s.CommitQueueOffsetTx(ctx, (*sql.Tx)(nil), "q", "g", 0, dcsync.QueueOffset{})
+			return s.CommitQueueOffsetTx(ctx, (*sql.Tx)(nil), "q", "g", 0, driver.QueueOffset{})
 		},
 		"offsets group":  func() error { _, err := s.ReadQueueOffsets(ctx, "q", "a\tb", []int{0}); return err },
 		"trim partition": func() error { return s.TrimQueue(ctx, "q", -2, 0) },
@@ -336,23 +337,23 @@ func TestQueueHonoursContextUnderWriteContention(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "q.db")
 	s := open(t, path, sqlite.WithBusyTimeout(time.Hour))
 	createQueue(t, s, "q", 1, "g")
-	appendQ(t, s, "q", dcsync.QueueEvent{Payload: []byte("x")})
+	appendQ(t, s, "q", driver.QueueEvent{Payload: []byte("x")})
 	if _, err := s.ClaimQueuePartition(context.Background(), "q", "g", 0, 1); err != nil {
 		t.Fatal(err)
 	}
 	holdWriteLock(t, path)
 	calls := map[string]func(ctx context.Context) error{
 		"AppendQueue": func(ctx context.Context) error {
-			_, err := s.AppendQueue(ctx, "q", []dcsync.QueueEvent{{Payload: []byte("y")}})
+			_, err := s.AppendQueue(ctx, "q", []driver.QueueEvent{{Payload: []byte("y")}})
 			return err
 		},
 		"CreateQueue": func(ctx context.Context) error {
-			return s.CreateQueue(ctx, dcsync.QueueSpec{Name: "q2", Partitions: 1, Groups: []string{"g"}})
+			return s.CreateQueue(ctx, driver.QueueSpec{Name: "q2", Partitions: 1, Groups: []string{"g"}})
 		},
 		"AddQueueGroup":       func(ctx context.Context) error { _, err := s.AddQueueGroup(ctx, "q", "h"); return err },
 		"ClaimQueuePartition": func(ctx context.Context) error { _, err := s.ClaimQueuePartition(ctx, "q", "g", 0, 2); return err },
 		"CommitQueueOffset": func(ctx context.Context) error {
-			return s.CommitQueueOffset(ctx, "q", "g", 0, dcsync.QueueOffset{Token: 1, Next: 1, Version: 1})
+			return s.CommitQueueOffset(ctx, "q", "g", 0, driver.QueueOffset{Token: 1, Next: 1, Version: 1})
 		},
 		"TrimQueue": func(ctx context.Context) error { return s.TrimQueue(ctx, "q", 0, 1) },
 		"WriteTx":   func(ctx context.Context) error { return s.WriteTx(ctx, func(*sql.Tx) error { return nil }) },
@@ -371,7 +372,7 @@ func TestQueueHonoursContextUnderWriteContention(t *testing.T) {
 		t.Fatalf("read under contention: %+v, %v", r, err)
 	}
 	offs, err := s.ReadQueueOffsets(context.Background(), "q", "g", []int{0})
-	if err != nil || offs[0] != (dcsync.QueueOffset{Token: 1}) {
+	if err != nil || offs[0] != (driver.QueueOffset{Token: 1}) {
 		t.Fatalf("offset: %+v, %v", offs, err)
 	}
 	if spec, err := s.ReadQueueSpec(context.Background(), "q"); err != nil || len(spec.Groups) != 1 {
@@ -395,10 +396,10 @@ func TestQueueConcurrentAppends(t *testing.T) {
 			defer wg.Done()
 			s := stores[w%len(stores)]
 			for b := range batches {
-				evs := make([]dcsync.QueueEvent, per)
+				evs := make([]driver.QueueEvent, per)
 				for i := range evs {
 					// Every worker appends the same ids: only one of each is stored.
-					evs[i] = dcsync.QueueEvent{Partition: (b + i) % 3, ID: fmt.Sprintf("id-%d-%d", b, i),
+					evs[i] = driver.QueueEvent{Partition: (b + i) % 3, ID: fmt.Sprintf("id-%d-%d", b, i),
 						Payload: []byte(fmt.Sprintf("%d/%d/%d", w, b, i))}
 				}
 				if _, err := s.AppendQueue(ctx, "q", evs); err != nil {
@@ -416,7 +417,7 @@ func TestQueueConcurrentAppends(t *testing.T) {
 	total := 0
 	ids := map[string]bool{}
 	for p := range 3 {
-		r, err := stores[1].ReadQueue(ctx, "q", p, 0, dcsync.MaxQueueBatch)
+		r, err := stores[1].ReadQueue(ctx, "q", p, 0, driver.MaxQueueBatch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -448,9 +449,9 @@ func TestQueueChildProcess(t *testing.T) {
 	s := open(t, path)
 	id, _ := strconv.Atoi(os.Getenv(envQueueChild + "_ID"))
 	for b := range 20 {
-		evs := make([]dcsync.QueueEvent, 10)
+		evs := make([]driver.QueueEvent, 10)
 		for i := range evs {
-			evs[i] = dcsync.QueueEvent{Partition: i % 2, ID: fmt.Sprintf("%d-%d-%d", id, b, i)}
+			evs[i] = driver.QueueEvent{Partition: i % 2, ID: fmt.Sprintf("%d-%d-%d", id, b, i)}
 		}
 		if _, err := s.AppendQueue(context.Background(), "q", evs); err != nil {
 			t.Fatal(err)
@@ -487,7 +488,7 @@ func TestQueueProcesses(t *testing.T) {
 	}
 	ids := map[string]bool{}
 	for p := range 2 {
-		r, err := s.ReadQueue(context.Background(), "q", p, 0, dcsync.MaxQueueBatch)
+		r, err := s.ReadQueue(context.Background(), "q", p, 0, driver.MaxQueueBatch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -535,7 +536,7 @@ func oldFile(t *testing.T) string {
 // the columns, keeping the stored offsets.
 func TestQueueOffsetsOldFile(t *testing.T) {
 	ctx := context.Background()
-	old := dcsync.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}
+	old := driver.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}
 
 	path := oldFile(t)
 	makeReadOnly(t, path)
@@ -544,7 +545,7 @@ func TestQueueOffsetsOldFile(t *testing.T) {
 		t.Fatal("store on a read-only file is not read-only")
 	}
 	offs, err := ro.ReadQueueOffsets(ctx, "q", "g", []int{0, 1})
-	if err != nil || offs[0] != old || offs[1] != (dcsync.QueueOffset{}) {
+	if err != nil || offs[0] != old || offs[1] != (driver.QueueOffset{}) {
 		t.Fatalf("read-only store on an old file: %+v, %v; want %+v and none", offs, err, old)
 	}
 
@@ -557,14 +558,14 @@ func TestQueueOffsetsOldFile(t *testing.T) {
 			}
 			next := old
 			next.Version, next.Next = 1, 8
-			next.Marks, err = dcsync.EncodeQueueMarks(8, []dcsync.QueueMark{{Seq: 10, Acked: true}})
+			next.Marks, err = driver.EncodeQueueMarks(8, []driver.QueueMark{{Seq: 10, Acked: true}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			switch first {
 			case "claim":
 				off, err := s.ClaimQueuePartition(ctx, "q", "g", 0, 6)
-				if want := (dcsync.QueueOffset{Token: 6, Next: 7, Attempts: 2, Held: true}); err != nil || off != want {
+				if want := (driver.QueueOffset{Token: 6, Next: 7, Attempts: 2, Held: true}); err != nil || off != want {
 					t.Fatalf("claim on an old file: %+v, %v; want %+v", off, err, want)
 				}
 				next.Token = 6

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/sqlite"
 )
 
@@ -18,7 +19,7 @@ func txFixture(t *testing.T) *sqlite.Store {
 	ctx := context.Background()
 	s := open(t, filepath.Join(t.TempDir(), "q.db"))
 	createQueue(t, s, "q", 1, "g")
-	appendQ(t, s, "q", dcsync.QueueEvent{Payload: []byte("e0")}, dcsync.QueueEvent{Payload: []byte("e1")})
+	appendQ(t, s, "q", driver.QueueEvent{Payload: []byte("e0")}, driver.QueueEvent{Payload: []byte("e1")})
 	if _, err := s.ClaimQueuePartition(ctx, "q", "g", 0, 2); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func appRows(t *testing.T, s *sqlite.Store) int {
 	return n
 }
 
-func offset0(t *testing.T, s *sqlite.Store) dcsync.QueueOffset {
+func offset0(t *testing.T, s *sqlite.Store) driver.QueueOffset {
 	t.Helper()
 	offs, err := s.ReadQueueOffsets(context.Background(), "q", "g", []int{0})
 	if err != nil {
@@ -49,7 +50,7 @@ func offset0(t *testing.T, s *sqlite.Store) dcsync.QueueOffset {
 	return offs[0]
 }
 
-var _ dcsync.QueueTxCommitter = (*sqlite.Store)(nil)
+var _ driver.QueueTxCommitter = (*sqlite.Store)(nil)
 
 // An application write and an ack in one transaction commit together (WriteTx) and
 // roll back together.
@@ -61,7 +62,7 @@ func TestQueueCommitTx(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO app VALUES ('e0', 'done')`); err != nil {
 			return err
 		}
-		if err := s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1}); err != nil {
+		if err := s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, driver.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1}); err != nil {
 			return err
 		}
 		return errApp
@@ -76,12 +77,12 @@ func TestQueueCommitTx(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO app VALUES ('e0', 'done')`); err != nil {
 			return err
 		}
-		return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1})
+		return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, driver.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1})
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, off := appRows(t, s), offset0(t, s); n != 1 || off != (dcsync.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1}) {
+	if n, off := appRows(t, s), offset0(t, s); n != 1 || off != (driver.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1}) {
 		t.Fatalf("after a commit: %d app rows, offset %+v", n, off)
 	}
 }
@@ -108,7 +109,7 @@ func TestQueueCommitTxBeginTx(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO app VALUES ('e1', 'x')`); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 2, Held: true, Version: 2}); err != nil {
+		if err := s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, driver.QueueOffset{Token: 2, Next: 2, Held: true, Version: 2}); err != nil {
 			t.Fatal(err)
 		}
 		if !commit {
@@ -142,13 +143,13 @@ func TestQueueCommitTxStaleToken(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, `INSERT INTO app VALUES ('e0', 'zombie')`); err != nil {
 			return err
 		}
-		inTx = s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1})
+		inTx = s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, driver.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1})
 		return inTx
 	})
 	if !errors.Is(inTx, dcsync.ErrLockLost) || !errors.Is(err, dcsync.ErrLockLost) {
 		t.Fatalf("stale ack: %v (WriteTx: %v), want LockLost", inTx, err)
 	}
-	if n, off := appRows(t, s), offset0(t, s); n != 0 || off != (dcsync.QueueOffset{Token: 3}) {
+	if n, off := appRows(t, s), offset0(t, s); n != 0 || off != (driver.QueueOffset{Token: 3}) {
 		t.Fatalf("after a stale ack: %d app rows, offset %+v", n, off)
 	}
 }
@@ -163,7 +164,7 @@ func TestQueueCommitTxOtherFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := other.WriteTx(ctx, func(tx *sql.Tx) error {
-		return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Version: 1})
+		return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, driver.QueueOffset{Token: 2, Next: 1, Version: 1})
 	})
 	if !errors.Is(err, dcsync.ErrInvalidArgument) {
 		t.Fatalf("tx of another file: %v, want InvalidArgument", err)
@@ -181,7 +182,7 @@ func TestQueueCommitTxOtherFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1}); err != nil {
+	if err := s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, driver.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(); err != nil {
@@ -220,7 +221,7 @@ func TestQueueWriteTxWaitsForTheLock(t *testing.T) {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO app VALUES ('e0', 'done')`); err != nil {
 				return err
 			}
-			return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, dcsync.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1})
+			return s.CommitQueueOffsetTx(ctx, tx, "q", "g", 0, driver.QueueOffset{Token: 2, Next: 1, Held: true, Version: 1})
 		})
 	}()
 	if _, err := conn.ExecContext(ctx, "INSERT INTO app VALUES ('other', 'first')"); err != nil {

@@ -50,6 +50,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	sqlite3 "modernc.org/sqlite"
 	sqlite3lib "modernc.org/sqlite/lib"
 )
@@ -80,7 +81,7 @@ CREATE TABLE IF NOT EXISTS dcsync_latch_cells (
 // tables are the tables schema creates.
 var tables = []string{"dcsync_locks", "dcsync_fences", "dcsync_latch_cells"}
 
-// Store is a dcsync.Store in one SQLite file.
+// Store is a driver.Store in one SQLite file.
 type Store struct {
 	db       *sql.DB
 	path     string
@@ -96,7 +97,7 @@ type Store struct {
 	done      chan struct{} // closed by Close
 }
 
-var _ dcsync.Store = (*Store)(nil)
+var _ driver.Store = (*Store)(nil)
 
 // Option configures a Store.
 type Option func(*config)
@@ -125,14 +126,14 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		o(&c)
 	}
 	if path == "" {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "path is empty")
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "path is empty")
 	}
 	if c.busy < 0 {
-		return nil, dcsync.Errorf(dcsync.InvalidArgument, op, "busy timeout %v is negative", c.busy)
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "busy timeout %v is negative", c.busy)
 	}
 	readOnly, err := probe(path)
 	if err != nil {
-		return nil, dcsync.Errorf(dcsync.Connection, op, "%s: %w", path, err)
+		return nil, driver.Errorf(dcsync.Connection, op, "%s: %w", path, err)
 	}
 	// SQLite's busy handler is off (busy_timeout 0): waits for a lock happen in retry,
 	// where ctx can end them. WAL mode is set once, in init: it is kept in the file.
@@ -146,7 +147,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	}
 	db, err := sql.Open("sqlite", fileURI(path)+"?"+q.Encode())
 	if err != nil {
-		return nil, dcsync.Errorf(dcsync.Connection, op, "%s: %w", path, err)
+		return nil, driver.Errorf(dcsync.Connection, op, "%s: %w", path, err)
 	}
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
@@ -215,7 +216,7 @@ func (s *Store) init(ctx context.Context) error {
 		return nil
 	}
 	if s.readOnly {
-		return dcsync.Errorf(dcsync.TableCreation, op, "%s is read-only for this process and has no dcsync tables (%d of %d)", s.path, n, len(tables))
+		return driver.Errorf(dcsync.TableCreation, op, "%s is read-only for this process and has no dcsync tables (%d of %d)", s.path, n, len(tables))
 	}
 	if mode != "wal" {
 		// Not inside a transaction: SQLite refuses to change the mode there.
@@ -251,7 +252,7 @@ func (s *Store) Close() error {
 func (s *Store) Done() <-chan struct{} { return s.done }
 
 func (s *Store) closedErr(op string) error {
-	return dcsync.Errorf(dcsync.Connection, op, "%s: the store is closed", s.path)
+	return driver.Errorf(dcsync.Connection, op, "%s: the store is closed", s.path)
 }
 
 // Path returns the file the store is in.
@@ -294,23 +295,23 @@ func (s *Store) classify(op string, err error) error {
 		return err
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return dcsync.Errorf(dcsync.Connection, op, "%s: %w", s.path, err)
+		return driver.Errorf(dcsync.Connection, op, "%s: %w", s.path, err)
 	}
 	switch sqliteCode(err) {
 	case sqlite3lib.SQLITE_READONLY:
-		return dcsync.Errorf(dcsync.NotImplemented, op, "%s cannot be written by this process: %w", s.path, err)
+		return driver.Errorf(dcsync.NotImplemented, op, "%s cannot be written by this process: %w", s.path, err)
 	case sqlite3lib.SQLITE_BUSY, sqlite3lib.SQLITE_LOCKED, sqlite3lib.SQLITE_IOERR, sqlite3lib.SQLITE_CANTOPEN, sqlite3lib.SQLITE_FULL, sqlite3lib.SQLITE_PERM:
-		return dcsync.Errorf(dcsync.Connection, op, "%s: %w", s.path, err)
+		return driver.Errorf(dcsync.Connection, op, "%s: %w", s.path, err)
 	}
-	return dcsync.Errorf(dcsync.Internal, op, "%s: %w", s.path, err)
+	return driver.Errorf(dcsync.Internal, op, "%s: %w", s.path, err)
 }
 
 // ctxErr reports that ctx ended while the call waited, with the store's last error.
 func (s *Store) ctxErr(ctx context.Context, op string, last error) error {
 	if last != nil {
-		return dcsync.Errorf(dcsync.Connection, op, "%s: gave up waiting for another connection's lock on the file (%v): %w", s.path, last, context.Cause(ctx))
+		return driver.Errorf(dcsync.Connection, op, "%s: gave up waiting for another connection's lock on the file (%v): %w", s.path, last, context.Cause(ctx))
 	}
-	return dcsync.Errorf(dcsync.Connection, op, "%s: %w", s.path, context.Cause(ctx))
+	return driver.Errorf(dcsync.Connection, op, "%s: %w", s.path, context.Cause(ctx))
 }
 
 // retry runs fn until it returns anything but "busy" (another process holds a lock
@@ -345,7 +346,7 @@ func (s *Store) retry(ctx context.Context, op string, fn func() error) error {
 		}
 		left := giveUp.Sub(now)
 		if left <= 0 {
-			return dcsync.Errorf(dcsync.Connection, op, "%s: another connection to the file (another process, or another Store) held its lock for the whole busy timeout (%v): %w", s.path, s.busy, err)
+			return driver.Errorf(dcsync.Connection, op, "%s: another connection to the file (another process, or another Store) held its lock for the whole busy timeout (%v): %w", s.path, s.busy, err)
 		}
 		t := time.NewTimer(min(pause/2+rand.N(pause/2+1), left))
 		select {
@@ -366,7 +367,7 @@ func (s *Store) retry(ctx context.Context, op string, fn func() error) error {
 // locks only while ctx lasts.
 func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
 	if s.readOnly {
-		return dcsync.Errorf(dcsync.NotImplemented, op, "%s is opened read-only (this process cannot write the file): writes are refused", s.path)
+		return driver.Errorf(dcsync.NotImplemented, op, "%s is opened read-only (this process cannot write the file): writes are refused", s.path)
 	}
 	select {
 	case s.wsem <- struct{}{}:
@@ -426,8 +427,8 @@ const lockWhere = `level = ? AND farm = ? AND client = ? AND name = ?`
 // liveLock reads the unexpired lock at k.
 func liveLock(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
-}, k dcsync.Key, now time.Time) (dcsync.LockState, bool, error) {
-	var st dcsync.LockState
+}, k dcsync.Key, now time.Time) (driver.LockState, bool, error) {
+	var st driver.LockState
 	var exp int64
 	err := q.QueryRowContext(ctx, `SELECT owner, token, expires_ms FROM dcsync_locks WHERE `+lockWhere+` AND expires_ms > ?`,
 		append(lockArgs(k), now.UnixMilli())...).Scan(&st.Owner, &st.Token, &exp)
@@ -438,12 +439,12 @@ func liveLock(ctx context.Context, q interface {
 	return st, err == nil, err
 }
 
-// AcquireLock implements dcsync.LockStore.
-func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
-	if err := dcsync.CheckLease(k, owner, ttl); err != nil {
-		return dcsync.LockState{}, err
+// AcquireLock implements driver.LockStore.
+func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
+	if err := driver.CheckLease(k, owner, ttl); err != nil {
+		return driver.LockState{}, err
 	}
-	var st dcsync.LockState
+	var st driver.LockState
 	err := s.write(ctx, "sqlite.AcquireLock", func(tx *sql.Tx) error {
 		now := s.now()
 		held, ok, err := liveLock(ctx, tx, k, now)
@@ -452,7 +453,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		}
 		if ok {
 			st = held
-			return dcsync.Errorf(dcsync.LockUnavailable, "sqlite.AcquireLock", "%s is held by %s", k, held.Owner)
+			return driver.Errorf(dcsync.LockUnavailable, "sqlite.AcquireLock", "%s is held by %s", k, held.Owner)
 		}
 		err = tx.QueryRowContext(ctx, `INSERT INTO dcsync_fences (level, farm, client, name, token) VALUES (?, ?, ?, ?, 1)
 			ON CONFLICT (level, farm, client, name) DO UPDATE SET token = token + 1 RETURNING token`, lockArgs(k)...).Scan(&st.Token)
@@ -467,19 +468,19 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 	return st, err
 }
 
-// RefreshLock implements dcsync.LockStore.
-func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
-	if err := dcsync.CheckLease(k, owner, ttl); err != nil {
-		return dcsync.LockState{}, err
+// RefreshLock implements driver.LockStore.
+func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
+	if err := driver.CheckLease(k, owner, ttl); err != nil {
+		return driver.LockState{}, err
 	}
-	var st dcsync.LockState
+	var st driver.LockState
 	err := s.write(ctx, "sqlite.RefreshLock", func(tx *sql.Tx) error {
 		now := s.now()
 		exp := now.Add(ttl).UnixMilli()
 		err := tx.QueryRowContext(ctx, `UPDATE dcsync_locks SET expires_ms = ? WHERE `+lockWhere+` AND owner = ? AND expires_ms > ?
 			RETURNING owner, token`, append(append([]any{exp}, lockArgs(k)...), owner, now.UnixMilli())...).Scan(&st.Owner, &st.Token)
 		if errors.Is(err, sql.ErrNoRows) {
-			return dcsync.Errorf(dcsync.LockLost, "sqlite.RefreshLock", "%s is not held by %s", k, owner)
+			return driver.Errorf(dcsync.LockLost, "sqlite.RefreshLock", "%s is not held by %s", k, owner)
 		}
 		st.Expires = time.UnixMilli(exp)
 		return err
@@ -487,9 +488,9 @@ func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl
 	return st, err
 }
 
-// ReleaseLock implements dcsync.LockStore.
+// ReleaseLock implements driver.LockStore.
 func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
-	if err := dcsync.CheckLock(k, owner, 0); err != nil {
+	if err := driver.CheckLock(k, owner, 0); err != nil {
 		return err
 	}
 	return s.write(ctx, "sqlite.ReleaseLock", func(tx *sql.Tx) error {
@@ -499,19 +500,19 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 			return err
 		}
 		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return dcsync.Errorf(dcsync.LockLost, "sqlite.ReleaseLock", "%s is not held by %s", k, owner)
+			return driver.Errorf(dcsync.LockLost, "sqlite.ReleaseLock", "%s is not held by %s", k, owner)
 		}
 		return nil
 	})
 }
 
-// InspectLock implements dcsync.LockStore.
-func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState, error) {
+// InspectLock implements driver.LockStore.
+func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockState, error) {
 	const op = "sqlite.InspectLock"
-	if err := k.Validate("lock"); err != nil {
-		return dcsync.LockState{}, err
+	if err := driver.ValidateKey("lock", k); err != nil {
+		return driver.LockState{}, err
 	}
-	var st dcsync.LockState
+	var st driver.LockState
 	var ok bool
 	err := s.retry(ctx, op, func() (err error) {
 		st, ok, err = liveLock(ctx, s.db, k, s.now())
@@ -521,7 +522,7 @@ func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState
 		return st, err
 	}
 	if !ok {
-		return st, dcsync.Errorf(dcsync.NotFound, op, "%s is free", k)
+		return st, driver.Errorf(dcsync.NotFound, op, "%s is free", k)
 	}
 	return st, nil
 }
@@ -559,9 +560,9 @@ func latchSum(ctx context.Context, q querier, k dcsync.Key, now time.Time) (bool
 }
 
 // latchAt reads a latch's count at k's level (saturated at the int64 bounds).
-func latchAt(ctx context.Context, q querier, k dcsync.Key, now time.Time) (dcsync.LatchCount, error) {
+func latchAt(ctx context.Context, q querier, k dcsync.Key, now time.Time) (driver.LatchCount, error) {
 	found, counts, err := latchSum(ctx, q, k, now)
-	return dcsync.LatchCount{Found: found, Count: dcsync.SumCounts(counts...)}, err
+	return driver.LatchCount{Found: found, Count: driver.SumCounts(counts...)}, err
 }
 
 func putCell(ctx context.Context, tx *sql.Tx, k dcsync.Key, count int64, exp time.Time) error {
@@ -570,12 +571,12 @@ func putCell(ctx context.Context, tx *sql.Tx, k dcsync.Key, count int64, exp tim
 	return err
 }
 
-// CreateLatch implements dcsync.LatchStore.
+// CreateLatch implements driver.LatchStore.
 func (s *Store) CreateLatch(ctx context.Context, k dcsync.Key, count int64, ttl time.Duration) error {
-	if err := dcsync.CheckLatch(k, ttl); err != nil {
+	if err := driver.CheckLatch(k, ttl); err != nil {
 		return err
 	}
-	if err := dcsync.ValidateCount(count); err != nil {
+	if err := driver.ValidateCount(count); err != nil {
 		return err
 	}
 	return s.write(ctx, "sqlite.CreateLatch", func(tx *sql.Tx) error {
@@ -585,15 +586,15 @@ func (s *Store) CreateLatch(ctx context.Context, k dcsync.Key, count int64, ttl 
 			return err
 		}
 		if c.Found {
-			return dcsync.Errorf(dcsync.AlreadyExists, "sqlite.CreateLatch", "latch %s exists", k)
+			return driver.Errorf(dcsync.AlreadyExists, "sqlite.CreateLatch", "latch %s exists", k)
 		}
 		return putCell(ctx, tx, k, count, now.Add(ttl))
 	})
 }
 
-// EnsureLatch implements dcsync.LatchStore.
+// EnsureLatch implements driver.LatchStore.
 func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration) (bool, error) {
-	if err := dcsync.CheckLatch(k, ttl); err != nil {
+	if err := driver.CheckLatch(k, ttl); err != nil {
 		return false, err
 	}
 	created := false
@@ -610,13 +611,13 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 	return created && err == nil, err
 }
 
-// AddLatch implements dcsync.LatchStore. It refuses, with InvalidArgument and writing
+// AddLatch implements driver.LatchStore. It refuses, with InvalidArgument and writing
 // nothing, an update that would take the caller's cell or the count at k's level past
 // the int64 range (at XDC, an update that brings an out-of-range sum towards zero is
 // accepted; see the package doc).
 func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
 	const op = "sqlite.AddLatch"
-	if err := dcsync.CheckLatch(k, 0); err != nil {
+	if err := driver.CheckLatch(k, 0); err != nil {
 		return 0, err
 	}
 	var after int64
@@ -627,7 +628,7 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 			return err
 		}
 		if !found {
-			return dcsync.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
+			return driver.Errorf(dcsync.NotFound, op, "latch %s does not exist", k)
 		}
 		// The caller's cell may be absent (XDC, first update from this farm) or expired:
 		// either way it starts from zero, and ends with the latch (the latest end of its
@@ -642,28 +643,28 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		if err != nil {
 			return err
 		}
-		cell, err := dcsync.AddCount(op, own, delta)
+		cell, err := driver.AddCount(op, own, delta)
 		if err != nil {
-			return dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to farm %s's count %d would overflow int64; nothing was written", k, delta, k.Farm, own)
+			return driver.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to farm %s's count %d would overflow int64; nothing was written", k, delta, k.Farm, own)
 		}
-		if !dcsync.SumUpdateFits(counts, delta) {
-			return dcsync.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to count %d would overflow int64; nothing was written", k, delta, dcsync.SumCounts(counts...))
+		if !driver.SumUpdateFits(counts, delta) {
+			return driver.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to count %d would overflow int64; nothing was written", k, delta, driver.SumCounts(counts...))
 		}
-		after = dcsync.SumCounts(append(counts, delta)...)
+		after = driver.SumCounts(append(counts, delta)...)
 		return putCell(ctx, tx, k, cell, time.UnixMilli(expiresMS))
 	})
 	return after, err
 }
 
-// ReadLatches implements dcsync.LatchStore. The reads share one snapshot.
-func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
+// ReadLatches implements driver.LatchStore. The reads share one snapshot.
+func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.LatchCount, error) {
 	const op = "sqlite.ReadLatches"
 	for _, k := range keys {
-		if err := dcsync.CheckLatch(k, 0); err != nil {
+		if err := driver.CheckLatch(k, 0); err != nil {
 			return nil, err
 		}
 	}
-	out := make([]dcsync.LatchCount, len(keys))
+	out := make([]driver.LatchCount, len(keys))
 	err := s.retry(ctx, op, func() error {
 		conn, err := s.db.Conn(ctx)
 		if err != nil {

@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/queue/queuetest"
 	"github.com/dcsync/dcsync/store/sqlite"
 	"github.com/dcsync/dcsync/store/storetest"
@@ -17,7 +17,7 @@ import (
 const envPath = "DCSYNC_TEST_SQLITE_PATH"
 
 func TestMain(m *testing.M) {
-	storetest.ChildMain(func(ctx context.Context) (dcsync.Store, error) {
+	storetest.ChildMain(func(ctx context.Context) (driver.Store, error) {
 		return sqlite.Open(ctx, os.Getenv(envPath))
 	})
 	queuetest.ChildMain(func(ctx context.Context) (queuetest.QueueTestStore, error) {
@@ -29,7 +29,7 @@ func TestMain(m *testing.M) {
 func TestConformance(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "dcsync.db")
 	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T) dcsync.Store {
+		Open: func(t *testing.T) driver.Store {
 			s, err := sqlite.Open(context.Background(), path)
 			if err != nil {
 				t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/lock"
 )
@@ -24,7 +25,7 @@ import (
 //
 // Each reports p50-ns and p99-ns besides ns/op. A store's tests add their own raw
 // baseline (a SQL transaction, a client call) so the ratio to the floor shows too.
-func Bench(b *testing.B, s dcsync.Store) {
+func Bench(b *testing.B, s driver.Store) {
 	ctx := context.Background()
 	lm, err := lock.New(s, client, "dc1", lock.WithLogger(quiet))
 	if err != nil {

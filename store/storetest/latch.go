@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/latch"
 )
 
-func (h Harness) latches(t *testing.T, s dcsync.Store, farm string, opts ...latch.Option) *latch.Manager {
+func (h Harness) latches(t *testing.T, s driver.Store, farm string, opts ...latch.Option) *latch.Manager {
 	t.Helper()
 	m, err := latch.New(s, client, farm, append([]latch.Option{latch.WithPollInterval(h.PollInterval), latch.WithLogger(quiet)}, opts...)...)
 	must(t, err, "latch.New")
@@ -318,7 +319,7 @@ func runLatch(t *testing.T, h Harness) {
 	})
 
 	// Close ends every Wait on the store at once, with an error (not when each Wait's
-	// ctx ends): the store says it closed through dcsync.CloseNotifier.
+	// ctx ends): the store says it closed through driver.CloseNotifier.
 	t.Run("CloseEndsWaits", func(t *testing.T) {
 		noLeaks(t)
 		open := h.Open
@@ -326,7 +327,7 @@ func runLatch(t *testing.T, h Harness) {
 			open = h.OpenOwn
 		}
 		s := open(t)
-		cn, ok := s.(dcsync.CloseNotifier)
+		cn, ok := s.(driver.CloseNotifier)
 		if !ok {
 			s.Close()
 			t.Fatalf("%T does not implement dcsync.CloseNotifier", s)
@@ -515,7 +516,7 @@ func runLatch(t *testing.T, h Harness) {
 		}
 		got, err := s.ReadLatches(ctx, []dcsync.Key{a, missing, b, a})
 		must(t, err, "ReadLatches")
-		want := []dcsync.LatchCount{{Found: true, Count: 7}, {}, {Found: true, Count: 5}, {Found: true, Count: 7}}
+		want := []driver.LatchCount{{Found: true, Count: 7}, {}, {Found: true, Count: 5}, {Found: true, Count: 7}}
 		if len(got) != len(want) {
 			t.Fatalf("ReadLatches returned %d results, want %d", len(got), len(want))
 		}

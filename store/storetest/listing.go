@@ -7,15 +7,16 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // ListingStore is a store with the optional operator interfaces: listing locks and
 // latch cells, and deleting latches.
 type ListingStore interface {
-	dcsync.Store
-	dcsync.LockLister
-	dcsync.LatchLister
-	dcsync.LatchDeleter
+	driver.Store
+	driver.LockLister
+	driver.LatchLister
+	driver.LatchDeleter
 }
 
 // RunListing checks ListLocks, ListLatches and DeleteLatch on s, under a client id
@@ -43,7 +44,7 @@ func RunListing(t *testing.T, s ListingStore, client string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]dcsync.LockInfo{}
+	got := map[string]driver.LockInfo{}
 	for _, l := range locks {
 		got[l.Key.Level.String()+"/"+l.Key.Farm+"/"+l.Key.Name] = l
 		if l.Key.Client != client {

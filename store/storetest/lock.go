@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/lock"
 )
 
-func locks(t *testing.T, s dcsync.LockStore, farm string, opts ...lock.Option) *lock.Manager {
+func locks(t *testing.T, s driver.LockStore, farm string, opts ...lock.Option) *lock.Manager {
 	t.Helper()
 	m, err := lock.New(s, client, farm, append([]lock.Option{lock.WithBackoff(5*time.Millisecond, 100*time.Millisecond),
 		lock.WithLogger(quiet)}, opts...)...)
@@ -79,7 +80,7 @@ func runLock(t *testing.T, h Harness) {
 		m := locks(t, spy, h.Farm, lock.WithSafetyMargin(0, 2900*time.Millisecond))
 		l, err := m.TryAcquire(ctx, unique(t), lock.TTL(6*time.Second))
 		must(t, err, "TryAcquire")
-		spy.failRefresh(dcsync.Errorf(dcsync.Connection, "storetest", "injected outage"))
+		spy.failRefresh(driver.Errorf(dcsync.Connection, "storetest", "injected outage"))
 		kctx := l.KeepAlive(ctx)
 		<-kctx.Done()
 		if !errors.Is(context.Cause(kctx), dcsync.ErrLockLost) {
@@ -301,8 +302,8 @@ func runLock(t *testing.T, h Harness) {
 			// the lease leaves nothing to release.
 			released []dcsync.Code
 		}{
-			{"StoreSaysLost", dcsync.Errorf(dcsync.LockLost, "storetest", "injected"), []dcsync.Code{0, dcsync.LockLost}},
-			{"StoreUnreachable", dcsync.Errorf(dcsync.Connection, "storetest", "injected outage"), []dcsync.Code{dcsync.LockLost}},
+			{"StoreSaysLost", driver.Errorf(dcsync.LockLost, "storetest", "injected"), []dcsync.Code{0, dcsync.LockLost}},
+			{"StoreUnreachable", driver.Errorf(dcsync.Connection, "storetest", "injected outage"), []dcsync.Code{dcsync.LockLost}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				spy := newSpy(h.open(t))

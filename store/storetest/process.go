@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/lock"
 )
@@ -29,7 +30,7 @@ const (
 // ChildMain runs a child process's part of the multi-process cases, then exits. Call it
 // first thing in the store's TestMain; it returns at once in the parent test process.
 // open opens the store from the environment that Harness.ProcessEnv supplied.
-func ChildMain(open func(ctx context.Context) (dcsync.Store, error)) {
+func ChildMain(open func(ctx context.Context) (driver.Store, error)) {
 	role := os.Getenv(envRole)
 	if role == "" {
 		return
@@ -44,7 +45,7 @@ func ChildMain(open func(ctx context.Context) (dcsync.Store, error)) {
 	os.Exit(0)
 }
 
-func runChild(ctx context.Context, role string, open func(ctx context.Context) (dcsync.Store, error)) error {
+func runChild(ctx context.Context, role string, open func(ctx context.Context) (driver.Store, error)) error {
 	s, err := open(ctx)
 	if err != nil {
 		return err

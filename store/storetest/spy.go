@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 // spy wraps a store: it counts the calls that reach it, records the largest batch read,
 // and can make RefreshLock fail.
 type spy struct {
-	dcsync.Store
+	driver.Store
 
 	mu         sync.Mutex
 	calls      int
@@ -19,7 +20,7 @@ type spy struct {
 	refreshErr error
 }
 
-func newSpy(s dcsync.Store) *spy { return &spy{Store: s} }
+func newSpy(s driver.Store) *spy { return &spy{Store: s} }
 
 func (s *spy) count() {
 	s.mu.Lock()
@@ -45,18 +46,18 @@ func (s *spy) failRefresh(err error) {
 	s.mu.Unlock()
 }
 
-func (s *spy) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (s *spy) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	s.count()
 	return s.Store.AcquireLock(ctx, k, owner, ttl)
 }
 
-func (s *spy) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (dcsync.LockState, error) {
+func (s *spy) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	s.count()
 	s.mu.Lock()
 	err := s.refreshErr
 	s.mu.Unlock()
 	if err != nil {
-		return dcsync.LockState{}, err
+		return driver.LockState{}, err
 	}
 	return s.Store.RefreshLock(ctx, k, owner, ttl)
 }
@@ -66,7 +67,7 @@ func (s *spy) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error
 	return s.Store.ReleaseLock(ctx, k, owner)
 }
 
-func (s *spy) InspectLock(ctx context.Context, k dcsync.Key) (dcsync.LockState, error) {
+func (s *spy) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockState, error) {
 	s.count()
 	return s.Store.InspectLock(ctx, k)
 }
@@ -86,7 +87,7 @@ func (s *spy) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, e
 	return s.Store.AddLatch(ctx, k, delta)
 }
 
-func (s *spy) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]dcsync.LatchCount, error) {
+func (s *spy) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.LatchCount, error) {
 	s.count()
 	s.mu.Lock()
 	s.batch = max(s.batch, len(keys))

@@ -21,7 +21,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/suitekit"
 )
 
@@ -30,11 +30,11 @@ type Harness struct {
 	// Open returns a store for one test. Stores returned by different calls should
 	// share state (the same file, server or table) when the store is meant to be shared
 	// between processes; the suite closes each one when the test ends.
-	Open func(t *testing.T) dcsync.Store
+	Open func(t *testing.T) driver.Store
 	// OpenOwn, when set, returns a store the test may close without affecting other
 	// tests (for a harness whose Open shares one store and ignores Close). Defaults to
 	// Open.
-	OpenOwn func(t *testing.T) dcsync.Store
+	OpenOwn func(t *testing.T) driver.Store
 	// ProcessEnv, when set, returns the environment (NAME=value) a child process needs
 	// to open the same store through the function passed to ChildMain; the suite then
 	// runs its multi-process cases. Leave it nil for a store that lives in one process.
@@ -89,7 +89,7 @@ var quiet = slog.New(slog.DiscardHandler)
 // client is the client id the suite writes under.
 const client = "storetest"
 
-func (h Harness) open(t *testing.T) dcsync.Store {
+func (h Harness) open(t *testing.T) driver.Store {
 	t.Helper()
 	s := h.Open(t)
 	t.Cleanup(func() { s.Close() })

@@ -1,8 +1,9 @@
-package dcsync
+package driver
 
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/dcsync/dcsync"
 	"math"
 )
 
@@ -40,16 +41,16 @@ func EncodeQueueMarks(next uint64, marks []QueueMark) (QueueMarks, error) {
 	n, prev := 0, next
 	for _, m := range marks {
 		if m.Seq <= prev {
-			return "", Errorf(InvalidArgument, op, "mark at seq %d is not above %d (marks must be sorted and above the offset)", m.Seq, prev)
+			return "", Errorf(dcsync.InvalidArgument, op, "mark at seq %d is not above %d (marks must be sorted and above the offset)", m.Seq, prev)
 		}
 		if m.Attempts < 0 || m.Attempts > math.MaxInt32 {
-			return "", Errorf(InvalidArgument, op, "mark at seq %d has attempts %d, outside [0, %d]", m.Seq, m.Attempts, math.MaxInt32)
+			return "", Errorf(dcsync.InvalidArgument, op, "mark at seq %d has attempts %d, outside [0, %d]", m.Seq, m.Attempts, math.MaxInt32)
 		}
 		if !m.Acked && m.Attempts == 0 {
 			continue
 		}
 		if n++; n > MaxQueueMarks {
-			return "", Errorf(InvalidArgument, op, "more than %d marks", MaxQueueMarks)
+			return "", Errorf(dcsync.InvalidArgument, op, "more than %d marks", MaxQueueMarks)
 		}
 		b = binary.AppendUvarint(b, m.Seq-prev)
 		v := uint64(m.Attempts) << 1
@@ -69,7 +70,7 @@ func (qm QueueMarks) Decode(next uint64) ([]QueueMark, error) {
 		return nil, nil
 	}
 	if len(qm) > MaxQueueMarksLen {
-		return nil, Errorf(Internal, "dcsync.QueueMarks.Decode", "marks of %d bytes, above %d", len(qm), MaxQueueMarksLen)
+		return nil, Errorf(dcsync.Internal, "dcsync.QueueMarks.Decode", "marks of %d bytes, above %d", len(qm), MaxQueueMarksLen)
 	}
 	b := []byte(qm)
 	var out []QueueMark
@@ -77,17 +78,17 @@ func (qm QueueMarks) Decode(next uint64) ([]QueueMark, error) {
 	for len(b) > 0 {
 		d, n := binary.Uvarint(b)
 		if n <= 0 || n != uvarintLen(d) || d == 0 || prev+d < prev {
-			return nil, Errorf(Internal, "dcsync.QueueMarks.Decode", "bad mark seq at byte %d", len(qm)-len(b))
+			return nil, Errorf(dcsync.Internal, "dcsync.QueueMarks.Decode", "bad mark seq at byte %d", len(qm)-len(b))
 		}
 		b = b[n:]
 		v, n := binary.Uvarint(b)
 		if n <= 0 || n != uvarintLen(v) || v == 0 || (v&1 == 1 && v != 1) || v>>1 > math.MaxInt32 {
-			return nil, Errorf(Internal, "dcsync.QueueMarks.Decode", "bad mark state at byte %d", len(qm)-len(b))
+			return nil, Errorf(dcsync.Internal, "dcsync.QueueMarks.Decode", "bad mark state at byte %d", len(qm)-len(b))
 		}
 		b = b[n:]
 		prev += d
 		if len(out) == MaxQueueMarks {
-			return nil, Errorf(Internal, "dcsync.QueueMarks.Decode", "more than %d marks", MaxQueueMarks)
+			return nil, Errorf(dcsync.Internal, "dcsync.QueueMarks.Decode", "more than %d marks", MaxQueueMarks)
 		}
 		out = append(out, QueueMark{Seq: prev, Acked: v == 1, Attempts: int(v >> 1)})
 	}
@@ -107,10 +108,10 @@ func uvarintLen(v uint64) int {
 // write).
 func ValidateQueueMarks(op string, off QueueOffset) error {
 	if len(off.Marks) > MaxQueueMarksLen {
-		return Errorf(InvalidArgument, op, "marks of %d bytes, above %d", len(off.Marks), MaxQueueMarksLen)
+		return Errorf(dcsync.InvalidArgument, op, "marks of %d bytes, above %d", len(off.Marks), MaxQueueMarksLen)
 	}
 	if _, err := off.Marks.Decode(off.Next); err != nil {
-		return Errorf(InvalidArgument, op, "marks are not an encoding of EncodeQueueMarks: %v", err)
+		return Errorf(dcsync.InvalidArgument, op, "marks are not an encoding of EncodeQueueMarks: %v", err)
 	}
 	return nil
 }

@@ -1,14 +1,15 @@
-package dcsync
+package driver
 
 import (
 	"context"
+	"github.com/dcsync/dcsync"
 	"time"
 )
 
 // LockInfo is one held lock as a store lists it: its key (level, farm, client, name)
 // and its holder's state.
 type LockInfo struct {
-	Key Key
+	Key dcsync.Key
 	LockState
 }
 
@@ -18,7 +19,7 @@ type LockInfo struct {
 // cells of one (client, name). Expires is when the cell ends, by the store's clock
 // (zero when the store cannot tell).
 type LatchInfo struct {
-	Key     Key
+	Key     dcsync.Key
 	Count   int64
 	Expires time.Time
 }
@@ -40,5 +41,5 @@ type LatchLister interface {
 // of k.Farm, at level XDC every farm's cell of k's name. It returns NotFound, and
 // deletes nothing, when no live cell exists.
 type LatchDeleter interface {
-	DeleteLatch(ctx context.Context, k Key) error
+	DeleteLatch(ctx context.Context, k dcsync.Key) error
 }

@@ -1,25 +1,12 @@
-package dcsync
+package driver
 
 import (
+	"github.com/dcsync/dcsync"
 	"math"
 	"math/big"
 	"time"
 	"unicode"
 	"unicode/utf8"
-)
-
-// Limits on ids. Client and farm ids are short identifiers; names are free text.
-const (
-	// MaxIDLen is the longest client or farm id, in bytes.
-	MaxIDLen = 64
-	// MaxNameLen is the longest lock or latch name, in bytes.
-	MaxNameLen = 512
-	// MaxOwnerLen is the longest lock owner id, in bytes.
-	MaxOwnerLen = 128
-	// MinTTL is the shortest lease or latch lifetime.
-	MinTTL = time.Second
-	// MaxTTL is the longest: Aerospike keeps TTLs as 32-bit seconds.
-	MaxTTL = time.Duration(1<<31-1) * time.Second
 )
 
 // ValidateID checks a client or farm id: 1 to MaxIDLen bytes of valid UTF-8 without
@@ -35,10 +22,10 @@ const (
 // latch belongs to another (client, name): see the stores' docs.
 func ValidateID(what, id string) error {
 	if id == "" {
-		return Errorf(InvalidArgument, "dcsync.Validate", "%s id is empty", what)
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "%s id is empty", what)
 	}
-	if len(id) > MaxIDLen {
-		return Errorf(InvalidArgument, "dcsync.Validate", "%s id is %d bytes, longer than %d", what, len(id), MaxIDLen)
+	if len(id) > dcsync.MaxIDLen {
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "%s id is %d bytes, longer than %d", what, len(id), dcsync.MaxIDLen)
 	}
 	return checkText(what+" id", id)
 }
@@ -47,11 +34,11 @@ func ValidateID(what, id string) error {
 // it is (a rune, not a byte) and its byte offset.
 func checkText(what, s string) error {
 	if !utf8.ValidString(s) {
-		return Errorf(InvalidArgument, "dcsync.Validate", "%s %q is not valid UTF-8", what, s)
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "%s %q is not valid UTF-8", what, s)
 	}
 	for i, r := range s {
 		if unicode.IsControl(r) {
-			return Errorf(InvalidArgument, "dcsync.Validate", "%s %q has control character %U at byte %d", what, s, r, i)
+			return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "%s %q has control character %U at byte %d", what, s, r, i)
 		}
 	}
 	return nil
@@ -62,18 +49,18 @@ func checkText(what, s string) error {
 // means for keys shared with the Java libraries).
 func ValidateName(what, name string) error {
 	if name == "" {
-		return Errorf(InvalidArgument, "dcsync.Validate", "%s name is empty", what)
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "%s name is empty", what)
 	}
-	if len(name) > MaxNameLen {
-		return Errorf(InvalidArgument, "dcsync.Validate", "%s name is %d bytes, longer than %d", what, len(name), MaxNameLen)
+	if len(name) > dcsync.MaxNameLen {
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "%s name is %d bytes, longer than %d", what, len(name), dcsync.MaxNameLen)
 	}
 	return checkText(what+" name", name)
 }
 
-// Validate checks every field of k; what is "lock" or "latch", for the message.
-func (k Key) Validate(what string) error {
-	if k.Level != DC && k.Level != XDC {
-		return Errorf(InvalidArgument, "dcsync.Validate", "%s level %d is not DC or XDC", what, int(k.Level))
+// ValidateKey checks every field of k; what is "lock" or "latch", for the message.
+func ValidateKey(what string, k dcsync.Key) error {
+	if k.Level != dcsync.DC && k.Level != dcsync.XDC {
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "%s level %d is not DC or XDC", what, int(k.Level))
 	}
 	if err := ValidateID("client", k.Client); err != nil {
 		return err
@@ -86,8 +73,8 @@ func (k Key) Validate(what string) error {
 
 // ValidateTTL checks that ttl lies within [MinTTL, MaxTTL].
 func ValidateTTL(ttl time.Duration) error {
-	if ttl < MinTTL || ttl > MaxTTL {
-		return Errorf(InvalidArgument, "dcsync.Validate", "ttl %v is outside [%v, %v]", ttl, MinTTL, MaxTTL)
+	if ttl < dcsync.MinTTL || ttl > dcsync.MaxTTL {
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "ttl %v is outside [%v, %v]", ttl, dcsync.MinTTL, dcsync.MaxTTL)
 	}
 	return nil
 }
@@ -95,19 +82,19 @@ func ValidateTTL(ttl time.Duration) error {
 // ValidateCount checks a latch's initial count: it must not be negative.
 func ValidateCount(count int64) error {
 	if count < 0 {
-		return Errorf(InvalidArgument, "dcsync.Validate", "count %d is negative", count)
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "count %d is negative", count)
 	}
 	return nil
 }
 
 // ValidateOwner checks a lock owner id: 1 to MaxOwnerLen printable ASCII bytes.
 func ValidateOwner(owner string) error {
-	if owner == "" || len(owner) > MaxOwnerLen {
-		return Errorf(InvalidArgument, "dcsync.Validate", "owner id must be 1 to %d bytes, got %d", MaxOwnerLen, len(owner))
+	if owner == "" || len(owner) > dcsync.MaxOwnerLen {
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "owner id must be 1 to %d bytes, got %d", dcsync.MaxOwnerLen, len(owner))
 	}
 	for i := 0; i < len(owner); i++ {
 		if owner[i] <= ' ' || owner[i] > '~' {
-			return Errorf(InvalidArgument, "dcsync.Validate", "owner id %q has a byte outside printable ASCII at %d", owner, i)
+			return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "owner id %q has a byte outside printable ASCII at %d", owner, i)
 		}
 	}
 	return nil
@@ -115,8 +102,8 @@ func ValidateOwner(owner string) error {
 
 // CheckLock validates a lock request: the key, the owner, and ttl when it is non-zero.
 // Stores call it before any I/O.
-func CheckLock(k Key, owner string, ttl time.Duration) error {
-	if err := k.Validate("lock"); err != nil {
+func CheckLock(k dcsync.Key, owner string, ttl time.Duration) error {
+	if err := ValidateKey("lock", k); err != nil {
 		return err
 	}
 	if err := ValidateOwner(owner); err != nil {
@@ -130,8 +117,8 @@ func CheckLock(k Key, owner string, ttl time.Duration) error {
 
 // CheckLatch validates a latch request: the key, and ttl when it is non-zero. Stores
 // call it before any I/O.
-func CheckLatch(k Key, ttl time.Duration) error {
-	if err := k.Validate("latch"); err != nil {
+func CheckLatch(k dcsync.Key, ttl time.Duration) error {
+	if err := ValidateKey("latch", k); err != nil {
 		return err
 	}
 	if ttl != 0 {
@@ -143,7 +130,7 @@ func CheckLatch(k Key, ttl time.Duration) error {
 // CheckLease validates a request that starts or extends a lease (acquire, refresh): the
 // key, the owner, and a ttl that must be within [MinTTL, MaxTTL]. Stores call it before
 // any I/O.
-func CheckLease(k Key, owner string, ttl time.Duration) error {
+func CheckLease(k dcsync.Key, owner string, ttl time.Duration) error {
 	if err := CheckLock(k, owner, 0); err != nil {
 		return err
 	}
@@ -156,7 +143,7 @@ func CheckLease(k Key, owner string, ttl time.Duration) error {
 func AddCount(op string, count, delta int64) (int64, error) {
 	n := count + delta
 	if (delta > 0 && n < count) || (delta < 0 && n > count) {
-		return 0, Errorf(InvalidArgument, op, "count %d %+d does not fit in an int64; nothing was written", count, delta)
+		return 0, Errorf(dcsync.InvalidArgument, op, "count %d %+d does not fit in an int64; nothing was written", count, delta)
 	}
 	return n, nil
 }

@@ -1,4 +1,4 @@
-package dcsync_test
+package driver_test
 
 import (
 	"context"
@@ -9,11 +9,12 @@ import (
 	"testing"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 )
 
 func TestErrorsMatchByCode(t *testing.T) {
-	base := dcsync.Errorf(dcsync.NotFound, "store.Read", "latch %s does not exist", "x")
-	wrapped := fmt.Errorf("outer: %w", dcsync.Wrap(base, dcsync.Internal, "latch.Count"))
+	base := driver.Errorf(dcsync.NotFound, "store.Read", "latch %s does not exist", "x")
+	wrapped := fmt.Errorf("outer: %w", driver.Wrap(base, dcsync.Internal, "latch.Count"))
 	if !errors.Is(wrapped, dcsync.ErrNotFound) {
 		t.Fatal("errors.Is lost the NotFound code through wrapping")
 	}
@@ -30,16 +31,16 @@ func TestErrorsMatchByCode(t *testing.T) {
 	if got := wrapped.Error(); got != "outer: latch.Count: store.Read: not found: latch x does not exist" {
 		t.Fatalf("message = %q", got)
 	}
-	plain := dcsync.Wrap(context.DeadlineExceeded, dcsync.Connection, "hbase.Get")
+	plain := driver.Wrap(context.DeadlineExceeded, dcsync.Connection, "hbase.Get")
 	if dcsync.CodeOf(plain) != dcsync.Connection || !errors.Is(plain, context.DeadlineExceeded) {
 		t.Fatalf("Wrap of a plain error: %v", plain)
 	}
 	cause := errors.New("socket closed")
-	withCause := dcsync.Errorf(dcsync.Connection, "op", "dial %s: %w", "h:1", cause)
+	withCause := driver.Errorf(dcsync.Connection, "op", "dial %s: %w", "h:1", cause)
 	if !errors.Is(withCause, cause) || withCause.Error() != "op: connection: dial h:1: socket closed" {
 		t.Fatalf("Errorf with %%w: %q", withCause)
 	}
-	if dcsync.CodeOf(nil) != 0 || dcsync.Wrap(nil, dcsync.Internal, "x") != nil {
+	if dcsync.CodeOf(nil) != 0 || driver.Wrap(nil, dcsync.Internal, "x") != nil {
 		t.Fatal("nil handling")
 	}
 	if dcsync.CodeOf(errors.New("x")) != dcsync.Internal {
@@ -50,17 +51,17 @@ func TestErrorsMatchByCode(t *testing.T) {
 func TestValidateIDs(t *testing.T) {
 	// Every id the Java libraries accept and their docs use, '_' and '#' included.
 	for _, ok := range []string{"a", "svc-payments", "dc1", "phx.v2", "A-Z.0-9", "CLIENT_ID", "MY_SERVICE", "a_b", "a#b", "a b", "ü", "a/b"} {
-		if err := dcsync.ValidateID("client", ok); err != nil {
+		if err := driver.ValidateID("client", ok); err != nil {
 			t.Errorf("ValidateID(%q) = %v", ok, err)
 		}
 	}
 	for _, bad := range []string{"", "a\x00b", "a\nb", "\xff", "a\u0085", string(make([]byte, dcsync.MaxIDLen+1))} {
-		if err := dcsync.ValidateID("client", bad); !errors.Is(err, dcsync.ErrInvalidArgument) {
+		if err := driver.ValidateID("client", bad); !errors.Is(err, dcsync.ErrInvalidArgument) {
 			t.Errorf("ValidateID(%q) = %v, want InvalidArgument", bad, err)
 		}
 	}
 	// The offending character is named as a character, not as one of its bytes.
-	if err := dcsync.ValidateID("client", "é\x01"); err == nil || !strings.Contains(err.Error(), "U+0001 at byte 2") {
+	if err := driver.ValidateID("client", "é\x01"); err == nil || !strings.Contains(err.Error(), "U+0001 at byte 2") {
 		t.Errorf("ValidateID(é\\x01) = %v, want U+0001 at byte 2", err)
 	}
 	if _, err := dcsync.ParseLevel("XDC"); err != nil {
@@ -78,7 +79,7 @@ func TestErrorSaysCauseOnce(t *testing.T) {
 		err  error
 		want string
 	}{
-		{dcsync.Errorf(dcsync.Connection, "sqlite.AcquireLock", "%w", context.Canceled),
+		{driver.Errorf(dcsync.Connection, "sqlite.AcquireLock", "%w", context.Canceled),
 			"sqlite.AcquireLock: connection: context canceled"},
 		{&dcsync.Error{Code: dcsync.Connection, Op: "op", Msg: "context canceled", Err: context.Canceled},
 			"op: connection: context canceled"},
@@ -100,28 +101,28 @@ func TestErrorSaysCauseOnce(t *testing.T) {
 }
 
 func TestAddCountAndSumCounts(t *testing.T) {
-	if n, err := dcsync.AddCount("t", 5, -6); err != nil || n != -1 {
+	if n, err := driver.AddCount("t", 5, -6); err != nil || n != -1 {
 		t.Fatalf("AddCount(5, -6) = %d, %v", n, err)
 	}
 	for _, tc := range [][2]int64{{math.MaxInt64, 1}, {math.MinInt64, -1}, {math.MaxInt64 - 1, 2}} {
-		if _, err := dcsync.AddCount("t", tc[0], tc[1]); !errors.Is(err, dcsync.ErrInvalidArgument) {
+		if _, err := driver.AddCount("t", tc[0], tc[1]); !errors.Is(err, dcsync.ErrInvalidArgument) {
 			t.Errorf("AddCount(%d, %d) = %v, want InvalidArgument", tc[0], tc[1], err)
 		}
 	}
-	if n := dcsync.SumCounts(math.MaxInt64, 1, 1); n != math.MaxInt64 {
+	if n := driver.SumCounts(math.MaxInt64, 1, 1); n != math.MaxInt64 {
 		t.Errorf("saturating sum = %d", n)
 	}
-	if n := dcsync.SumCounts(math.MinInt64, -5); n != math.MinInt64 {
+	if n := driver.SumCounts(math.MinInt64, -5); n != math.MinInt64 {
 		t.Errorf("saturating sum = %d", n)
 	}
-	if n := dcsync.SumCounts(3, -2, 4); n != 5 {
+	if n := driver.SumCounts(3, -2, 4); n != 5 {
 		t.Errorf("sum = %d", n)
 	}
 	// Exact, then saturated: a sum that passes the bound on its way but ends inside it.
-	if n, ok := dcsync.SumFits(math.MaxInt64, 1, -5); !ok || n != math.MaxInt64-4 {
+	if n, ok := driver.SumFits(math.MaxInt64, 1, -5); !ok || n != math.MaxInt64-4 {
 		t.Errorf("SumFits(Max, 1, -5) = %d, %v", n, ok)
 	}
-	if !dcsync.SumUpdateFits([]int64{math.MaxInt64, 5}, -1) || dcsync.SumUpdateFits([]int64{math.MaxInt64}, 1) || !dcsync.SumUpdateFits([]int64{math.MaxInt64, -1}, 1) {
+	if !driver.SumUpdateFits([]int64{math.MaxInt64, 5}, -1) || driver.SumUpdateFits([]int64{math.MaxInt64}, 1) || !driver.SumUpdateFits([]int64{math.MaxInt64, -1}, 1) {
 		t.Error("SumUpdateFits")
 	}
 }

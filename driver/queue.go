@@ -1,7 +1,8 @@
-package dcsync
+package driver
 
 import (
 	"context"
+	"github.com/dcsync/dcsync"
 	"time"
 )
 
@@ -214,13 +215,13 @@ func ValidateQueueSpec(s QueueSpec) error {
 		return err
 	}
 	if s.Partitions < 1 || s.Partitions > MaxQueuePartitions {
-		return Errorf(InvalidArgument, "dcsync.Validate", "queue partitions %d is outside [1, %d]", s.Partitions, MaxQueuePartitions)
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "queue partitions %d is outside [1, %d]", s.Partitions, MaxQueuePartitions)
 	}
 	if len(s.Groups) == 0 {
-		return Errorf(InvalidArgument, "dcsync.Validate", "queue %q has no consumer group", s.Name)
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "queue %q has no consumer group", s.Name)
 	}
 	if len(s.Groups) > MaxQueueGroups {
-		return Errorf(InvalidArgument, "dcsync.Validate", "queue has %d groups, more than %d", len(s.Groups), MaxQueueGroups)
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "queue has %d groups, more than %d", len(s.Groups), MaxQueueGroups)
 	}
 	seen := make(map[string]bool, len(s.Groups))
 	for _, g := range s.Groups {
@@ -228,12 +229,12 @@ func ValidateQueueSpec(s QueueSpec) error {
 			return err
 		}
 		if seen[g] {
-			return Errorf(InvalidArgument, "dcsync.Validate", "group %q is listed twice", g)
+			return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "group %q is listed twice", g)
 		}
 		seen[g] = true
 	}
 	if s.Dedup < 0 {
-		return Errorf(InvalidArgument, "dcsync.Validate", "queue dedup window %v is negative", s.Dedup)
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "queue dedup window %v is negative", s.Dedup)
 	}
 	return nil
 }
@@ -242,7 +243,7 @@ func ValidateQueueSpec(s QueueSpec) error {
 // bound (the queue's own bound, StoragePartitions, is checked by the queue package).
 func ValidateQueuePartition(p int) error {
 	if p < 0 || p >= MaxQueuePartitions+MaxQueueGroups {
-		return Errorf(InvalidArgument, "dcsync.Validate", "queue partition %d is outside [0, %d)", p, MaxQueuePartitions+MaxQueueGroups)
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "queue partition %d is outside [0, %d)", p, MaxQueuePartitions+MaxQueueGroups)
 	}
 	return nil
 }
@@ -265,20 +266,20 @@ func ValidateQueuePartitions(name string, ps []int) error {
 // partition, key, id and payload.
 func ValidateQueueEvents(events []QueueEvent) error {
 	if len(events) == 0 {
-		return Errorf(InvalidArgument, "dcsync.Validate", "no events to append")
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "no events to append")
 	}
 	if len(events) > MaxQueueBatch {
-		return Errorf(InvalidArgument, "dcsync.Validate", "%d events in one batch, more than %d", len(events), MaxQueueBatch)
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "%d events in one batch, more than %d", len(events), MaxQueueBatch)
 	}
 	for i, e := range events {
 		if err := ValidateQueuePartition(e.Partition); err != nil {
-			return Errorf(InvalidArgument, "dcsync.Validate", "event %d: %v", i, err)
+			return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "event %d: %v", i, err)
 		}
 		if len(e.Key) > MaxQueueKeyLen || len(e.ID) > MaxQueueKeyLen {
-			return Errorf(InvalidArgument, "dcsync.Validate", "event %d: key or id longer than %d bytes", i, MaxQueueKeyLen)
+			return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "event %d: key or id longer than %d bytes", i, MaxQueueKeyLen)
 		}
 		if len(e.Payload) > MaxQueuePayload {
-			return Errorf(InvalidArgument, "dcsync.Validate", "event %d: payload is %d bytes, more than %d", i, len(e.Payload), MaxQueuePayload)
+			return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "event %d: payload is %d bytes, more than %d", i, len(e.Payload), MaxQueuePayload)
 		}
 	}
 	return nil
@@ -294,7 +295,7 @@ func ValidateQueueRead(name string, p, max int) error {
 		return err
 	}
 	if max < 1 || max > MaxQueueBatch {
-		return Errorf(InvalidArgument, "dcsync.Validate", "read max %d is outside [1, %d]", max, MaxQueueBatch)
+		return Errorf(dcsync.InvalidArgument, "dcsync.Validate", "read max %d is outside [1, %d]", max, MaxQueueBatch)
 	}
 	return nil
 }

@@ -1,0 +1,16 @@
+// Package driver is the contract between dcsync's primitives (packages lock, latch and
+// queue) and its back ends (store/memory, store/sqlite, store/hbase, store/aerospike),
+// as database/sql/driver is to database/sql: the one [Store] interface a back end
+// implements, the optional capabilities it may add (each an interface found by type
+// assertion: [CloseNotifier], [LockLister], [LatchLister], [LatchDeleter],
+// [QueueTxCommitter]), the records that cross it (lock states, latch counts, queue
+// events, entries and offsets), and the validation and error helpers every back end
+// uses so that bad input gets the same typed error, before any write, on every store.
+//
+// A store implements a handful of semantic operations, each atomic in its back end
+// (acquire-if-free, owner-checked release, create-only counter, add, read-many,
+// conditional append and offset commit); the lock, latch and queue logic is written
+// once, above them. A new back end passes the conformance suite in driver/drivertest.
+// Users of dcsync do not import this package; they use the root package's vocabulary
+// (dcsync.Key, dcsync.Error) and the primitives.
+package driver
