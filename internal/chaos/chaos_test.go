@@ -320,6 +320,7 @@ func TestChaosAerospikeDroppedReplies(t *testing.T) {
 		StoreURL:  url,
 		Goroutine: 3, Processes: 1, Pause: true, Kill: true,
 		Locks:      lockFaultLocks,
+		MinLockOps: FaultMinLockOps, MaxDuration: FaultMaxDuration,
 		Fault:      p.Inject,
 		FaultEvery: 250 * time.Millisecond,
 	})

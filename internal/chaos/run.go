@@ -97,6 +97,16 @@ const initialCount = 1000
 // latchPause spaces a latch worker's operations.
 const latchPause = 5 * time.Millisecond
 
+// Runs whose faults stall most calls (a fault proxy, a store's fault layer) are about
+// the faults, not the volume, but a run that made no lock operation proves nothing: on
+// a loaded machine, where every call is slow and many time out, such a run goes on
+// past its Duration until FaultMinLockOps lock operations were checked, for at most
+// FaultMaxDuration (a CI run under load made none in 10 s).
+const (
+	FaultMinLockOps  = 20
+	FaultMaxDuration = 3 * time.Minute
+)
+
 // DefaultLocks is how many locks a run's lock workers share unless Scenario.Locks says:
 // with the default 10 s and a 1 s lease, about 2 400 lock operations checked per run.
 const DefaultLocks = 128

@@ -35,11 +35,12 @@ func TestChaosDroppedReplies(t *testing.T) {
 				Open: func(context.Context) (driver.Store, error) {
 					return aerospike.New(c, aerospike.Config{Namespace: namespace, Timeout: 150 * time.Millisecond, Attempts: 8})
 				},
-				Goroutine: 4,
-				Locks:     32, // fewer than the default: the latch workers keep their share of the store
-				Duration:  5 * time.Second,
-				Level:     level,
-				Name:      unique("chaos"),
+				Goroutine:  4,
+				Locks:      32, // fewer than the default: the latch workers keep their share of the store
+				Duration:   5 * time.Second,
+				MinLockOps: chaos.FaultMinLockOps, MaxDuration: chaos.FaultMaxDuration,
+				Level: level,
+				Name:  unique("chaos"),
 				Fault: func(r *rand.Rand) string {
 					if r.IntN(4) == 0 {
 						p.CloseConnections()
@@ -86,6 +87,7 @@ func TestChaosFaultProxy(t *testing.T) {
 				},
 				Goroutine:  4,
 				Duration:   proxyChaosDuration(t),
+				MinLockOps: chaos.FaultMinLockOps, MaxDuration: max(chaos.FaultMaxDuration, proxyChaosDuration(t)),
 				Level:      level,
 				Name:       unique("chaosfp"),
 				Fault:      p.Inject,

@@ -36,11 +36,12 @@ func TestChaosInDoubtWrites(t *testing.T) {
 		t.Run(level.String(), func(t *testing.T) {
 			s, f := faultyStore(t)
 			chaos.RunT(t, chaos.Scenario{
-				Open:      func(context.Context) (driver.Store, error) { return keepOpen{s}, nil },
-				Goroutine: 4,
-				Locks:     32, // fewer than the default: the latch workers keep their share of the store
-				Level:     level,
-				Name:      fmt.Sprintf("chaos-%s-%d", level, time.Now().UnixNano()),
+				Open:       func(context.Context) (driver.Store, error) { return keepOpen{s}, nil },
+				Goroutine:  4,
+				Locks:      32, // fewer than the default: the latch workers keep their share of the store
+				MinLockOps: chaos.FaultMinLockOps, MaxDuration: chaos.FaultMaxDuration,
+				Level: level,
+				Name:  fmt.Sprintf("chaos-%s-%d", level, time.Now().UnixNano()),
 				Fault: func(r *rand.Rand) string {
 					if r.IntN(2) == 0 {
 						f.set(lostAck)
@@ -93,12 +94,13 @@ func TestChaosFaultProxy(t *testing.T) {
 			}
 			t.Cleanup(func() { s.Close() })
 			rep := chaos.RunT(t, chaos.Scenario{
-				Open:      func(context.Context) (driver.Store, error) { return keepOpen{s}, nil },
-				Goroutine: 4,
-				Duration:  proxyChaosDuration(t),
-				Level:     level,
-				Name:      fmt.Sprintf("chaosfp-%s-%d", level, time.Now().UnixNano()),
-				Fault:     p.Inject,
+				Open:       func(context.Context) (driver.Store, error) { return keepOpen{s}, nil },
+				Goroutine:  4,
+				Duration:   proxyChaosDuration(t),
+				MinLockOps: chaos.FaultMinLockOps, MaxDuration: max(chaos.FaultMaxDuration, proxyChaosDuration(t)),
+				Level: level,
+				Name:  fmt.Sprintf("chaosfp-%s-%d", level, time.Now().UnixNano()),
+				Fault: p.Inject,
 				// A fault stalls the one connection every call shares until the
 				// client's RPC timeout: one a second leaves time for work between.
 				FaultEvery: time.Second,
