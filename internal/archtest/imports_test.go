@@ -84,7 +84,7 @@ var allowed = map[layer][]layer{
 	store:       {vocabulary, contract, layoutLib, telemetry, wire, store},
 	frontEnd:    {vocabulary, contract, telemetry, frontEnd},
 	opener:      {vocabulary, contract, store},
-	command:     {vocabulary, contract, telemetry, layoutLib, frontEnd, opener, store, wire},
+	command:     {vocabulary, contract, telemetry, layoutLib, frontEnd, opener, store},
 	testSupport: {vocabulary, contract, telemetry, layoutLib, wire, frontEnd, testSupport},
 }
 
@@ -125,6 +125,9 @@ func checkOne(i imp) string {
 	to, ok2 := layerOf(i.to)
 	if !ok1 || !ok2 || i.from == i.to {
 		return "" // unplaced packages are reported once by check; a package's own external tests import it
+	}
+	if (i.to == "internal/hbaserpc/pb" || strings.HasPrefix(i.to, "internal/hbaserpc/pb/")) && from != wire {
+		return "only internal/hbaserpc may import its generated protobuf messages"
 	}
 	if i.test && !slices.Contains(testsChecked, from) {
 		return ""
@@ -314,6 +317,9 @@ func TestCheckCatchesUpwardImports(t *testing.T) {
 		{from: "storeurl", to: "driver/drivertest"},
 		{from: "driver/drivertest", to: "store/memory"},
 		{from: "internal/chaos", to: "storeurl"},
+		{from: "cmd/dcsync", to: "internal/hbaserpc"},
+		{from: "store/hbase", to: "internal/hbaserpc/pb"},
+		{from: "store/hbase", to: "internal/hbaserpc/pb", test: true},
 		{from: "internal/hbaserpc", to: "lock", test: true},
 		{from: "driver", to: "store/memory", test: true},
 		{from: "", to: "lock", test: true},
@@ -337,10 +343,13 @@ func TestCheckCatchesUpwardImports(t *testing.T) {
 		{from: "storeurl", to: "store/sqlite"},
 		{from: "cmd/dcsync", to: "storeurl"},
 		{from: "internal/faultproxy", to: "internal/hbaserpc"},
+		{from: "internal/hbaserpc", to: "internal/hbaserpc/pb"},
+		{from: "internal/hbaserpc", to: "internal/hbaserpc/pb", test: true},
 		{from: "driver/drivertest", to: "lock"},
 		{from: "store/memory", to: "driver/drivertest", test: true},
 		{from: "store/hbase", to: "internal/chaos", test: true},
 		{from: "lock", to: "store/memory", test: true},
+		{from: "cmd/dcsync", to: "internal/hbaserpc", test: true},
 		{from: "driver", to: "driver/drivertest", test: true},
 	}
 	for _, i := range good {
