@@ -13,6 +13,13 @@
 // operation cut off by SIGKILL still appears (as a call without a return, whose effect is
 // unknown). A lock holder writes a claim each time it checks, against its own monotonic
 // deadline, that its lease still holds; its hold ends at its last claim.
+//
+// Why it exists: the conformance suite checks each rule on interleavings it chooses; the
+// chaos runs look for any history, under faults no test chose, that no correct lock, latch
+// or queue could have produced (results in docs/reliability.md). It is internal because
+// it is test machinery of this repository's stores, not an API: its worker protocol,
+// models and fault plans change with the tests that use it. Only tests and the other
+// test harnesses may import it (internal/archtest enforces that).
 package chaos
 
 import (

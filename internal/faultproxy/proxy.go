@@ -19,6 +19,13 @@
 //
 // The proxy knows nothing of the protocol: a fault hits whatever request or reply comes
 // next, reads included. Faults are counted by kind (Counts).
+//
+// Why it exists: a real server does not, on demand, drop a reply after applying a write
+// or deliver a retried request's first attempt after the retry, and a store's in-doubt
+// handling is only tested if something does. It is internal because it serves this
+// repository's tests (the stores' and internal/chaos's; it takes a testing.TB) and its
+// faults follow what those tests need. Only tests and the other test harnesses
+// (internal/chaos) may import it (internal/archtest enforces that).
 package faultproxy
 
 import (

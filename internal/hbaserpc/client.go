@@ -47,6 +47,13 @@
 //
 // The protocol messages are generated from a subset of HBase 2.6's .proto files in
 // the pb subdirectory (see its package doc to regenerate).
+//
+// Why it exists: store/hbase needs exact control of what each attempt sends (a nonce
+// every retry of an Increment reuses, explicit cell timestamps, a check-and-mutate whose
+// unknown outcome is reported, not retried, the region server's clock) and no JVM. It
+// is internal because its API is shaped by that one store and changes with it: a user
+// reaches HBase through store/hbase (hbase.Open). Besides store/hbase, only the test
+// harnesses (internal/faultproxy) and tests import it (internal/archtest enforces that).
 package hbaserpc
 
 import (

@@ -7,6 +7,12 @@
 // The tool is built with Maven on first use (testenv/javaclients/javaclients). Tests get
 // a running tool from Require, which skips the test when Java, Maven or the tool is not
 // available, or fails it when CI=true.
+//
+// Why it exists: it is the interop witness: storage compatibility with the Java libraries
+// is claimed only as far as tests run their exact operations against dcsync's on the same
+// tables and sets. It is internal because it drives a tool of this repository
+// (testenv/javaclients) for this repository's store tests; only tests and the other test
+// harnesses may import it (internal/archtest enforces that).
 package javaclients
 
 import (

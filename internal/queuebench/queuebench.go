@@ -3,6 +3,12 @@
 // batched writes of the same rows, receive+ack against a raw read of the same rows,
 // produce and consume at once, enqueue-to-receive latency, and how each scales with
 // 1, 2, 4 and 8 producers or consumers.
+//
+// Why it exists: every store runs the same queue benchmarks, each beside the store's own
+// raw operations (docs/benchmarks-queue.md). It is internal because only this
+// repository's store tests call it, each with baselines only that store's tests can
+// write; only tests and the other test harnesses may import it (internal/archtest
+// enforces that).
 package queuebench
 
 import (

@@ -10,6 +10,9 @@
 // names never travel on the wire) so as not to clash in the global registry. The
 // subset was checked field by field (number, name, type, label) against the
 // .proto files inside hbase-protocol-shaded-2.6.4.jar.
+//
+// It is internal because these are the wire messages of internal/hbaserpc and nothing
+// else: only internal/hbaserpc may import it (internal/archtest enforces that).
 package pb
 
 //go:generate protoc -I. --go_out=. --go_opt=paths=source_relative Cell.proto Client.proto Comparator.proto ErrorHandling.proto Filter.proto HBase.proto Master.proto RPC.proto Tracing.proto ZooKeeper.proto
