@@ -11,6 +11,8 @@
 // (acquire-if-free, owner-checked release, create-only counter, add, read-many,
 // conditional append and offset commit); the lock, latch and queue logic is written
 // once, above them. A new back end passes the conformance suite in driver/drivertest.
-// Users of dcsync do not import this package; they use the root package's vocabulary
-// (dcsync.Key, dcsync.Error) and the primitives.
+// Users of dcsync meet one name of it: driver.Store, the value storeurl.Open (or a
+// store package's New) returns and lock.New, latch.New and queue.Create/Open take; the
+// rest is for those who write a back end. The records a user reads have names in the
+// primitives' packages (lock.State, queue.Spec, queue.Appended).
 package driver

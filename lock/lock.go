@@ -476,8 +476,12 @@ func (m *Manager) backOff(ctx context.Context, w *waiter, backoff *time.Duration
 	return err
 }
 
+// State is a lock holder's state as Inspect returns it: the owner of the acquisition,
+// its fencing token, and when its lease ends by the store's clock.
+type State = driver.LockState
+
 // Inspect returns the state of the lock's holder, or NotFound when it is free.
-func (m *Manager) Inspect(ctx context.Context, name string, opts ...CallOption) (driver.LockState, error) {
+func (m *Manager) Inspect(ctx context.Context, name string, opts ...CallOption) (State, error) {
 	k, _, err := m.spec(name, opts)
 	if err != nil {
 		return driver.LockState{}, err

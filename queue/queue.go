@@ -290,11 +290,15 @@ func Partition(key string, p int) int {
 	return int(h.Sum32() % uint32(p))
 }
 
+// Appended is where Enqueue put an event: its partition and sequence number, and
+// whether it was a duplicate of an earlier event with the same ID.
+type Appended = driver.QueueAppend
+
 // Enqueue appends events and returns, for each, its partition and sequence number (or,
 // for a duplicate ID, the earlier event's). The store applies the batch exactly once
 // also when an attempt failed in doubt; when Enqueue returns an error some events may
 // be stored, and enqueueing them again is safe if they have IDs.
-func (q *Queue) Enqueue(ctx context.Context, events ...Event) ([]driver.QueueAppend, error) {
+func (q *Queue) Enqueue(ctx context.Context, events ...Event) ([]Appended, error) {
 	spec := q.spec.Load()
 	if len(events) == 0 {
 		return nil, driver.Errorf(dcsync.InvalidArgument, "queue.Enqueue", "no events")
