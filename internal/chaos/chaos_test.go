@@ -179,21 +179,28 @@ func (e earlyStore) RefreshLock(ctx context.Context, k dcsync.Key, owner string,
 // least 1 s, so a store whose leases end at half their TTL passed. Every hold now claims
 // until its lease's end, and the checker sees the overlap.
 func TestHarnessFindsLeasesThatEndEarly(t *testing.T) {
-	s := earlyStore{memory.New()}
-	rep, err := Scenario{
-		Open:      func(context.Context) (driver.Store, error) { return s, nil },
-		Goroutine: 2, Locks: 8, Duration: 5 * time.Second, TTL: 2 * time.Second, Level: dcsync.DC, Name: unique(t), Child: self,
-	}.Run(context.Background())
-	if err != nil {
-		t.Fatal(err)
+	// Two locks for many holders: a lease that ends early is taken at once by a waiting
+	// holder while its first holder still claims. A run that happens to see no overlap
+	// (a loaded machine can starve the claims of the window) is repeated, up to five
+	// runs: the test fails only if the checker passes every one of them.
+	for run := 1; run <= 5; run++ {
+		s := earlyStore{memory.New()}
+		rep, err := Scenario{
+			Open:      func(context.Context) (driver.Store, error) { return s, nil },
+			Goroutine: 2, Locks: 2, Duration: 5 * time.Second, TTL: 2 * time.Second, Level: dcsync.DC, Name: unique(t), Child: self,
+		}.Run(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("run %d: %v", run, rep)
+		if !rep.Latch.OK {
+			t.Fatalf("the latch history of a store with sound latches: %v", rep.Latch)
+		}
+		if !rep.Lock.OK && !rep.Lock.Timeout {
+			return
+		}
 	}
-	t.Log(rep)
-	if rep.Lock.OK || rep.Lock.Timeout {
-		t.Fatalf("the checker passed a store whose leases end at half their TTL:\n%v", rep)
-	}
-	if !rep.Latch.OK {
-		t.Fatalf("the latch history of a store with sound latches: %v", rep.Latch)
-	}
+	t.Fatal("the checker passed a store whose leases end at half their TTL, in five runs")
 }
 
 // fatalRecorder is a testing.TB whose Fatal ends only the goroutine it runs on and
