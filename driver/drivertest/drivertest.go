@@ -16,9 +16,10 @@
 //	                 package queue on top of it (Queue/Front) and its exactly-once
 //	                 guarantees across owners (Queue/AcrossOwners)
 //
-// so that `go test -run TestConformance/Queue/Front` selects a part.
+// A part runs alone by its name: `go test -run TestConformance/Queue/Front` runs the
+// cases over package queue only.
 //
-// A new back end's test file:
+// A new back end's test file (see also the example of Run):
 //
 //	func TestMain(m *testing.M) {
 //		// In a child process of the multi-process cases: run its part and exit.

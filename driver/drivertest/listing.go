@@ -23,7 +23,7 @@ type listingStore interface {
 // delete of one farm's cell, an XDC delete of every farm's, NotFound and InvalidArgument.
 func runListing(t *testing.T, s listingStore) {
 	t.Helper()
-	ctx := ctxT(t, time.Minute)
+	ctx := ctxT(t, 5*time.Minute) // scans of a shared server's whole table or set
 	client := unique(t) // "Listing-" and a random suffix
 	other := client + "x"
 	key := func(l dcsync.Level, c, farm, name string) dcsync.Key {
