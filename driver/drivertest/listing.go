@@ -24,7 +24,7 @@ type listingStore interface {
 func runListing(t *testing.T, s listingStore) {
 	t.Helper()
 	ctx := ctxT(t, 5*time.Minute) // scans of a shared server's whole table or set
-	client := unique(t) // "Listing-" and a random suffix
+	client := unique(t)           // "Listing-" and a random suffix
 	other := client + "x"
 	key := func(l dcsync.Level, c, farm, name string) dcsync.Key {
 		return dcsync.Key{Level: l, Client: c, Farm: farm, Name: name}
