@@ -14,9 +14,7 @@ import (
 	as "github.com/aerospike/aerospike-client-go/v8"
 	"go.uber.org/goleak"
 
-	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/store/aerospike"
-	"github.com/dcsync/dcsync/store/storetest"
 )
 
 // Environment: the real server the suite runs against, and what child processes of the
@@ -36,10 +34,7 @@ func TestMain(m *testing.M) {
 	if ns := os.Getenv(envRealNS); ns != "" {
 		namespace = ns
 	}
-	queueChildMain()
-	storetest.ChildMain(func(ctx context.Context) (driver.Store, error) {
-		return aerospike.OpenURL(ctx, storeURL(os.Getenv(envChildAddr), os.Getenv(envChildNS)))
-	})
+	conformanceChildMain()
 	goleak.VerifyTestMain(m)
 }
 
@@ -107,27 +102,6 @@ func newStore(t testing.TB, c *as.Client, cfg aerospike.Config) *aerospike.Store
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
-}
-
-func harness(addr, ns string) storetest.Harness {
-	return storetest.Harness{
-		Open: func(t *testing.T) driver.Store {
-			s, err := aerospike.OpenURL(context.Background(), storeURL(addr, ns))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
-		ProcessEnv: func(t *testing.T) []string {
-			return []string{envChildAddr + "=" + addr, envChildNS + "=" + ns}
-		},
-	}
-}
-
-// TestConformance runs the conformance suite, multi-process cases included, against the
-// real server.
-func TestConformance(t *testing.T) {
-	storetest.Run(t, harness(realServer(t), namespace))
 }
 
 // unique returns prefix and a random suffix: the real server is shared and long-lived,

@@ -10,16 +10,16 @@ import (
 	as "github.com/aerospike/aerospike-client-go/v8"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver/drivertest"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/layout"
 	"github.com/dcsync/dcsync/lock"
 	"github.com/dcsync/dcsync/store/aerospike"
-	"github.com/dcsync/dcsync/store/storetest"
 )
 
 // Each benchmark runs dcsync's operation and the raw client operation the Java library
 // sends for it against the real server ($DCSYNC_AEROSPIKE), in the same run, and reports
-// p50/p99 latency next to ns/op (storetest.Timed). docs/benchmarks-aerospike.md has the
+// p50/p99 latency next to ns/op (drivertest.Timed). docs/benchmarks-aerospike.md has the
 // figures and how they were taken.
 
 func benchSetup(b *testing.B) (*as.Client, *aerospike.Store) {
@@ -27,11 +27,11 @@ func benchSetup(b *testing.B) (*as.Client, *aerospike.Store) {
 	return c, newStore(b, c, aerospike.Config{})
 }
 
-// BenchmarkStore runs the suite's benchmarks (storetest.Bench), the wake-up latency of
+// BenchmarkStore runs the suite's benchmarks (drivertest.Bench), the wake-up latency of
 // Wait included.
 func BenchmarkStore(b *testing.B) {
 	_, s := benchSetup(b)
-	storetest.Bench(b, s)
+	drivertest.Bench(b, s)
 }
 
 func BenchmarkLockAcquireRelease(b *testing.B) {
@@ -43,7 +43,7 @@ func BenchmarkLockAcquireRelease(b *testing.B) {
 			b.Fatal(err)
 		}
 		name := unique("lock")
-		storetest.Timed(b, func() error {
+		drivertest.Timed(b, func() error {
 			l, err := m.TryAcquire(ctx, name)
 			if err != nil {
 				return err
@@ -57,7 +57,7 @@ func BenchmarkLockAcquireRelease(b *testing.B) {
 		put := as.NewWritePolicy(0, 60)
 		put.GenerationPolicy = as.EXPECT_GEN_EQUAL
 		del := as.NewWritePolicy(0, 0)
-		storetest.Timed(b, func() error {
+		drivertest.Timed(b, func() error {
 			if err := c.Put(put, k, as.BinMap{"dc1##data": 1, "dc1##uat": time.Now().UnixMilli()}); err != nil {
 				return err
 			}
@@ -76,7 +76,7 @@ func benchCountDown(b *testing.B, level dcsync.Level) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		storetest.Timed(b, func() error { _, err := l.CountDown(ctx); return err })
+		drivertest.Timed(b, func() error { _, err := l.CountDown(ctx); return err })
 	})
 	b.Run("raw", func(b *testing.B) {
 		// AerospikeLatchStorage.java:146-155: an UPDATE_ONLY add, at either level.
@@ -86,7 +86,7 @@ func benchCountDown(b *testing.B, level dcsync.Level) {
 		}
 		wp := as.NewWritePolicy(0, 60)
 		wp.RecordExistsAction = as.UPDATE_ONLY
-		storetest.Timed(b, func() error {
+		drivertest.Timed(b, func() error {
 			_, err := c.Operate(wp, k, as.AddOp(as.NewBin("count#dc1", -1)))
 			return err
 		})
@@ -105,7 +105,7 @@ func benchCount(b *testing.B, level dcsync.Level) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		storetest.Timed(b, func() error {
+		drivertest.Timed(b, func() error {
 			n, err := l.Count(ctx)
 			if err == nil && n != 5 {
 				b.Fatalf("count %d, want 5", n)
@@ -120,7 +120,7 @@ func benchCount(b *testing.B, level dcsync.Level) {
 		if err := javaCreateLatch(c, k, "dc1", 5); err != nil {
 			b.Fatal(err)
 		}
-		storetest.Timed(b, func() error {
+		drivertest.Timed(b, func() error {
 			rec, err := c.Get(nil, k)
 			if err != nil {
 				return err

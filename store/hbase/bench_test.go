@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dcsync/dcsync/driver/drivertest"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
-	"github.com/dcsync/dcsync/store/storetest"
 )
 
 // BenchmarkHBase runs the dcsync benchmarks on the real HBase next to the raw client
@@ -25,14 +25,14 @@ func BenchmarkHBase(b *testing.B) {
 	// millisecond and started over.
 	hidden := &countingHandler{msg: "hbase: acquired cells hidden by a delete marker; retrying"}
 	s.log = slog.New(hidden)
-	storetest.Bench(b, s)
+	drivertest.Bench(b, s)
 	b.Logf("acquires started over because a delete of the same millisecond hid their cells: %d", hidden.n.Load())
 
 	ctx := context.Background()
 	row := []byte("\x7fbench-raw-" + randHex(4))
 	lockTable, latchTable := s.lockTable, s.latchTable
 	b.Run("Raw/CheckAndMutate+Delete", func(b *testing.B) {
-		storetest.Timed(b, func() error {
+		drivertest.Timed(b, func() error {
 			if _, _, err := c.CheckAndMutate(ctx, lockTable, row, hbaserpc.IfAbsent(famLock, qualLock),
 				&hbaserpc.Put{Values: []hbaserpc.Value{{Family: famLock, Qualifier: qualLock, Value: lockMarker}}, TTL: time.Minute}); err != nil {
 				return err
@@ -42,14 +42,14 @@ func BenchmarkHBase(b *testing.B) {
 	})
 	q := []byte("count_dc1")
 	b.Run("Raw/Increment", func(b *testing.B) {
-		storetest.Timed(b, func() error {
+		drivertest.Timed(b, func() error {
 			_, err := c.Increment(ctx, latchTable, &hbaserpc.Increment{Row: row,
 				Deltas: []hbaserpc.Delta{{Family: famLatch, Qualifier: q, Amount: -1}}, TTL: time.Hour})
 			return err
 		})
 	})
 	b.Run("Raw/Get", func(b *testing.B) {
-		storetest.Timed(b, func() error {
+		drivertest.Timed(b, func() error {
 			_, err := c.Get(ctx, latchTable, row, hbaserpc.Column{Family: famLatch, Qualifier: q})
 			return err
 		})

@@ -26,7 +26,7 @@
 // # The latch lifetime rule on HBase
 //
 // A latch ends TTL after its creation; updates never move that end (the rule every store
-// follows, see store/storetest). HBase keeps a TTL per cell version, and a VERSIONS=1
+// follows, see driver/drivertest). HBase keeps a TTL per cell version, and a VERSIONS=1
 // family still holds older versions until a flush: if a newer version expires first,
 // the older one reappears (a count that went 3, 2, 1 would read 3 again). So an update
 // of a marked cell (AddLatch) is one conditional RowMutations of

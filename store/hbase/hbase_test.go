@@ -16,10 +16,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dcsync/dcsync"
-	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/layout"
-	"github.com/dcsync/dcsync/store/storetest"
 )
 
 // Environment of the tests and of the suite's child processes.
@@ -42,11 +40,7 @@ var fixture struct {
 }
 
 func TestMain(m *testing.M) {
-	queueChildMain()
-	storetest.ChildMain(func(ctx context.Context) (driver.Store, error) {
-		return OpenURL(ctx, &url.URL{Scheme: "hbase", Host: os.Getenv(envZK),
-			RawQuery: url.Values{"lock_table": {os.Getenv(envLockTable)}, "latch_table_suffix": {os.Getenv(envLatchSuffix)}}.Encode()})
-	})
+	conformanceChildMain()
 	code := m.Run()
 	dropTables()
 	if code == 0 {
@@ -184,17 +178,6 @@ func must(t *testing.T, err error, what string) {
 	if err != nil {
 		t.Fatalf("%s: %v", what, err)
 	}
-}
-
-func TestConformance(t *testing.T) {
-	zk := zkQuorum(t)
-	shared(t)
-	storetest.Run(t, storetest.Harness{
-		Open: func(t *testing.T) driver.Store { return openStore(t) },
-		ProcessEnv: func(t *testing.T) []string {
-			return []string{envZK + "=" + zk, envLockTable + "=" + fixture.lockTable, envLatchSuffix + "=" + fixture.latchSuffix}
-		},
-	})
 }
 
 func TestSchema(t *testing.T) {

@@ -8,14 +8,7 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/store/memory"
-	"github.com/dcsync/dcsync/store/storetest"
 )
-
-func TestListAndDelete(t *testing.T) {
-	s := memory.New()
-	defer s.Close()
-	storetest.RunListing(t, s, "listclient")
-}
 
 // TestListSkipsExpired: expired locks and cells are not listed, nor deletable.
 func TestListSkipsExpired(t *testing.T) {

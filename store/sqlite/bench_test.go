@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dcsync/dcsync/driver/drivertest"
 	"github.com/dcsync/dcsync/store/sqlite"
-	"github.com/dcsync/dcsync/store/storetest"
 )
 
 func BenchmarkSQLite(b *testing.B) {
@@ -17,7 +17,7 @@ func BenchmarkSQLite(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer s.Close()
-	storetest.Bench(b, s)
+	drivertest.Bench(b, s)
 
 	// The floor: one IMMEDIATE transaction updating one row, and one point read, on
 	// the same file with the same settings.
@@ -31,7 +31,7 @@ func BenchmarkSQLite(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run("Raw/write-tx", func(b *testing.B) {
-		storetest.Timed(b, func() error {
+		drivertest.Timed(b, func() error {
 			tx, err := db.BeginTx(ctx, nil)
 			if err != nil {
 				return err
@@ -44,7 +44,7 @@ func BenchmarkSQLite(b *testing.B) {
 		})
 	})
 	b.Run("Raw/read", func(b *testing.B) {
-		storetest.Timed(b, func() error {
+		drivertest.Timed(b, func() error {
 			var v int64
 			return db.QueryRowContext(ctx, `SELECT v FROM raw WHERE k = 'k'`).Scan(&v)
 		})

@@ -10,17 +10,7 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/store/sqlite"
-	"github.com/dcsync/dcsync/store/storetest"
 )
-
-func TestListAndDelete(t *testing.T) {
-	s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "list.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	storetest.RunListing(t, s, "listclient")
-}
 
 // TestListSkipsExpired: expired locks and cells are not listed, nor deletable.
 func TestListSkipsExpired(t *testing.T) {

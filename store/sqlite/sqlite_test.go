@@ -9,26 +9,24 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/dcsync/dcsync/driver"
-	"github.com/dcsync/dcsync/queue/queuetest"
+	"github.com/dcsync/dcsync/driver/drivertest"
 	"github.com/dcsync/dcsync/store/sqlite"
-	"github.com/dcsync/dcsync/store/storetest"
 )
 
 const envPath = "DCSYNC_TEST_SQLITE_PATH"
 
 func TestMain(m *testing.M) {
-	storetest.ChildMain(func(ctx context.Context) (driver.Store, error) {
-		return sqlite.Open(ctx, os.Getenv(envPath))
-	})
-	queuetest.ChildMain(func(ctx context.Context) (queuetest.QueueTestStore, error) {
+	drivertest.ChildMain(func(ctx context.Context) (driver.Store, error) {
 		return sqlite.Open(ctx, os.Getenv(envPath))
 	})
 	goleak.VerifyTestMain(m)
 }
 
+// TestConformance runs the conformance suite on one file, each test's stores opened on
+// it separately (as separate processes would), and child processes opening it too.
 func TestConformance(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "dcsync.db")
-	storetest.Run(t, storetest.Harness{
+	drivertest.Run(t, drivertest.Harness{
 		Open: func(t *testing.T) driver.Store {
 			s, err := sqlite.Open(context.Background(), path)
 			if err != nil {

@@ -1,7 +1,6 @@
-package storetest
+package drivertest
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -10,21 +9,22 @@ import (
 	"github.com/dcsync/dcsync/driver"
 )
 
-// ListingStore is a store with the optional operator interfaces: listing locks and
+// listingStore is a store with the optional operator interfaces: listing locks and
 // latch cells, and deleting latches.
-type ListingStore interface {
+type listingStore interface {
 	driver.Store
 	driver.LockLister
 	driver.LatchLister
 	driver.LatchDeleter
 }
 
-// RunListing checks ListLocks, ListLatches and DeleteLatch on s, under a client id
+// runListing checks ListLocks, ListLatches and DeleteLatch on s, under a client id
 // nothing else writes: locks and latch cells of that client only, live ones only, a DC
 // delete of one farm's cell, an XDC delete of every farm's, NotFound and InvalidArgument.
-func RunListing(t *testing.T, s ListingStore, client string) {
+func runListing(t *testing.T, s listingStore) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := ctxT(t, 5*time.Minute) // scans of a shared server's whole table or set
+	client := unique(t)           // "Listing-" and a random suffix
 	other := client + "x"
 	key := func(l dcsync.Level, c, farm, name string) dcsync.Key {
 		return dcsync.Key{Level: l, Client: c, Farm: farm, Name: name}

@@ -1,4 +1,4 @@
-package queuetest
+package drivertest
 
 import (
 	"strings"

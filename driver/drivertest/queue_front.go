@@ -1,11 +1,10 @@
-package queuetest
+package drivertest
 
 import (
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime"
 	"slices"
 	"sort"
@@ -32,13 +31,10 @@ const lease = 10 * time.Second
 // hold either way.
 const lapsing = 2 * time.Second
 
-// quiet discards the queue's logs: the suite injects the failures they report.
-var quiet = slog.New(slog.DiscardHandler)
-
 // frontOpts are the queue options of the front-end cases, then extra.
 func frontOpts(extra ...queue.Option) []queue.Option {
 	return append([]queue.Option{queue.WithLease(lease), queue.WithPollInterval(50 * time.Millisecond),
-		queue.WithIdentity("queuetest", "dc1"), queue.WithLogger(quiet)}, extra...)
+		queue.WithIdentity(client, "dc1"), queue.WithLogger(quiet)}, extra...)
 }
 
 // createQueue creates a queue with a unique name through package queue.
@@ -687,7 +683,7 @@ func runTakeoverAfterClose(t *testing.T, h Harness) {
 // with a Connection error, as if its process were frozen or cut off; the shared store
 // behind it goes on for everyone else.
 type stalling struct {
-	QueueTestStore
+	driver.Store
 	stalled atomic.Bool
 	calls   sync.RWMutex // read-held by each call through the wrapper; see freeze
 }
@@ -695,7 +691,7 @@ type stalling struct {
 // check returns the error of a stalled store, or nil.
 func (s *stalling) check() error {
 	if s.stalled.Load() {
-		return driver.Errorf(dcsync.Connection, "queuetest", "stalled")
+		return driver.Errorf(dcsync.Connection, "drivertest", "stalled")
 	}
 	return nil
 }
@@ -728,7 +724,7 @@ func (s *stalling) AcquireLock(ctx context.Context, k dcsync.Key, owner string, 
 		return driver.LockState{}, err
 	}
 	defer s.done()
-	return s.QueueTestStore.AcquireLock(ctx, k, owner, ttl)
+	return s.Store.AcquireLock(ctx, k, owner, ttl)
 }
 
 func (s *stalling) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
@@ -736,7 +732,7 @@ func (s *stalling) RefreshLock(ctx context.Context, k dcsync.Key, owner string, 
 		return driver.LockState{}, err
 	}
 	defer s.done()
-	return s.QueueTestStore.RefreshLock(ctx, k, owner, ttl)
+	return s.Store.RefreshLock(ctx, k, owner, ttl)
 }
 
 func (s *stalling) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
@@ -744,7 +740,7 @@ func (s *stalling) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) 
 		return err
 	}
 	defer s.done()
-	return s.QueueTestStore.ReleaseLock(ctx, k, owner)
+	return s.Store.ReleaseLock(ctx, k, owner)
 }
 
 func (s *stalling) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockState, error) {
@@ -752,7 +748,7 @@ func (s *stalling) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockSt
 		return driver.LockState{}, err
 	}
 	defer s.done()
-	return s.QueueTestStore.InspectLock(ctx, k)
+	return s.Store.InspectLock(ctx, k)
 }
 
 func (s *stalling) AppendQueue(ctx context.Context, name string, events []driver.QueueEvent) ([]driver.QueueAppend, error) {
@@ -760,7 +756,7 @@ func (s *stalling) AppendQueue(ctx context.Context, name string, events []driver
 		return nil, err
 	}
 	defer s.done()
-	return s.QueueTestStore.AppendQueue(ctx, name, events)
+	return s.Store.AppendQueue(ctx, name, events)
 }
 
 func (s *stalling) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (driver.QueueRead, error) {
@@ -768,7 +764,7 @@ func (s *stalling) ReadQueue(ctx context.Context, name string, p int, from uint6
 		return driver.QueueRead{}, err
 	}
 	defer s.done()
-	return s.QueueTestStore.ReadQueue(ctx, name, p, from, max)
+	return s.Store.ReadQueue(ctx, name, p, from, max)
 }
 
 func (s *stalling) AbortQueueSeq(ctx context.Context, name string, p int, seq uint64) (bool, error) {
@@ -776,7 +772,7 @@ func (s *stalling) AbortQueueSeq(ctx context.Context, name string, p int, seq ui
 		return false, err
 	}
 	defer s.done()
-	return s.QueueTestStore.AbortQueueSeq(ctx, name, p, seq)
+	return s.Store.AbortQueueSeq(ctx, name, p, seq)
 }
 
 func (s *stalling) QueueBounds(ctx context.Context, name string, ps []int) ([]driver.QueueBounds, error) {
@@ -784,7 +780,7 @@ func (s *stalling) QueueBounds(ctx context.Context, name string, ps []int) ([]dr
 		return nil, err
 	}
 	defer s.done()
-	return s.QueueTestStore.QueueBounds(ctx, name, ps)
+	return s.Store.QueueBounds(ctx, name, ps)
 }
 
 func (s *stalling) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (driver.QueueOffset, error) {
@@ -792,7 +788,7 @@ func (s *stalling) ClaimQueuePartition(ctx context.Context, name, group string, 
 		return driver.QueueOffset{}, err
 	}
 	defer s.done()
-	return s.QueueTestStore.ClaimQueuePartition(ctx, name, group, p, token)
+	return s.Store.ClaimQueuePartition(ctx, name, group, p, token)
 }
 
 func (s *stalling) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
@@ -800,7 +796,7 @@ func (s *stalling) CommitQueueOffset(ctx context.Context, name, group string, p 
 		return err
 	}
 	defer s.done()
-	return s.QueueTestStore.CommitQueueOffset(ctx, name, group, p, off)
+	return s.Store.CommitQueueOffset(ctx, name, group, p, off)
 }
 
 func (s *stalling) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]driver.QueueOffset, error) {
@@ -808,7 +804,7 @@ func (s *stalling) ReadQueueOffsets(ctx context.Context, name, group string, ps 
 		return nil, err
 	}
 	defer s.done()
-	return s.QueueTestStore.ReadQueueOffsets(ctx, name, group, ps)
+	return s.Store.ReadQueueOffsets(ctx, name, group, ps)
 }
 
 func (s *stalling) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
@@ -816,7 +812,7 @@ func (s *stalling) TrimQueue(ctx context.Context, name string, p int, below uint
 		return err
 	}
 	defer s.done()
-	return s.QueueTestStore.TrimQueue(ctx, name, p, below)
+	return s.Store.TrimQueue(ctx, name, p, below)
 }
 
 // Close leaves the shared store open: the test closes it.
@@ -834,7 +830,7 @@ func runTakeoverAfterDeath(t *testing.T, h Harness) {
 	const parts = 2
 	q := createQueue(t, ctx, s, parts, []string{"g"}, queue.WithVisibility(time.Hour))
 	want := produce(t, ctx, q, "", 2, 10, 5)
-	dying := &stalling{QueueTestStore: s}
+	dying := &stalling{Store: s}
 	qd, err := queue.Open(ctx, dying, q.Name(), frontOpts(queue.WithVisibility(time.Hour))...)
 	must(t, err, "queue.Open")
 	a, err := qd.Consumer(ctx, "g")
@@ -901,7 +897,7 @@ func runZombieAck(t *testing.T, h Harness) {
 	const parts = 2
 	q := createQueue(t, ctx, s, parts, []string{"g"}, queue.WithVisibility(time.Hour))
 	want := produce(t, ctx, q, "", 1, 12, 4)
-	paused := &stalling{QueueTestStore: s}
+	paused := &stalling{Store: s}
 	qz, err := queue.Open(ctx, paused, q.Name(), frontOpts(queue.WithVisibility(time.Hour), queue.WithLease(lapsing))...)
 	must(t, err, "queue.Open")
 	z, err := qz.Consumer(ctx, "g")

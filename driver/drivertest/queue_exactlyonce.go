@@ -1,4 +1,4 @@
-package queuetest
+package drivertest
 
 import (
 	"context"
@@ -154,7 +154,7 @@ func runDeathKeepsAcks(t *testing.T, h Harness) {
 	q := createQueue(t, ctx, s, 1, []string{"g"}, opts...)
 	k := keysIn(1, 0, 4) // A, B, E and a later C
 	enqueueKeyed(t, ctx, q, k[0], k[1], k[2])
-	dying := &stalling{QueueTestStore: s}
+	dying := &stalling{Store: s}
 	qd, err := queue.Open(ctx, dying, q.Name(), frontOpts(opts...)...)
 	must(t, err, "queue.Open")
 	c1, err := qd.Consumer(ctx, "g")
@@ -197,7 +197,7 @@ func runVisibilityAttemptsMove(t *testing.T, h Harness) {
 	q := createQueue(t, ctx, s, 1, []string{"g"}, opts...)
 	k := keysIn(1, 0, 3) // A, E, and a later C
 	enqueueKeyed(t, ctx, q, k[0], k[1])
-	dying := &stalling{QueueTestStore: s}
+	dying := &stalling{Store: s}
 	qd, err := queue.Open(ctx, dying, q.Name(), frontOpts(opts...)...)
 	must(t, err, "queue.Open")
 	c1, err := qd.Consumer(ctx, "g")
@@ -299,10 +299,10 @@ func (s *crashAfterDeadLetter) AppendQueue(ctx context.Context, name string, eve
 	if err := s.check(); err != nil {
 		return nil, err
 	}
-	res, err := s.QueueTestStore.AppendQueue(ctx, name, events)
+	res, err := s.Store.AppendQueue(ctx, name, events)
 	if err == nil && events[0].Partition >= s.deadFrom {
 		s.stalled.Store(true)
-		return nil, driver.Errorf(dcsync.Connection, "queuetest", "crashed after the dead-letter append")
+		return nil, driver.Errorf(dcsync.Connection, "drivertest", "crashed after the dead-letter append")
 	}
 	return res, err
 }
@@ -319,7 +319,7 @@ func runDeadLetterCompleted(t *testing.T, h Harness) {
 	q := createQueue(t, ctx, s, 1, []string{"g"}, opts...)
 	k := keysIn(1, 0, 1)
 	enqueueKeyed(t, ctx, q, k[0])
-	crashing := &crashAfterDeadLetter{stalling: &stalling{QueueTestStore: s}, deadFrom: 1}
+	crashing := &crashAfterDeadLetter{stalling: &stalling{Store: s}, deadFrom: 1}
 	qc, err := queue.Open(ctx, crashing, q.Name(), frontOpts(opts...)...)
 	must(t, err, "queue.Open")
 	c1, err := qc.Consumer(ctx, "g")
@@ -359,7 +359,7 @@ func runDeadLetterCompleted(t *testing.T, h Harness) {
 // fencing refuses offset writes (LockLost, as when another owner's token is stored)
 // while fenced, and counts dead-letter appends.
 type fencing struct {
-	QueueTestStore
+	driver.Store
 	fenced   atomic.Bool
 	deadFrom int
 	appends  atomic.Int64
@@ -367,16 +367,16 @@ type fencing struct {
 
 func (s *fencing) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
 	if s.fenced.Load() {
-		return driver.Errorf(dcsync.LockLost, "queuetest", "fenced")
+		return driver.Errorf(dcsync.LockLost, "drivertest", "fenced")
 	}
-	return s.QueueTestStore.CommitQueueOffset(ctx, name, group, p, off)
+	return s.Store.CommitQueueOffset(ctx, name, group, p, off)
 }
 
 func (s *fencing) AppendQueue(ctx context.Context, name string, events []driver.QueueEvent) ([]driver.QueueAppend, error) {
 	if events[0].Partition >= s.deadFrom {
 		s.appends.Add(1)
 	}
-	return s.QueueTestStore.AppendQueue(ctx, name, events)
+	return s.Store.AppendQueue(ctx, name, events)
 }
 
 // Close leaves the shared store open: the test closes it.
@@ -394,7 +394,7 @@ func runFencedDeadLetter(t *testing.T, h Harness) {
 	q := createQueue(t, ctx, s, 1, []string{"g"}, opts...)
 	k := keysIn(1, 0, 1)
 	enqueueKeyed(t, ctx, q, k[0])
-	fs := &fencing{QueueTestStore: s, deadFrom: 1}
+	fs := &fencing{Store: s, deadFrom: 1}
 	qf, err := queue.Open(ctx, fs, q.Name(), frontOpts(opts...)...)
 	must(t, err, "queue.Open")
 	c, err := qf.Consumer(ctx, "g")

@@ -1,9 +1,10 @@
-package queuetest
+package drivertest
 
 import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -158,6 +159,87 @@ func runConcurrency(t *testing.T, h Harness) {
 			}
 			if firsts != 1 {
 				t.Fatalf("id %s: %d writers were told they appended it, want exactly 1", id, firsts)
+			}
+		}
+	})
+}
+
+// childAppend appends n events with ids of its own and n with ids every child shares,
+// in batches, then appends its own ids again and checks each is a duplicate of the
+// first append.
+func childAppend(ctx context.Context, s driver.Store, env childEnv) error {
+	spec, err := s.ReadQueueSpec(ctx, env.name)
+	if err != nil {
+		return err
+	}
+	var events []driver.QueueEvent
+	for i := range env.n {
+		own := fmt.Sprintf("c%d-%d", env.index, i)
+		shared := fmt.Sprintf("shared-%d", (i+env.index*7)%env.n)
+		events = append(events,
+			driver.QueueEvent{Partition: i % spec.Partitions, ID: own, Payload: []byte(own)},
+			driver.QueueEvent{Partition: (i + env.index) % spec.Partitions, ID: shared, Payload: []byte(shared)})
+	}
+	first := map[string]driver.QueueAppend{}
+	appendAll := func(events []driver.QueueEvent, check bool) error {
+		for len(events) > 0 {
+			n := min(len(events), 7)
+			res, err := s.AppendQueue(ctx, env.name, events[:n])
+			if err != nil {
+				return err
+			}
+			for i, r := range res {
+				id := events[i].ID
+				if !check {
+					if _, dup := first[id]; !dup {
+						first[id] = r
+					}
+					continue
+				}
+				want := first[id]
+				if !r.Duplicate || r.Partition != want.Partition || r.Seq != want.Seq {
+					return fmt.Errorf("re-append of %s = %+v, want a duplicate of %+v", id, r, want)
+				}
+			}
+			events = events[n:]
+		}
+		return nil
+	}
+	if err := appendAll(events, false); err != nil {
+		return err
+	}
+	var own []driver.QueueEvent
+	for _, e := range events {
+		if strings.HasPrefix(e.ID, "c") {
+			e.Partition = (e.Partition + 1) % spec.Partitions
+			own = append(own, e)
+		}
+	}
+	return appendAll(own, true)
+}
+
+// runQueueProcesses runs the queue store cases across OS processes.
+func runQueueProcesses(t *testing.T, h Harness) {
+	t.Run("AppendIsExactAcrossProcesses", func(t *testing.T) {
+		s := h.open(t)
+		ctx := ctxT(t, 3*time.Minute)
+		const procs, each, parts = 4, 40, 3
+		spec := create(t, ctx, s, parts, "g")
+		spawn(t, h, procs, "append", spec.Name, each, "")
+		at := checkDense(t, ctx, s, spec.Name, parts)
+		if len(at) != procs*each+each {
+			t.Fatalf("%d processes appended %d own ids and %d shared ones each: %d events stored, want %d", procs, each, each, len(at), procs*each+each)
+		}
+		for c := range procs {
+			for i := range each {
+				if _, ok := at[fmt.Sprintf("c%d-%d", c, i)]; !ok {
+					t.Fatalf("event c%d-%d missing", c, i)
+				}
+			}
+		}
+		for i := range each {
+			if _, ok := at[fmt.Sprintf("shared-%d", i)]; !ok {
+				t.Fatalf("event shared-%d missing", i)
 			}
 		}
 	})

@@ -1,4 +1,4 @@
-package queuetest
+package drivertest
 
 import (
 	"bufio"
@@ -12,19 +12,13 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/queue"
 )
 
-func init() {
-	frontChildRoles["produce"] = childProduce
-	frontChildRoles["consume"] = childConsume
-	frontChildRoles["hold"] = childHold
-	frontChildRoles["pause"] = childPause
-}
-
 // childProduce enqueues n events with ids (prefix "c<index>-") in batches, then
 // enqueues them again: every one must be a duplicate of the first.
-func childProduce(ctx context.Context, s QueueTestStore, env childEnv) error {
+func childProduce(ctx context.Context, s driver.Store, env childEnv) error {
 	q, err := queue.Open(ctx, s, env.name, frontOpts()...)
 	if err != nil {
 		return err
@@ -53,7 +47,7 @@ func childProduce(ctx context.Context, s QueueTestStore, env childEnv) error {
 
 // childConsume consumes group env.arg, printing "acked <payload>" for every successful
 // ack, until its stdin closes; then it closes its consumer.
-func childConsume(ctx context.Context, s QueueTestStore, env childEnv) error {
+func childConsume(ctx context.Context, s driver.Store, env childEnv) error {
 	q, err := queue.Open(ctx, s, env.name, frontOpts(queue.WithVisibility(time.Minute))...)
 	if err != nil {
 		return err
@@ -131,7 +125,7 @@ func (p *printer) line(format string, args ...any) {
 
 // holdAll receives from group env.arg until it holds env.n messages, never acking.
 // The consumer has lease l.
-func holdAll(ctx context.Context, s QueueTestStore, env childEnv, l time.Duration) (*queue.Consumer, []*queue.Message, error) {
+func holdAll(ctx context.Context, s driver.Store, env childEnv, l time.Duration) (*queue.Consumer, []*queue.Message, error) {
 	q, err := queue.Open(ctx, s, env.name, frontOpts(queue.WithVisibility(time.Hour), queue.WithLease(l))...)
 	if err != nil {
 		return nil, nil, err
@@ -153,7 +147,7 @@ func holdAll(ctx context.Context, s QueueTestStore, env childEnv, l time.Duratio
 
 // childHold holds env.n messages and waits to be killed. Its lease is the suite's
 // long one, kept until the kill: the case counts the attempts its death costs.
-func childHold(ctx context.Context, s QueueTestStore, env childEnv) error {
+func childHold(ctx context.Context, s driver.Store, env childEnv) error {
 	_, held, err := holdAll(ctx, s, env, lease)
 	if err != nil {
 		return err
@@ -170,8 +164,8 @@ func childHold(ctx context.Context, s QueueTestStore, env childEnv) error {
 // calls in flight return and fails the later ones until it is continued (freeze), so
 // that it is stopped holding no lock of the store (a SQLite write transaction would
 // block every other process until it continued).
-func childPause(ctx context.Context, s QueueTestStore, env childEnv) error {
-	fs := &stalling{QueueTestStore: s}
+func childPause(ctx context.Context, s driver.Store, env childEnv) error {
+	fs := &stalling{Store: s}
 	c, held, err := holdAll(ctx, fs, env, lapsing)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package queuetest
+package drivertest
 
 import (
 	"bytes"
@@ -132,7 +132,7 @@ func runSpec(t *testing.T, h Harness) {
 	})
 }
 
-func runValidation(t *testing.T, h Harness) {
+func runQueueValidation(t *testing.T, h Harness) {
 	s := h.open(t)
 	ctx := ctxT(t, 2*time.Minute)
 	badIDs := []string{"", "\xff\xfe", "a\nb", "tab\there", "nul\x00", strings.Repeat("q", dcsync.MaxIDLen+1)}

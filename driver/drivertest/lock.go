@@ -1,4 +1,4 @@
-package storetest
+package drivertest
 
 import (
 	"context"
@@ -80,7 +80,7 @@ func runLock(t *testing.T, h Harness) {
 		m := locks(t, spy, h.Farm, lock.WithSafetyMargin(0, 2900*time.Millisecond))
 		l, err := m.TryAcquire(ctx, unique(t), lock.TTL(6*time.Second))
 		must(t, err, "TryAcquire")
-		spy.failRefresh(driver.Errorf(dcsync.Connection, "storetest", "injected outage"))
+		spy.failRefresh(driver.Errorf(dcsync.Connection, "drivertest", "injected outage"))
 		kctx := l.KeepAlive(ctx)
 		<-kctx.Done()
 		if !errors.Is(context.Cause(kctx), dcsync.ErrLockLost) {
@@ -302,8 +302,8 @@ func runLock(t *testing.T, h Harness) {
 			// the lease leaves nothing to release.
 			released []dcsync.Code
 		}{
-			{"StoreSaysLost", driver.Errorf(dcsync.LockLost, "storetest", "injected"), []dcsync.Code{0, dcsync.LockLost}},
-			{"StoreUnreachable", driver.Errorf(dcsync.Connection, "storetest", "injected outage"), []dcsync.Code{dcsync.LockLost}},
+			{"StoreSaysLost", driver.Errorf(dcsync.LockLost, "drivertest", "injected"), []dcsync.Code{0, dcsync.LockLost}},
+			{"StoreUnreachable", driver.Errorf(dcsync.Connection, "drivertest", "injected outage"), []dcsync.Code{dcsync.LockLost}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				spy := newSpy(h.open(t))

@@ -1,6 +1,6 @@
 //go:build unix
 
-package queuetest
+package drivertest
 
 import "syscall"
 

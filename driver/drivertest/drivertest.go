@@ -1,0 +1,158 @@
+// Package drivertest is the conformance suite of the store contract, package driver:
+// every dcsync store passes it, and so must a new back end. A store's tests call [Run]
+// once with a [Harness] that opens the store; Run runs every case as a subtest:
+//
+//	Latch, Lock      the lock and latch rules, through packages lock and latch and on
+//	                 the store directly: create-only latches, NotFound for missing
+//	                 latches, DC and XDC scopes, TTL expiry, batched waiting,
+//	                 owner-checked release and refresh, strictly increasing fencing
+//	                 tokens, lease takeover, keep-alive and its loss signal
+//	Validation, IDs  input validation before any I/O; the ids the Java libraries use
+//	Processes        exact results across concurrent OS processes (Harness.ProcessEnv)
+//	Listing          ListLocks, ListLatches and DeleteLatch, when the store implements
+//	                 driver.LockLister, driver.LatchLister and driver.LatchDeleter
+//	                 (found by type assertion on a store Harness.Open returns)
+//	Queue            the driver.QueueStore contract (Queue/Spec, Queue/Append, ...),
+//	                 package queue on top of it (Queue/Front) and its exactly-once
+//	                 guarantees across owners (Queue/AcrossOwners)
+//
+// A part runs alone by its name: `go test -run TestConformance/Queue/Front` runs the
+// cases over package queue only.
+//
+// A new back end's test file (see also the example of Run):
+//
+//	func TestMain(m *testing.M) {
+//		// In a child process of the multi-process cases: run its part and exit.
+//		drivertest.ChildMain(func(ctx context.Context) (driver.Store, error) {
+//			return mystore.Open(ctx, os.Getenv("MYSTORE_TEST_PATH"))
+//		})
+//		os.Exit(m.Run())
+//	}
+//
+//	func TestConformance(t *testing.T) {
+//		path := filepath.Join(t.TempDir(), "test.db")
+//		drivertest.Run(t, drivertest.Harness{
+//			Open: func(t *testing.T) driver.Store {
+//				s, err := mystore.Open(context.Background(), path)
+//				if err != nil {
+//					t.Fatal(err)
+//				}
+//				return s
+//			},
+//			ProcessEnv: func(t *testing.T) []string { return []string{"MYSTORE_TEST_PATH=" + path} },
+//		})
+//	}
+//
+// A store that lives in one process leaves ProcessEnv nil and needs no ChildMain.
+// [Bench] and [Timed] are the benchmarks a store's tests run beside their own.
+//
+// The suite uses unique names for everything it writes, so it can run against a shared,
+// long-lived server. Timing is never asserted; TTL cases sleep just past short leases.
+package drivertest
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dcsync/dcsync/driver"
+)
+
+// Harness tells the suite how to reach the store under test.
+type Harness struct {
+	// Open returns a store for one test. Stores returned by different calls share state
+	// (the same file, server or table), as the processes of an application share it;
+	// the suite closes each one when its test ends.
+	Open func(t *testing.T) driver.Store
+	// OpenOwn, when set, returns a store the test may close without affecting other
+	// tests (for a harness whose Open shares one store and ignores Close). Defaults to
+	// Open.
+	OpenOwn func(t *testing.T) driver.Store
+	// ProcessEnv, when set, returns the environment (NAME=value) a child process needs
+	// to open the same store through the function passed to ChildMain; the suite then
+	// runs its multi-process cases. Leave it nil for a store that lives in one process.
+	ProcessEnv func(t *testing.T) []string
+	// Holes reports that the store reserves queue sequence numbers before it writes
+	// their events (so a reserved seq may be unwritten, and AbortQueueSeq may tombstone
+	// it).
+	Holes bool
+	// PollInterval is the latch watcher's interval in the suite (50ms if zero).
+	PollInterval time.Duration
+	// Farm and OtherFarm are the farm ids the suite uses ("dc1" and "dc2" if empty).
+	Farm, OtherFarm string
+}
+
+func (h *Harness) defaults() {
+	if h.PollInterval == 0 {
+		h.PollInterval = 50 * time.Millisecond
+	}
+	if h.Farm == "" {
+		h.Farm = "dc1"
+	}
+	if h.OtherFarm == "" {
+		h.OtherFarm = "dc2"
+	}
+}
+
+// Run runs the whole suite, each part a subtest (see the package documentation).
+func Run(t *testing.T, h Harness) {
+	h.defaults()
+	t.Run("Latch", func(t *testing.T) { runLatch(t, h) })
+	t.Run("Lock", func(t *testing.T) { runLock(t, h) })
+	t.Run("Validation", func(t *testing.T) { runValidation(t, h) })
+	t.Run("IDs", func(t *testing.T) { runIDs(t, h) })
+	t.Run("Processes", func(t *testing.T) {
+		if h.ProcessEnv == nil {
+			t.Skip("store lives in one process; no multi-process cases")
+		}
+		runProcesses(t, h)
+	})
+	t.Run("Listing", func(t *testing.T) {
+		s, ok := h.open(t).(listingStore)
+		if !ok {
+			t.Skip("store does not implement driver.LockLister, driver.LatchLister and driver.LatchDeleter")
+		}
+		runListing(t, s)
+	})
+	t.Run("Queue", func(t *testing.T) { runQueue(t, h) })
+}
+
+// unique returns a name no earlier run of the suite has used, at most 53 bytes.
+func unique(t *testing.T) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	base := t.Name()
+	if i := strings.LastIndexByte(base, '/'); i >= 0 {
+		base = base[i+1:]
+	}
+	if len(base) > 40 {
+		base = base[:40]
+	}
+	return base + "-" + hex.EncodeToString(b[:])
+}
+
+// quiet discards the logs of the managers the suite makes: injected faults are expected.
+var quiet = slog.New(slog.DiscardHandler)
+
+// client is the client id the suite writes under.
+const client = "drivertest"
+
+// open returns a store from Open, closed when the test ends.
+func (h Harness) open(t *testing.T) driver.Store {
+	t.Helper()
+	s := h.Open(t)
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// noLeaks checks, when the test ends and after the stores it opened are closed, that
+// the test left no goroutine behind. Call it before opening anything.
+func noLeaks(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+}

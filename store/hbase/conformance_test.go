@@ -1,0 +1,41 @@
+package hbase
+
+import (
+	"context"
+	"net/url"
+	"os"
+	"testing"
+
+	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/driver/drivertest"
+)
+
+// TestConformance runs the conformance suite (locks, latches, listing, the queue store
+// contract and package queue on top of it), multi-process cases included, on the real
+// cluster, in the run's tables (its one queue table among them).
+func TestConformance(t *testing.T) {
+	zk := zkQuorum(t)
+	openQueueStore(t).Close() // the run's tables
+	drivertest.Run(t, drivertest.Harness{
+		Open: func(t *testing.T) driver.Store { return openQueueStore(t) },
+		ProcessEnv: func(t *testing.T) []string {
+			return []string{envZK + "=" + zk, envLockTable + "=" + fixture.lockTable,
+				envLatchSuffix + "=" + fixture.latchSuffix, envQueueTable + "=" + queueFixture.table}
+		},
+		Holes: true,
+	})
+}
+
+// conformanceChildMain runs a child process of the suite's multi-process cases, on the
+// run's tables (TestMain calls it first).
+func conformanceChildMain() {
+	drivertest.ChildMain(func(ctx context.Context) (driver.Store, error) {
+		s, err := OpenURL(ctx, &url.URL{Scheme: "hbase", Host: os.Getenv(envZK),
+			RawQuery: url.Values{"lock_table": {os.Getenv(envLockTable)}, "latch_table_suffix": {os.Getenv(envLatchSuffix)}}.Encode()})
+		if err != nil {
+			return nil, err
+		}
+		setQueueTable(s, os.Getenv(envQueueTable))
+		return s, nil
+	})
+}
