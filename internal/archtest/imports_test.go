@@ -41,7 +41,6 @@ var testHarnesses = []string{
 	"internal/faultproxy",
 	"internal/javaclients",
 	"internal/queuebench",
-	"internal/suitekit",
 }
 
 // layerOf puts a package, named by its path inside the module ("" for the root), in
