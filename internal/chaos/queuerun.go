@@ -400,61 +400,47 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 	faultWG.Add(1)
 	go func() {
 		defer faultWG.Done()
-		r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
-		for sleep(faultCtx, sc.FaultEvery/2+time.Duration(r.Int64N(int64(sc.FaultEvery)))) {
-			var options []string
+		injectFaults(faultCtx, 11, sc.FaultEvery, sc.Fault, func() []injectFault {
+			var options []injectFault
 			consumers := live("consumer")
 			if sc.Pause && len(consumers) > 0 {
-				options = append(options, "pause")
+				options = append(options, func(r *rand.Rand) string {
+					pauseProcess(consumers[r.IntN(len(consumers))].cmd.Process, pauseLength(r, sc.Lease))
+					return "pause"
+				})
 			}
 			mu.Lock()
 			stillProducing := producing
 			mu.Unlock()
 			if sc.Kill && (len(consumers) > 0 || stillProducing && len(live("producer")) > 0) {
-				options = append(options, "kill")
+				options = append(options, func(r *rand.Rand) string {
+					cand := consumers
+					if stillProducing {
+						cand = append(cand, live("producer")...)
+					}
+					if len(cand) == 0 {
+						return ""
+					}
+					c := cand[r.IntN(len(cand))]
+					_ = c.cmd.Process.Kill()
+					<-c.done
+					mu.Lock()
+					restart := c.cfg.Role == "consumer" || producing
+					mu.Unlock()
+					if faultCtx.Err() == nil && restart {
+						_ = startChild(c.cfg)
+					}
+					return "kill-" + c.cfg.Role
+				})
 			}
 			if sc.Freeze && len(freezers) > 0 {
-				options = append(options, "freeze")
+				options = append(options, func(r *rand.Rand) string {
+					freezers[r.IntN(len(freezers))].freeze(pauseLength(r, sc.Lease))
+					return "freeze"
+				})
 			}
-			if sc.Fault != nil {
-				options = append(options, "store")
-			}
-			if len(options) == 0 {
-				continue
-			}
-			pause := sc.Lease + time.Duration(300+r.IntN(700))*time.Millisecond
-			switch options[r.IntN(len(options))] {
-			case "pause":
-				c := consumers[r.IntN(len(consumers))]
-				_ = c.cmd.Process.Signal(syscall.SIGSTOP)
-				sleep(context.Background(), pause)
-				_ = c.cmd.Process.Signal(syscall.SIGCONT)
-				fault("pause")
-			case "kill":
-				cand := consumers
-				if stillProducing {
-					cand = append(cand, live("producer")...)
-				}
-				if len(cand) == 0 {
-					continue
-				}
-				c := cand[r.IntN(len(cand))]
-				_ = c.cmd.Process.Kill()
-				<-c.done
-				fault("kill-" + c.cfg.Role)
-				mu.Lock()
-				restart := c.cfg.Role == "consumer" || producing
-				mu.Unlock()
-				if faultCtx.Err() == nil && restart {
-					_ = startChild(c.cfg)
-				}
-			case "freeze":
-				freezers[r.IntN(len(freezers))].freeze(pause)
-				fault("freeze")
-			case "store":
-				fault(sc.Fault(r))
-			}
-		}
+			return options
+		}, fault)
 	}()
 
 	// Production: until Events were enqueued or Duration passed.

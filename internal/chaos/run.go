@@ -313,12 +313,11 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 		every := sc.FaultEvery
 		if every == 0 {
 			every = 700 * time.Millisecond
 		}
-		for sleep(runCtx, every/2+time.Duration(r.Int64N(int64(every)))) {
+		injectFaults(runCtx, 7, every, sc.Fault, func() []injectFault {
 			mu.Lock()
 			live := []*child{}
 			for _, c := range children {
@@ -329,46 +328,26 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 				}
 			}
 			mu.Unlock()
-			var options []string
+			var options []injectFault
 			if sc.Pause && len(live) > 0 {
-				options = append(options, "pause")
+				options = append(options, func(r *rand.Rand) string {
+					pauseProcess(live[r.IntN(len(live))].cmd.Process, pauseLength(r, sc.TTL))
+					return "pause"
+				})
 			}
 			if sc.Kill && len(live) > 0 {
-				options = append(options, "kill")
+				options = append(options, func(r *rand.Rand) string {
+					c := live[r.IntN(len(live))]
+					_ = c.cmd.Process.Kill()
+					<-c.done
+					if runCtx.Err() == nil {
+						_, _ = start(c.kind)
+					}
+					return "kill"
+				})
 			}
-			if sc.Fault != nil {
-				options = append(options, "store")
-			}
-			if len(options) == 0 {
-				continue
-			}
-			switch options[r.IntN(len(options))] {
-			case "pause":
-				c := live[r.IntN(len(live))]
-				_ = c.cmd.Process.Signal(syscall.SIGSTOP)
-				sleep(context.Background(), sc.TTL+time.Duration(300+r.IntN(700))*time.Millisecond)
-				_ = c.cmd.Process.Signal(syscall.SIGCONT)
-				mu.Lock()
-				rep.Faults["pause"]++
-				mu.Unlock()
-			case "kill":
-				c := live[r.IntN(len(live))]
-				kind := c.kind
-				_ = c.cmd.Process.Kill()
-				<-c.done
-				mu.Lock()
-				rep.Faults["kill"]++
-				mu.Unlock()
-				if runCtx.Err() == nil {
-					_, _ = start(kind)
-				}
-			case "store":
-				name := sc.Fault(r)
-				mu.Lock()
-				rep.Faults[name]++
-				mu.Unlock()
-			}
-		}
+			return options
+		}, func(name string) { mu.Lock(); rep.Faults[name]++; mu.Unlock() })
 	}()
 
 	<-runCtx.Done()
