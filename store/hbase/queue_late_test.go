@@ -1,9 +1,7 @@
 package hbase
 
 import (
-	"context"
 	"encoding/binary"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,97 +10,14 @@ import (
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 )
 
-// heldWrites wraps the client's queue calls below the store's retries. A conditional
-// write of a row it is told to hold is not sent: it reports "outcome unknown" (a
-// request that timed out while still queued at the server) and is kept, exactly as the
-// store sent it, until the test delivers it, after later writes: the reordering of
-// issue 14's defect 1.
-type heldWrites struct {
-	queueOps
-	mu     sync.Mutex
-	hold   map[string]int // row -> conditional writes still to hold
-	held   []func() (bool, error)
-	onHold func() // run when a write is held, before its caller sees the error
-}
-
-func (f *heldWrites) holdNext(row []byte, n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.hold[string(row)] += n
-}
-
-// take reports whether a write of row is to be held, and keeps send if so.
-func (f *heldWrites) take(row []byte, send func() (bool, error)) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.hold[string(row)] == 0 {
-		return false
-	}
-	f.hold[string(row)]--
-	f.held = append(f.held, send)
-	if h := f.onHold; h != nil {
-		f.onHold = nil
-		f.mu.Unlock()
-		defer f.mu.Lock()
-		h()
-	}
-	return true
-}
-
-// deliver sends the held writes, oldest first, and returns whether each was applied.
-func (f *heldWrites) deliver(t *testing.T) []bool {
-	t.Helper()
-	f.mu.Lock()
-	held := f.held
-	f.held = nil
-	f.mu.Unlock()
-	if len(held) == 0 {
-		t.Fatal("no write was held")
-	}
-	out := make([]bool, len(held))
-	for i, send := range held {
-		ok, err := send()
-		must(t, err, "delivering a held write")
-		out[i] = ok
-	}
-	return out
-}
-
-func (f *heldWrites) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
-	if f.take(row, func() (bool, error) {
-		ok, _, err := f.queueOps.CheckAndMutate(context.Background(), table, row, cond, muts...)
-		return ok, err
-	}) {
-		return false, nil, errLost
-	}
-	return f.queueOps.CheckAndMutate(ctx, table, row, cond, muts...)
-}
-
-func (f *heldWrites) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error) {
-	if f.take(row, func() (bool, error) {
-		ok, _, _, err := f.queueOps.CheckAndMutateRead(context.Background(), table, row, cond, muts, cols...)
-		return ok, err
-	}) {
-		return false, nil, nil, errLost
-	}
-	return f.queueOps.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
-}
-
-func heldStore(t *testing.T) (*Store, *heldWrites) {
-	s := openQueueStore(t)
-	t.Cleanup(func() { s.Close() })
-	f := &heldWrites{queueOps: s.client, hold: map[string]int{}}
-	s.queue().db = f
-	return s, f
-}
-
 // TestQueueCommitLandsLate is issue 14's defect 1 on the real HBase: a commit whose
 // first attempt is held back (in doubt: the store retries it, and the retry applies)
 // and delivered after the owner's next commit must change nothing. Before the fix the
 // commit was conditioned on the owner's token alone, and the late attempt moved Next
 // back from 9 to 5, so the next owner re-delivered acked events.
 func TestQueueCommitLandsLate(t *testing.T) {
-	s, f := heldStore(t)
+	s := openQueueStore(t)
+	f := holdWrites(t, s, false)
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
 	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
@@ -118,7 +33,7 @@ func TestQueueCommitLandsLate(t *testing.T) {
 
 	// Commit v1 (Next 5): its first attempt is held, the store's retry applies it.
 	v1 := driver.QueueOffset{Token: 7, Next: 5, Held: true, Version: 1}
-	f.holdNext(row, 1)
+	f.holdAfter(0, row)
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit v1 whose first attempt is held")
 	if got := stored(); got != v1 {
 		t.Fatalf("after commit v1: %+v", got)
@@ -137,7 +52,7 @@ func TestQueueCommitLandsLate(t *testing.T) {
 	marks, err := driver.EncodeQueueMarks(9, []driver.QueueMark{{Seq: 11, Acked: true}})
 	must(t, err, "EncodeQueueMarks")
 	v3 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 3}
-	f.holdNext(row, 1)
+	f.holdAfter(0, row)
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v3), "commit v3 whose first attempt is held")
 	v4 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 4, Marks: marks}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v4), "commit v4 (entry 11 acked out of order)")
@@ -150,7 +65,7 @@ func TestQueueCommitLandsLate(t *testing.T) {
 
 	// A commit held until after a new owner's claim: refused too.
 	v5 := driver.QueueOffset{Token: 7, Next: 12, Held: true, Version: 5}
-	f.holdNext(row, 1)
+	f.holdAfter(0, row)
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v5), "commit v5 whose first attempt is held")
 	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 8)
 	must(t, err, "ClaimQueuePartition 8")
@@ -170,7 +85,8 @@ func TestQueueCommitLandsLate(t *testing.T) {
 // claim that finds its own token stored after an in-doubt attempt reports success with
 // the stored offset.
 func TestQueueClaimLandsLate(t *testing.T) {
-	s, f := heldStore(t)
+	s := openQueueStore(t)
+	f := holdWrites(t, s, false)
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
 	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
@@ -181,7 +97,7 @@ func TestQueueClaimLandsLate(t *testing.T) {
 		must(t, err, "ReadQueueOffsets")
 		return offs[0]
 	}
-	f.holdNext(row, 1)
+	f.holdAfter(0, row)
 	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 3)
 	must(t, err, "claim whose first attempt is held")
 	if off != (driver.QueueOffset{Token: 3}) {
@@ -197,7 +113,7 @@ func TestQueueClaimLandsLate(t *testing.T) {
 	}
 	// A claim of token 4 whose first attempt is held (its retry applies), then token
 	// 6 claims, then token 4's first attempt lands: refused.
-	f.holdNext(row, 1)
+	f.holdAfter(0, row)
 	off, err = s.ClaimQueuePartition(ctx, name, "g", 0, 4)
 	must(t, err, "claim 4 whose first attempt is held")
 	if want := (driver.QueueOffset{Token: 4, Next: 4, Held: true, Version: 1}); off != want {
@@ -259,7 +175,8 @@ func TestQueueOffsetCellFormats(t *testing.T) {
 // 0 with no marks; a claim and a commit on it work, and the commit's late first
 // attempt changes nothing.
 func TestQueueOffsetOldCell(t *testing.T) {
-	s, f := heldStore(t)
+	s := openQueueStore(t)
+	f := holdWrites(t, s, false)
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
 	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
@@ -276,7 +193,7 @@ func TestQueueOffsetOldCell(t *testing.T) {
 	if err != nil || offs[0] != old {
 		t.Fatalf("old cell read as %+v, %v; want %+v", offs, err, old)
 	}
-	f.holdNext(row, 1)
+	f.holdAfter(0, row)
 	v1 := driver.QueueOffset{Token: 5, Next: 8, Attempts: 0, Held: true, Version: 1}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit over an old cell, first attempt held")
 	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 6)
@@ -299,7 +216,8 @@ func TestQueueOffsetOldCell(t *testing.T) {
 // first attempt lands. It must change nothing: were it to tombstone the trimmed seq, a
 // retried append of the event's id would take the id over and append the event again.
 func TestQueueAbortLandsAfterTrim(t *testing.T) {
-	s, f := heldStore(t)
+	s := openQueueStore(t)
+	f := holdWrites(t, s, false)
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
 	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
@@ -313,7 +231,7 @@ func TestQueueAbortLandsAfterTrim(t *testing.T) {
 	must(t, err, "place")
 	seq := a.seq[0]
 	// The abort's first attempt is held; the producer writes meanwhile.
-	f.holdNext(entryRow(partPrefix(name, 0), seq), 1)
+	f.holdAfter(0, entryRow(partPrefix(name, 0), seq))
 	f.onHold = func() { must(t, a.write(ctx, ready), "the producer's write") }
 	aborted, err := s.AbortQueueSeq(ctx, name, 0, seq)
 	must(t, err, "AbortQueueSeq whose first attempt is held")
@@ -346,42 +264,6 @@ func TestQueueAbortLandsAfterTrim(t *testing.T) {
 	}
 }
 
-// countingQueueOps counts the calls to the queue table.
-type countingQueueOps struct {
-	queueOps
-	mu    sync.Mutex
-	calls map[string]int
-}
-
-func (c *countingQueueOps) count(m string) {
-	c.mu.Lock()
-	c.calls[m]++
-	c.mu.Unlock()
-}
-
-func (c *countingQueueOps) take() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.calls
-	c.calls = map[string]int{}
-	return out
-}
-
-func (c *countingQueueOps) Get(ctx context.Context, table string, row []byte, cols ...hbaserpc.Column) ([]hbaserpc.Cell, error) {
-	c.count("Get")
-	return c.queueOps.Get(ctx, table, row, cols...)
-}
-
-func (c *countingQueueOps) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
-	c.count("CheckAndMutate")
-	return c.queueOps.CheckAndMutate(ctx, table, row, cond, muts...)
-}
-
-func (c *countingQueueOps) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error) {
-	c.count("CheckAndMutateRead")
-	return c.queueOps.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
-}
-
 // TestQueueCommitRoundTrips: while one store owns a partition, each commit is one
 // round trip (a compare-and-set on the cell it last wrote); a commit whose guess is
 // stale (another store wrote) costs one more, and decides on the cell read back.
@@ -390,8 +272,7 @@ func TestQueueCommitRoundTrips(t *testing.T) {
 	defer s.Close()
 	other := openQueueStore(t)
 	defer other.Close()
-	c := &countingQueueOps{queueOps: s.client, calls: map[string]int{}}
-	s.queue().db = c
+	c := countCalls(s)
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
 	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
@@ -425,8 +306,7 @@ func TestQueueCommitRoundTrips(t *testing.T) {
 	// (refused, the cell read back with it), then applies.
 	o2.Version++
 	o2.Next++
-	oc := &countingQueueOps{queueOps: other.client, calls: map[string]int{}}
-	other.queue().db = oc
+	oc := countCalls(other)
 	must(t, other.CommitQueueOffset(ctx, name, "g", 0, o2), "commit through a store whose guess is stale")
 	if got := oc.take(); got["CheckAndMutateRead"] != 2 || len(got) != 1 {
 		t.Fatalf("a commit on a stale guess made calls %v, want two CheckAndMutateRead", got)
@@ -446,7 +326,8 @@ func TestQueueCommitRoundTrips(t *testing.T) {
 // never delivered them and nobody acked them (found by the queue chaos checker on
 // Aerospike).
 func TestQueueCommitInDoubtThenTakenOver(t *testing.T) {
-	s, f := heldStore(t)
+	s := openQueueStore(t)
+	f := holdWrites(t, s, false)
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
 	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
@@ -454,7 +335,7 @@ func TestQueueCommitInDoubtThenTakenOver(t *testing.T) {
 	_, err := s.ClaimQueuePartition(ctx, name, "g", 0, 7)
 	must(t, err, "ClaimQueuePartition 7")
 	off := driver.QueueOffset{Token: 7, Next: 5, Held: true, Version: 1}
-	f.holdNext(row, 1)
+	f.holdAfter(0, row)
 	f.onHold = func() {
 		// The held attempt reaches the region server (its reply is lost), then the
 		// successor claims.
