@@ -3,8 +3,6 @@ package chaos
 import (
 	"context"
 	"math/rand/v2"
-	"os"
-	"syscall"
 	"time"
 )
 
@@ -38,12 +36,4 @@ func injectFaults(ctx context.Context, seed uint64, every time.Duration, store f
 // locks' TTL) by 0.3 to 1 s, so that others take over meanwhile.
 func pauseLength(r *rand.Rand, base time.Duration) time.Duration {
 	return base + time.Duration(300+r.IntN(700))*time.Millisecond
-}
-
-// pauseProcess stops p for d (SIGSTOP, then SIGCONT), as a long GC pause or a stalled
-// machine would.
-func pauseProcess(p *os.Process, d time.Duration) {
-	_ = p.Signal(syscall.SIGSTOP)
-	sleep(context.Background(), d)
-	_ = p.Signal(syscall.SIGCONT)
 }

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -250,10 +249,8 @@ func (sc QueueScenario) groupNames() []string {
 }
 
 type queueChild struct {
-	cfg   queueChildConfig
-	cmd   *exec.Cmd
-	stdin io.Closer
-	done  chan struct{}
+	cfg queueChildConfig
+	proc
 }
 
 // Run runs the scenario, drains the queue and checks the history.
@@ -350,7 +347,7 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 		if err := cmd.Start(); err != nil {
 			return err
 		}
-		c := &queueChild{cfg: cfg, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+		c := &queueChild{cfg: cfg, proc: proc{cmd: cmd, stdin: stdin, done: make(chan struct{})}}
 		go func() { _ = log.Collect(stdout); _ = cmd.Wait(); close(c.done) }()
 		mu.Lock()
 		children = append(children, c)
@@ -405,7 +402,7 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 			consumers := live("consumer")
 			if sc.Pause && len(consumers) > 0 {
 				options = append(options, func(r *rand.Rand) string {
-					pauseProcess(consumers[r.IntN(len(consumers))].cmd.Process, pauseLength(r, sc.Lease))
+					consumers[r.IntN(len(consumers))].pause(pauseLength(r, sc.Lease))
 					return "pause"
 				})
 			}
@@ -422,8 +419,7 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 						return ""
 					}
 					c := cand[r.IntN(len(cand))]
-					_ = c.cmd.Process.Kill()
-					<-c.done
+					c.kill()
 					mu.Lock()
 					restart := c.cfg.Role == "consumer" || producing
 					mu.Unlock()
@@ -474,18 +470,7 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 	faultWG.Wait()
 	stopCons()
 	all := live("")
-	for _, c := range all {
-		_ = c.cmd.Process.Signal(syscall.SIGCONT)
-		_ = c.stdin.Close()
-	}
-	for _, c := range all {
-		select {
-		case <-c.done:
-		case <-time.After(30 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-	}
+	stopProcs(all)
 	consWG.Wait()
 	sc.Logf("queue chaos %s: workers stopped after %v", sc.Name, time.Since(start).Round(time.Second))
 

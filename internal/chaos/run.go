@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/dcsync/dcsync"
@@ -192,10 +191,8 @@ func ChildMain(open func(ctx context.Context, url string) (driver.Store, error))
 }
 
 type child struct {
-	kind  string
-	cmd   *exec.Cmd
-	stdin io.Closer
-	done  chan struct{}
+	kind string
+	proc
 }
 
 // Run runs the scenario and checks its history.
@@ -291,7 +288,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		if err := cmd.Start(); err != nil {
 			return nil, err
 		}
-		c := &child{kind: kind, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+		c := &child{kind: kind, proc: proc{cmd: cmd, stdin: stdin, done: make(chan struct{})}}
 		go func() { _ = log.Collect(stdout); _ = cmd.Wait(); close(c.done) }()
 		mu.Lock()
 		children = append(children, c)
@@ -331,15 +328,14 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 			var options []injectFault
 			if sc.Pause && len(live) > 0 {
 				options = append(options, func(r *rand.Rand) string {
-					pauseProcess(live[r.IntN(len(live))].cmd.Process, pauseLength(r, sc.TTL))
+					live[r.IntN(len(live))].pause(pauseLength(r, sc.TTL))
 					return "pause"
 				})
 			}
 			if sc.Kill && len(live) > 0 {
 				options = append(options, func(r *rand.Rand) string {
 					c := live[r.IntN(len(live))]
-					_ = c.cmd.Process.Kill()
-					<-c.done
+					c.kill()
 					if runCtx.Err() == nil {
 						_, _ = start(c.kind)
 					}
@@ -356,18 +352,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	all := append([]*child(nil), children...)
 	mu.Unlock()
 	wg.Wait()
-	for _, c := range all {
-		_ = c.cmd.Process.Signal(syscall.SIGCONT)
-		_ = c.stdin.Close()
-	}
-	for _, c := range all {
-		select {
-		case <-c.done:
-		case <-time.After(30 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-	}
+	stopProcs(all)
 
 	// A final read, after every worker has stopped, closes the latch history.
 	fin, err := setup.GetCountUpDown(latchName, latch.Level(sc.Level))

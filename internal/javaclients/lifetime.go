@@ -201,6 +201,27 @@ func (l Lifetime) key(level dcsync.Level, name string) dcsync.Key {
 	return dcsync.Key{Level: level, Client: l.Client, Farm: "dc1", Name: name}
 }
 
+// scaled runs scenario (Scaled) with the TTL of scale f (3s·f) and a fresh latch name
+// at each scale.
+func (l Lifetime) scaled(t testing.TB, scenario func(ttl time.Duration, name string) *Steps) {
+	Scaled(t, func(f time.Duration) *Steps { return scenario(3*time.Second*f, "life_"+randHex(3)) })
+}
+
+// countDown is the step that counts k down by one through the store: it reports whether
+// the step returned in time (InTime), and fails the test when the count it returned is
+// not want.
+func (l Lifetime) countDown(ctx context.Context, st *Steps, k dcsync.Key, want int64, step string) bool {
+	st.t.Helper()
+	n, err := l.Store.AddLatch(ctx, k, -1)
+	if !st.InTime(step, err) {
+		return false
+	}
+	if n != want {
+		st.t.Fatalf("%s = %d; want %d", step, n, want)
+	}
+	return true
+}
+
 // check watches k with the Java side j until past endBy and checks that the latch
 // (count 1 by then) ended by endBy and stays gone (CheckEnd).
 func (l Lifetime) check(t testing.TB, ctx context.Context, k dcsync.Key, j JavaLatch, created time.Time, ttl, endBy time.Duration) {
@@ -214,9 +235,7 @@ func (l Lifetime) check(t testing.TB, ctx context.Context, k dcsync.Key, j JavaL
 // The scenario runs at larger time scales while the machine is too slow (Scaled).
 func (l Lifetime) DcsyncCreatesJavaAndDcsyncCountDown(t testing.TB, ctx context.Context,
 	javaTTL, dcsyncAt func(ttl time.Duration) time.Duration, endBy func(ttl, lastJava time.Duration) time.Duration) {
-	Scaled(t, func(f time.Duration) *Steps {
-		ttl := 3 * time.Second * f
-		name := "life_" + randHex(3)
+	l.scaled(t, func(ttl time.Duration, name string) *Steps {
 		k := l.key(dcsync.DC, name)
 		j := l.Java(name, "dc1", javaTTL(ttl))
 		st := StartSteps(t, ttl*5/6)
@@ -232,12 +251,8 @@ func (l Lifetime) DcsyncCreatesJavaAndDcsyncCountDown(t testing.TB, ctx context.
 		at := dcsyncAt(ttl)
 		time.Sleep(at - time.Since(created))
 		step := fmt.Sprintf("dcsync count-down at +%v (TTL %v)", at, ttl)
-		n, err := l.Store.AddLatch(ctx, k, -1)
-		if !st.InTime(step, err) {
+		if !l.countDown(ctx, st, k, 1, step) {
 			return st
-		}
-		if n != 1 {
-			t.Fatalf("%s = %d; want 1", step, n)
 		}
 		l.check(t, ctx, k, j, created, ttl, endBy(ttl, lastJava))
 		return nil
@@ -249,9 +264,7 @@ func (l Lifetime) DcsyncCreatesJavaAndDcsyncCountDown(t testing.TB, ctx context.
 // endBy(ttl, when the Java count-down returned). The scenario runs at larger time
 // scales while the machine is too slow (Scaled).
 func (l Lifetime) JavaCreatesDcsyncAndJavaCountDown(t testing.TB, ctx context.Context, endBy func(ttl, lastJava time.Duration) time.Duration) {
-	Scaled(t, func(f time.Duration) *Steps {
-		ttl := 3 * time.Second * f
-		name := "life_" + randHex(3)
+	l.scaled(t, func(ttl time.Duration, name string) *Steps {
 		k := l.key(dcsync.DC, name)
 		j := l.Java(name, "dc1", ttl)
 		st := StartSteps(t, ttl*5/6)
@@ -260,12 +273,8 @@ func (l Lifetime) JavaCreatesDcsyncAndJavaCountDown(t testing.TB, ctx context.Co
 		}
 		created := time.Now()
 		time.Sleep(ttl/6 - time.Since(created))
-		n, err := l.Store.AddLatch(ctx, k, -1)
-		if !st.InTime("dcsync count-down at +TTL/6", err) {
+		if !l.countDown(ctx, st, k, 2, "dcsync count-down at +TTL/6") {
 			return st
-		}
-		if n != 2 {
-			t.Fatalf("dcsync count-down at +TTL/6 = %d; want 2", n)
 		}
 		time.Sleep(ttl/3 - time.Since(created))
 		if !st.InTime("Java count-down at +TTL/3", j.CountDown(ctx)) {
@@ -282,9 +291,7 @@ func (l Lifetime) JavaCreatesDcsyncAndJavaCountDown(t testing.TB, ctx context.Co
 // count-down returned). The scenario runs at larger time scales while the machine is
 // too slow (Scaled).
 func (l Lifetime) XDCDcsyncCreatesJavaCountsDownFromAnotherFarm(t testing.TB, ctx context.Context, endBy func(ttl, lastJava time.Duration) time.Duration) {
-	Scaled(t, func(f time.Duration) *Steps {
-		ttl := 3 * time.Second * f
-		name := "life_" + randHex(3)
+	l.scaled(t, func(ttl time.Duration, name string) *Steps {
 		k := l.key(dcsync.XDC, name)
 		j2 := l.Java(name, "dc2", ttl)
 		st := StartSteps(t, ttl*5/6)
@@ -299,12 +306,8 @@ func (l Lifetime) XDCDcsyncCreatesJavaCountsDownFromAnotherFarm(t testing.TB, ct
 		lastJava := time.Since(created)
 		k3 := k
 		k3.Farm = "dc3"
-		n, err := l.Store.AddLatch(ctx, k3, -1)
-		if !st.InTime("dcsync count-down from dc3", err) {
+		if !l.countDown(ctx, st, k3, 1, "dcsync count-down from dc3") {
 			return st
-		}
-		if n != 1 {
-			t.Fatalf("dcsync count-down from dc3 = %d; want 1", n)
 		}
 		l.check(t, ctx, k, j2, created, ttl, endBy(ttl, lastJava))
 		return nil

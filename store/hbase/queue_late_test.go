@@ -1,6 +1,7 @@
 package hbase
 
 import (
+	"context"
 	"encoding/binary"
 	"testing"
 	"time"
@@ -10,24 +11,32 @@ import (
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 )
 
+// heldQueue creates a queue of one partition, read by group "g", on a store whose
+// writes go through a heldWrites, and returns them with the test's context and stored,
+// which reads the group's offset of partition 0.
+func heldQueue(t *testing.T) (s *Store, f *heldWrites, ctx context.Context, name string, stored func() driver.QueueOffset) {
+	s = openQueueStore(t)
+	f = holdWrites(t, s, false)
+	ctx = ctxT(t, time.Minute)
+	name = qname(t)
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	stored = func() driver.QueueOffset {
+		t.Helper()
+		offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
+		must(t, err, "ReadQueueOffsets")
+		return offs[0]
+	}
+	return s, f, ctx, name, stored
+}
+
 // TestQueueCommitLandsLate is issue 14's defect 1 on the real HBase: a commit whose
 // first attempt is held back (in doubt: the store retries it, and the retry applies)
 // and delivered after the owner's next commit must change nothing. Before the fix the
 // commit was conditioned on the owner's token alone, and the late attempt moved Next
 // back from 9 to 5, so the next owner re-delivered acked events.
 func TestQueueCommitLandsLate(t *testing.T) {
-	s := openQueueStore(t)
-	f := holdWrites(t, s, false)
-	ctx := ctxT(t, time.Minute)
-	name := qname(t)
-	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	s, f, ctx, name, stored := heldQueue(t)
 	row := offsetRow(name, "g", 0)
-	stored := func() driver.QueueOffset {
-		t.Helper()
-		offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
-		must(t, err, "ReadQueueOffsets")
-		return offs[0]
-	}
 	_, err := s.ClaimQueuePartition(ctx, name, "g", 0, 7)
 	must(t, err, "ClaimQueuePartition")
 
@@ -85,18 +94,8 @@ func TestQueueCommitLandsLate(t *testing.T) {
 // claim that finds its own token stored after an in-doubt attempt reports success with
 // the stored offset.
 func TestQueueClaimLandsLate(t *testing.T) {
-	s := openQueueStore(t)
-	f := holdWrites(t, s, false)
-	ctx := ctxT(t, time.Minute)
-	name := qname(t)
-	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	s, f, ctx, name, stored := heldQueue(t)
 	row := offsetRow(name, "g", 0)
-	stored := func() driver.QueueOffset {
-		t.Helper()
-		offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
-		must(t, err, "ReadQueueOffsets")
-		return offs[0]
-	}
 	f.holdAfter(0, row)
 	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 3)
 	must(t, err, "claim whose first attempt is held")
@@ -175,11 +174,7 @@ func TestQueueOffsetCellFormats(t *testing.T) {
 // 0 with no marks; a claim and a commit on it work, and the commit's late first
 // attempt changes nothing.
 func TestQueueOffsetOldCell(t *testing.T) {
-	s := openQueueStore(t)
-	f := holdWrites(t, s, false)
-	ctx := ctxT(t, time.Minute)
-	name := qname(t)
-	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	s, f, ctx, name, stored := heldQueue(t)
 	row := offsetRow(name, "g", 0)
 	ok, _, err := s.client.CheckAndMutate(ctx, s.QueueTable(), row, hbaserpc.IfAbsent(famQueue, qualOffset), &hbaserpc.Put{Values: []hbaserpc.Value{
 		{Family: famQueue, Qualifier: qualOffTok, Value: be64(5)},
@@ -189,9 +184,8 @@ func TestQueueOffsetOldCell(t *testing.T) {
 		t.Fatalf("writing an old offset cell: %v, %v", ok, err)
 	}
 	old := driver.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}
-	offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
-	if err != nil || offs[0] != old {
-		t.Fatalf("old cell read as %+v, %v; want %+v", offs, err, old)
+	if got := stored(); got != old {
+		t.Fatalf("old cell read as %+v; want %+v", got, old)
 	}
 	f.holdAfter(0, row)
 	v1 := driver.QueueOffset{Token: 5, Next: 8, Attempts: 0, Held: true, Version: 1}
@@ -204,9 +198,8 @@ func TestQueueOffsetOldCell(t *testing.T) {
 	if applied := f.deliver(t); applied[0] {
 		t.Errorf("the late first attempt of the commit over the old cell was applied after a claim")
 	}
-	offs, err = s.ReadQueueOffsets(ctx, name, "g", []int{0})
-	if err != nil || offs[0] != off {
-		t.Fatalf("after the late attempt: %+v, %v; want %+v", offs, err, off)
+	if got := stored(); got != off {
+		t.Fatalf("after the late attempt: %+v; want %+v", got, off)
 	}
 }
 
@@ -216,11 +209,7 @@ func TestQueueOffsetOldCell(t *testing.T) {
 // first attempt lands. It must change nothing: were it to tombstone the trimmed seq, a
 // retried append of the event's id would take the id over and append the event again.
 func TestQueueAbortLandsAfterTrim(t *testing.T) {
-	s := openQueueStore(t)
-	f := holdWrites(t, s, false)
-	ctx := ctxT(t, time.Minute)
-	name := qname(t)
-	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	s, f, ctx, name, _ := heldQueue(t)
 	table := s.QueueTable()
 	// A producer that has claimed its id, reserved its seq and placed the id there,
 	// and not yet written: a hole.
@@ -326,11 +315,7 @@ func TestQueueCommitRoundTrips(t *testing.T) {
 // never delivered them and nobody acked them (found by the queue chaos checker on
 // Aerospike).
 func TestQueueCommitInDoubtThenTakenOver(t *testing.T) {
-	s := openQueueStore(t)
-	f := holdWrites(t, s, false)
-	ctx := ctxT(t, time.Minute)
-	name := qname(t)
-	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	s, f, ctx, name, stored := heldQueue(t)
 	row := offsetRow(name, "g", 0)
 	_, err := s.ClaimQueuePartition(ctx, name, "g", 0, 7)
 	must(t, err, "ClaimQueuePartition 7")
@@ -349,9 +334,7 @@ func TestQueueCommitInDoubtThenTakenOver(t *testing.T) {
 	if dcsync.CodeOf(err) != dcsync.Connection {
 		t.Fatalf("commit applied in doubt, then taken over: %v, want Connection (outcome unknown; it did land)", err)
 	}
-	offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
-	must(t, err, "ReadQueueOffsets")
-	if offs[0].Next != 5 || offs[0].Token != 8 {
-		t.Fatalf("offset %+v, want the commit's Next 5 under token 8", offs[0])
+	if got := stored(); got.Next != 5 || got.Token != 8 {
+		t.Fatalf("offset %+v, want the commit's Next 5 under token 8", got)
 	}
 }
