@@ -229,32 +229,41 @@ func (l Lifetime) check(t testing.TB, ctx context.Context, k dcsync.Key, j JavaL
 	CheckEnd(t, ctx, l.Store, k, func() (int64, error) { return j.Count(ctx, k.Level.String()) }, created, 1, ttl, endBy)
 }
 
-// DcsyncCreatesJavaAndDcsyncCountDown: dcsync creates a DC latch of 3 with TTL ttl; a
-// Java service whose latch TTL is javaTTL(ttl) counts it down at +TTL/6, dcsync at
-// +dcsyncAt(ttl). The latch must end by endBy(ttl, when the Java count-down returned).
-// The scenario runs at larger time scales while the machine is too slow (Scaled).
-func (l Lifetime) DcsyncCreatesJavaAndDcsyncCountDown(t testing.TB, ctx context.Context,
-	javaTTL, dcsyncAt func(ttl time.Duration) time.Duration, endBy func(ttl, lastJava time.Duration) time.Duration) {
+// DcsyncCreates is a latch lifetime scenario: dcsync creates a latch of 3 at Level in
+// dc1 with TTL ttl; at +TTL/6 a Java service in JavaFarm whose latch TTL is
+// JavaTTL(ttl) counts it down, then dcsync from DcsyncFarm at +DcsyncAt(ttl) (at once
+// when that has passed). The latch must end by EndBy(ttl, when the Java count-down
+// returned).
+type DcsyncCreates struct {
+	Level                dcsync.Level
+	JavaFarm, DcsyncFarm string
+	JavaTTL, DcsyncAt    func(ttl time.Duration) time.Duration
+	EndBy                func(ttl, lastJava time.Duration) time.Duration
+}
+
+// DcsyncCreates runs sc, at larger time scales while the machine is too slow (Scaled).
+func (l Lifetime) DcsyncCreates(t testing.TB, ctx context.Context, sc DcsyncCreates) {
 	l.scaled(t, func(ttl time.Duration, name string) *Steps {
-		k := l.key(dcsync.DC, name)
-		j := l.Java(name, "dc1", javaTTL(ttl))
+		k := l.key(sc.Level, name)
+		j := l.Java(name, sc.JavaFarm, sc.JavaTTL(ttl))
 		st := StartSteps(t, ttl*5/6)
 		if err := l.Store.CreateLatch(ctx, k, 3, ttl); err != nil {
 			t.Fatalf("dcsync create: %v", err)
 		}
 		created := time.Now()
 		time.Sleep(ttl/6 - time.Since(created))
-		if !st.InTime("Java count-down at +TTL/6", j.CountDown(ctx)) {
+		if !st.InTime("Java count-down from "+sc.JavaFarm+" at +TTL/6", j.CountDown(ctx)) {
 			return st
 		}
 		lastJava := time.Since(created)
-		at := dcsyncAt(ttl)
+		at := sc.DcsyncAt(ttl)
 		time.Sleep(at - time.Since(created))
-		step := fmt.Sprintf("dcsync count-down at +%v (TTL %v)", at, ttl)
-		if !l.countDown(ctx, st, k, 1, step) {
+		kd := k
+		kd.Farm = sc.DcsyncFarm
+		if !l.countDown(ctx, st, kd, 1, fmt.Sprintf("dcsync count-down from %s at +%v (TTL %v)", sc.DcsyncFarm, at, ttl)) {
 			return st
 		}
-		l.check(t, ctx, k, j, created, ttl, endBy(ttl, lastJava))
+		l.check(t, ctx, k, j, created, ttl, sc.EndBy(ttl, lastJava))
 		return nil
 	})
 }
@@ -281,35 +290,6 @@ func (l Lifetime) JavaCreatesDcsyncAndJavaCountDown(t testing.TB, ctx context.Co
 			return st
 		}
 		l.check(t, ctx, k, j, created, ttl, endBy(ttl, time.Since(created)))
-		return nil
-	})
-}
-
-// XDCDcsyncCreatesJavaCountsDownFromAnotherFarm: dcsync creates an XDC latch of 3 in
-// dc1 with TTL ttl; a Java service in dc2 whose latch TTL is ttl counts it down at
-// +TTL/6, then dcsync from dc3. The latch must end by endBy(ttl, when the Java
-// count-down returned). The scenario runs at larger time scales while the machine is
-// too slow (Scaled).
-func (l Lifetime) XDCDcsyncCreatesJavaCountsDownFromAnotherFarm(t testing.TB, ctx context.Context, endBy func(ttl, lastJava time.Duration) time.Duration) {
-	l.scaled(t, func(ttl time.Duration, name string) *Steps {
-		k := l.key(dcsync.XDC, name)
-		j2 := l.Java(name, "dc2", ttl)
-		st := StartSteps(t, ttl*5/6)
-		if err := l.Store.CreateLatch(ctx, k, 3, ttl); err != nil {
-			t.Fatalf("dcsync XDC create: %v", err)
-		}
-		created := time.Now()
-		time.Sleep(ttl/6 - time.Since(created))
-		if !st.InTime("Java count-down from dc2", j2.CountDown(ctx)) {
-			return st
-		}
-		lastJava := time.Since(created)
-		k3 := k
-		k3.Farm = "dc3"
-		if !l.countDown(ctx, st, k3, 1, "dcsync count-down from dc3") {
-			return st
-		}
-		l.check(t, ctx, k, j2, created, ttl, endBy(ttl, lastJava))
 		return nil
 	})
 }

@@ -35,19 +35,12 @@ func TestChaosDroppedReplies(t *testing.T) {
 				Open: func(context.Context) (driver.Store, error) {
 					return aerospike.New(c, aerospike.Config{Namespace: namespace, Timeout: 150 * time.Millisecond, Attempts: 8})
 				},
-				Goroutine: 4,
-				Locks:     32, // fewer than the default: the latch workers keep their share of the store
-				Duration:  5 * time.Second,
-				Level:     level,
-				Name:      unique("chaos"),
-				Fault: func(r *rand.Rand) string {
-					if r.IntN(4) == 0 {
-						p.CloseConnections()
-						return "connections-reset"
-					}
-					p.DropResponses(1+r.IntN(2), nil)
-					return "dropped-reply"
-				},
+				Goroutine:  4,
+				Locks:      32, // fewer than the default: the latch workers keep their share of the store
+				Duration:   5 * time.Second,
+				Level:      level,
+				Name:       unique("chaos"),
+				Fault:      p.dropOrReset,
 				FaultEvery: 300 * time.Millisecond,
 			})
 		})

@@ -340,13 +340,15 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 	}}
 	// A Java update resets the record's TTL to the Java TTL from the update.
 	javaEnd := func(ttl, lastJava time.Duration) time.Duration { return max(ttl, lastJava+ttl) + slack }
+	same := func(ttl time.Duration) time.Duration { return ttl }
+	now := func(time.Duration) time.Duration { return 0 }
 
 	t.Run("DcsyncCreatesJavaAndDcsyncCountDown", func(t *testing.T) {
 		// The Java service's TTL is 4/3 TTL: its count-down at +TTL/6 lengthens the latch.
-		l.DcsyncCreatesJavaAndDcsyncCountDown(t, ctx,
-			func(ttl time.Duration) time.Duration { return ttl * 4 / 3 },
-			func(ttl time.Duration) time.Duration { return ttl / 3 },
-			func(ttl, lastJava time.Duration) time.Duration { return max(ttl, lastJava+ttl*4/3) + slack })
+		l.DcsyncCreates(t, ctx, javaclients.DcsyncCreates{Level: dcsync.DC, JavaFarm: "dc1", DcsyncFarm: "dc1",
+			JavaTTL:  func(ttl time.Duration) time.Duration { return ttl * 4 / 3 },
+			DcsyncAt: func(ttl time.Duration) time.Duration { return ttl / 3 },
+			EndBy:    func(ttl, lastJava time.Duration) time.Duration { return max(ttl, lastJava+ttl*4/3) + slack }})
 	})
 
 	t.Run("JavaCreatesDcsyncAndJavaCountDown", func(t *testing.T) {
@@ -375,6 +377,7 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 	})
 
 	t.Run("XDCDcsyncCreatesJavaCountsDownFromAnotherFarm", func(t *testing.T) {
-		l.XDCDcsyncCreatesJavaCountsDownFromAnotherFarm(t, ctx, javaEnd)
+		l.DcsyncCreates(t, ctx, javaclients.DcsyncCreates{Level: dcsync.XDC, JavaFarm: "dc2", DcsyncFarm: "dc3",
+			JavaTTL: same, DcsyncAt: now, EndBy: javaEnd})
 	})
 }

@@ -36,19 +36,12 @@ func TestChaosInDoubtWrites(t *testing.T) {
 		t.Run(level.String(), func(t *testing.T) {
 			s, f := faultyStore(t)
 			chaos.RunT(t, chaos.Scenario{
-				Open:      func(context.Context) (driver.Store, error) { return keepOpen{s}, nil },
-				Goroutine: 4,
-				Locks:     32, // fewer than the default: the latch workers keep their share of the store
-				Level:     level,
-				Name:      fmt.Sprintf("chaos-%s-%d", level, time.Now().UnixNano()),
-				Fault: func(r *rand.Rand) string {
-					if r.IntN(2) == 0 {
-						f.set(lostAck)
-						return "dropped-reply"
-					}
-					f.set(notSent)
-					return "not-sent"
-				},
+				Open:       func(context.Context) (driver.Store, error) { return keepOpen{s}, nil },
+				Goroutine:  4,
+				Locks:      32, // fewer than the default: the latch workers keep their share of the store
+				Level:      level,
+				Name:       fmt.Sprintf("chaos-%s-%d", level, time.Now().UnixNano()),
+				Fault:      f.lostOrNotSent,
 				FaultEvery: 200 * time.Millisecond,
 			})
 		})

@@ -2,6 +2,7 @@ package hbase
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -47,6 +48,17 @@ func (f *faulty) set(plan ...fault) {
 	f.plan = plan
 	f.calls = 0
 	f.mu.Unlock()
+}
+
+// lostOrNotSent is a chaos fault (chaos.Scenario.Fault): the next conditional write is
+// applied with its reply lost, or (half the time) not sent, with the same error.
+func (f *faulty) lostOrNotSent(r *rand.Rand) string {
+	if r.IntN(2) == 0 {
+		f.set(lostAck)
+		return "dropped-reply"
+	}
+	f.set(notSent)
+	return "not-sent"
 }
 
 func errUnknown() error {

@@ -412,12 +412,11 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 	}}
 	// A Java update extends the farm cell it touches to the update + TTL.
 	javaEnd := func(ttl, lastJava time.Duration) time.Duration { return lastJava + ttl + slack }
+	same := func(ttl time.Duration) time.Duration { return ttl }
 
 	t.Run("DcsyncCreatesJavaAndDcsyncCountDown", func(t *testing.T) {
-		l.DcsyncCreatesJavaAndDcsyncCountDown(t, ctx,
-			func(ttl time.Duration) time.Duration { return ttl },
-			func(ttl time.Duration) time.Duration { return ttl * 2 / 3 },
-			javaEnd)
+		l.DcsyncCreates(t, ctx, javaclients.DcsyncCreates{Level: dcsync.DC, JavaFarm: "dc1", DcsyncFarm: "dc1",
+			JavaTTL: same, DcsyncAt: func(ttl time.Duration) time.Duration { return ttl * 2 / 3 }, EndBy: javaEnd})
 	})
 
 	t.Run("JavaCreatesDcsyncAndJavaCountDown", func(t *testing.T) {
@@ -428,8 +427,9 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 		// The Java count-down from dc2 creates C:count_dc2 = -1 with no TTL: it outlives
 		// the latch. dcsync must not read a sum without the creator's cell: the latch
 		// ends whole at creation + TTL.
-		l.XDCDcsyncCreatesJavaCountsDownFromAnotherFarm(t, ctx,
-			func(ttl, _ time.Duration) time.Duration { return ttl + slack })
+		l.DcsyncCreates(t, ctx, javaclients.DcsyncCreates{Level: dcsync.XDC, JavaFarm: "dc2", DcsyncFarm: "dc3",
+			JavaTTL: same, DcsyncAt: func(time.Duration) time.Duration { return 0 },
+			EndBy: func(ttl, _ time.Duration) time.Duration { return ttl + slack }})
 	})
 }
 
