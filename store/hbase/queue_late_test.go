@@ -29,6 +29,19 @@ func heldQueue(t *testing.T) (s *Store, f *heldWrites, ctx context.Context, name
 	return s, f, ctx, name, stored
 }
 
+// landsLate delivers the held first attempt of what (and what came before it lands)
+// and fails t if it was applied, or if the stored offset is not want after it (lost:
+// what its landing would do).
+func landsLate(t *testing.T, f *heldWrites, stored func() driver.QueueOffset, want driver.QueueOffset, what, lost string) {
+	t.Helper()
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("the late first attempt of %s was applied", what)
+	}
+	if got := stored(); got != want {
+		t.Fatalf("after the late first attempt of %s: offset %+v, want %+v (%s)", what, got, want, lost)
+	}
+}
+
 // TestQueueCommitLandsLate is issue 14's defect 1 on the real HBase: a commit whose
 // first attempt is held back (in doubt: the store retries it, and the retry applies)
 // and delivered after the owner's next commit must change nothing. Before the fix the
@@ -50,12 +63,7 @@ func TestQueueCommitLandsLate(t *testing.T) {
 	// The owner's next commit, v2 (Next 9), then the first attempt of v1 lands.
 	v2 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 2}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v2), "commit v2")
-	if applied := f.deliver(t); applied[0] {
-		t.Errorf("the late first attempt of commit v1 was applied after commit v2")
-	}
-	if got := stored(); got != v2 {
-		t.Fatalf("after v1's late first attempt: offset %+v, want v2 %+v (Next went back from %d to %d)", got, v2, v2.Next, got.Next)
-	}
+	landsLate(t, f, stored, v2, "commit v1, after commit v2", "else Next goes back from 9 to 5")
 
 	// The same with marks: a late attempt must not lose a mark either.
 	marks, err := driver.EncodeQueueMarks(9, []driver.QueueMark{{Seq: 11, Acked: true}})
@@ -65,12 +73,7 @@ func TestQueueCommitLandsLate(t *testing.T) {
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v3), "commit v3 whose first attempt is held")
 	v4 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 4, Marks: marks}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v4), "commit v4 (entry 11 acked out of order)")
-	if applied := f.deliver(t); applied[0] {
-		t.Errorf("the late first attempt of commit v3 was applied after commit v4")
-	}
-	if got := stored(); got != v4 {
-		t.Fatalf("after v3's late first attempt: offset %+v, want v4 %+v (the mark of entry 11 lost)", got, v4)
-	}
+	landsLate(t, f, stored, v4, "commit v3, after commit v4", "else the mark of entry 11 is lost")
 
 	// A commit held until after a new owner's claim: refused too.
 	v5 := driver.QueueOffset{Token: 7, Next: 12, Held: true, Version: 5}
@@ -81,12 +84,7 @@ func TestQueueCommitLandsLate(t *testing.T) {
 	if off != (driver.QueueOffset{Token: 8, Next: 12, Held: true, Version: 5}) {
 		t.Fatalf("claim returned %+v", off)
 	}
-	if applied := f.deliver(t); applied[0] {
-		t.Errorf("the late first attempt of commit v5 was applied after a new owner's claim")
-	}
-	if got := stored(); got != off {
-		t.Fatalf("after v5's late first attempt: offset %+v, want %+v (the claim's token lost)", got, off)
-	}
+	landsLate(t, f, stored, off, "commit v5, after a new owner's claim", "else the claim's token is lost")
 }
 
 // TestQueueClaimLandsLate: a claim whose first attempt is held back and delivered
@@ -104,12 +102,7 @@ func TestQueueClaimLandsLate(t *testing.T) {
 	}
 	v1 := driver.QueueOffset{Token: 3, Next: 4, Held: true, Version: 1}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit v1")
-	if applied := f.deliver(t); applied[0] {
-		t.Errorf("the late first attempt of the claim was applied after the owner's commit")
-	}
-	if got := stored(); got != v1 {
-		t.Fatalf("after the claim's late first attempt: %+v, want %+v", got, v1)
-	}
+	landsLate(t, f, stored, v1, "the claim, after the owner's commit", "else the commit is lost")
 	// A claim of token 4 whose first attempt is held (its retry applies), then token
 	// 6 claims, then token 4's first attempt lands: refused.
 	f.holdAfter(0, row)
@@ -120,12 +113,7 @@ func TestQueueClaimLandsLate(t *testing.T) {
 	}
 	_, err = s.ClaimQueuePartition(ctx, name, "g", 0, 6)
 	must(t, err, "claim 6")
-	if applied := f.deliver(t); applied[0] {
-		t.Errorf("claim 4's late first attempt was applied after claim 6")
-	}
-	if want := (driver.QueueOffset{Token: 6, Next: 4, Held: true, Version: 1}); stored() != want {
-		t.Fatalf("after claim 4's late attempt: %+v, want %+v", stored(), want)
-	}
+	landsLate(t, f, stored, driver.QueueOffset{Token: 6, Next: 4, Held: true, Version: 1}, "claim 4, after claim 6", "else token 6 is lost")
 	// A claim whose attempt applied with its reply lost: the retry finds the token.
 	lost := &queueFaults{queueOps: s.client, plan: map[string]int{"CheckAndMutate": 1}, hit: map[string]int{}}
 	s.queue().db = lost
@@ -195,12 +183,7 @@ func TestQueueOffsetOldCell(t *testing.T) {
 	if want := (driver.QueueOffset{Token: 6, Next: 8, Held: true, Version: 1}); off != want {
 		t.Fatalf("claim returned %+v, want %+v", off, want)
 	}
-	if applied := f.deliver(t); applied[0] {
-		t.Errorf("the late first attempt of the commit over the old cell was applied after a claim")
-	}
-	if got := stored(); got != off {
-		t.Fatalf("after the late attempt: %+v; want %+v", got, off)
-	}
+	landsLate(t, f, stored, off, "the commit over the old cell, after a claim", "else the claim is lost")
 }
 
 // TestQueueAbortLandsAfterTrim: a consumer's abort of a seq (a hole) is in doubt and its
