@@ -220,55 +220,23 @@ func TestJavaClientsLock(t *testing.T) {
 				m, err := lock.New(e.s, client, "dc1", lock.WithLevel(lv), lock.WithTTL(time.Minute))
 				jcMust(t, err, "lock.New")
 
-				jcMust(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "Java acquire")
 				set := "XDC#" + e.lockSf
 				if lv == dcsync.DC {
 					set = "DC#dc1#" + e.lockSf
 				}
-				rec, err := e.tool.AerospikeGet(ctx, e.ns, set, client+"#"+name)
-				jcMust(t, err, "raw get")
-				if !rec.Found || rec.Bins["dc1##data"] != float64(1) || rec.Bins["dc1##uat"] == nil {
-					t.Fatalf("Java lock record %+v, want bins dc1##data = 1 and dc1##uat", rec)
-				}
-				_, err = m.TryAcquire(ctx, name)
-				jcCode(t, err, dcsync.LockUnavailable, "dcsync acquire of a Java-held lock")
-				jcCode(t, m.Release(ctx, name, "someone"), dcsync.LockLost, "dcsync release of a Java-held lock")
-				if je := javaclients.AsError(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "second Java acquire"); !je.Unavailable() {
-					t.Fatalf("second Java acquire after a dcsync release: %v, want LOCK_UNAVAILABLE (the Java holder's lock must survive)", je)
-				}
-				jcMust(t, e.tool.AerospikeLockRelease(ctx, j), "Java release")
-
-				l, err := m.TryAcquire(ctx, name)
-				jcMust(t, err, "dcsync acquire after the Java release")
-				if je := javaclients.AsError(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "Java acquire of a dcsync-held lock"); !je.Unavailable() {
-					t.Fatalf("Java acquire of a dcsync-held lock: %v, want LOCK_UNAVAILABLE", je)
-				}
-				jcMust(t, l.Release(ctx), "dcsync release")
-				jcMust(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "Java acquire after the dcsync release")
-				jcMust(t, e.tool.AerospikeLockRelease(ctx, j), "Java release")
-
-				// A stray Java release deletes whoever holds the lock; dcsync must say so.
-				l2, err := m.TryAcquire(ctx, name)
-				jcMust(t, err, "dcsync acquire")
-				if l2.Token() <= l.Token() {
-					t.Fatalf("token %d after %d: a Java acquisition in between must not reset the fence", l2.Token(), l.Token())
-				}
-				jcMust(t, e.tool.AerospikeLockRelease(ctx, j), "a stray Java release")
-				jcCode(t, l2.Release(ctx), dcsync.LockLost, "dcsync release after a stray Java delete")
-
-				// A dcsync holder whose lease lapsed while a Java service took the lock:
-				// its late release must leave the Java holder's lock alone.
-				l3, err := m.TryAcquire(ctx, name, lock.TTL(time.Second))
-				jcMust(t, err, "dcsync acquire with a 1s lease")
-				lapsed := time.Now().Add(time.Second)
-				time.Sleep(time.Until(lapsed))
-				jcMust(t, e.tool.AerospikeLockAcquire(ctx, j, time.Minute, 5*time.Second, 50*time.Millisecond), "Java acquire (waiting) after the dcsync lease lapsed")
-				t.Logf("the Java acquire succeeded %v after the dcsync lease ended", time.Since(lapsed).Round(10*time.Millisecond))
-				jcCode(t, l3.Release(ctx), dcsync.LockLost, "late dcsync release of a lapsed lease")
-				if je := javaclients.AsError(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "Java acquire after the late dcsync release"); !je.Unavailable() {
-					t.Fatalf("after a late dcsync release the Java holder's lock is gone: %v", je)
-				}
-				jcMust(t, e.tool.AerospikeLockRelease(ctx, j), "Java release")
+				javaclients.LockExclusion(t, ctx, m, name, javaclients.JavaLock{
+					TryAcquire: func(ctx context.Context, ttl time.Duration) error { return e.tool.AerospikeLockTryAcquire(ctx, j, ttl) },
+					Acquire: func(ctx context.Context, ttl, timeout, sleep time.Duration) error {
+						return e.tool.AerospikeLockAcquire(ctx, j, ttl, timeout, sleep)
+					},
+					Release: func(ctx context.Context) error { return e.tool.AerospikeLockRelease(ctx, j) },
+				}, func() {
+					rec, err := e.tool.AerospikeGet(ctx, e.ns, set, client+"#"+name)
+					jcMust(t, err, "raw get")
+					if !rec.Found || rec.Bins["dc1##data"] != float64(1) || rec.Bins["dc1##uat"] == nil {
+						t.Fatalf("Java lock record %+v, want bins dc1##data = 1 and dc1##uat", rec)
+					}
+				}, nil)
 			})
 		}
 	}

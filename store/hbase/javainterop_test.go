@@ -229,66 +229,31 @@ func TestJavaClientsLock(t *testing.T) {
 					t.Fatalf("Java row key %s, dcsync %s", rowHex, want)
 				}
 
-				// Java holds: dcsync cannot take it, and its release does not remove it.
-				must(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire")
-				_, err = m.TryAcquire(ctx, name)
-				wantCode(t, err, dcsync.LockUnavailable, "dcsync acquire of a Java-held lock")
-				wantCode(t, m.Release(ctx, name, "someone"), dcsync.LockLost, "dcsync release of a Java-held lock")
-				if je := javaclients.AsError(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "second Java acquire"); !je.Unavailable() {
-					t.Fatalf("second Java acquire after a dcsync release: %v, want LOCK_UNAVAILABLE (the Java holder's lock must survive)", je)
-				}
-				st, err := m.Inspect(ctx, name)
-				must(t, err, "Inspect of a Java-held lock")
-				if st.Owner != "" || st.Token != 0 {
-					t.Fatalf("Inspect of a Java-held lock = %+v, want no owner, token 0", st)
-				}
-				must(t, e.tool.HBaseLockRelease(ctx, j), "Java release")
-
-				// dcsync holds: Java cannot take it.
-				l, err := m.TryAcquire(ctx, name)
-				must(t, err, "dcsync acquire after the Java release")
-				// What the Java client sees of a dcsync-held row: the Java marker D:L = "M"
-				// (dcsync's own cells beside it are not the Java library's concern).
-				_, cells, err := e.tool.HBaseRow(ctx, e.lockTable, logical)
-				must(t, err, "raw row")
-				marker := false
-				for _, c := range cells {
-					marker = marker || (c.Family == "D" && c.Qualifier == "L" && c.ValueHex == "4d")
-				}
-				if !marker {
-					t.Fatalf("a dcsync-held row as the Java client reads it has no D:L = \"M\": %+v", cells)
-				}
-				if je := javaclients.AsError(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire of a dcsync-held lock"); !je.Unavailable() {
-					t.Fatalf("Java acquire of a dcsync-held lock: %v, want LOCK_UNAVAILABLE", je)
-				}
-				must(t, l.Release(ctx), "dcsync release")
-				must(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire after the dcsync release")
-
-				// A Java release is an unconditional delete: a Java service that releases a
-				// lock it does not hold (its lease lapsed, or a bug) removes whoever holds
-				// it. dcsync cannot prevent that; it must report it as LockLost.
-				must(t, e.tool.HBaseLockRelease(ctx, j), "Java release")
-				l2, err := m.TryAcquire(ctx, name)
-				must(t, err, "dcsync acquire")
-				if l2.Token() <= l.Token() {
-					t.Fatalf("token %d after %d: a Java acquisition in between must not reset the fence", l2.Token(), l.Token())
-				}
-				must(t, e.tool.HBaseLockRelease(ctx, j), "a stray Java release")
-				wantCode(t, l2.Release(ctx), dcsync.LockLost, "dcsync release after a stray Java delete")
-
-				// A dcsync holder whose lease lapsed while a Java service took the lock:
-				// its late release must leave the Java holder's lock alone.
-				l3, err := m.TryAcquire(ctx, name, lock.TTL(time.Second))
-				must(t, err, "dcsync acquire with a 1s lease")
-				lapsed := time.Now().Add(time.Second)
-				time.Sleep(time.Until(lapsed))
-				must(t, e.tool.HBaseLockAcquire(ctx, j, time.Minute, 5*time.Second, 50*time.Millisecond), "Java acquire (waiting) after the dcsync lease lapsed")
-				t.Logf("the Java acquire succeeded %v after the dcsync lease ended", time.Since(lapsed).Round(10*time.Millisecond))
-				wantCode(t, l3.Release(ctx), dcsync.LockLost, "late dcsync release of a lapsed lease")
-				if je := javaclients.AsError(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire after the late dcsync release"); !je.Unavailable() {
-					t.Fatalf("after a late dcsync release the Java holder's lock is gone: %v", je)
-				}
-				must(t, e.tool.HBaseLockRelease(ctx, j), "Java release")
+				javaclients.LockExclusion(t, ctx, m, name, javaclients.JavaLock{
+					TryAcquire: func(ctx context.Context, ttl time.Duration) error { return e.tool.HBaseLockTryAcquire(ctx, j, ttl) },
+					Acquire: func(ctx context.Context, ttl, timeout, sleep time.Duration) error {
+						return e.tool.HBaseLockAcquire(ctx, j, ttl, timeout, sleep)
+					},
+					Release: func(ctx context.Context) error { return e.tool.HBaseLockRelease(ctx, j) },
+				}, func() {
+					st, err := m.Inspect(ctx, name)
+					must(t, err, "Inspect of a Java-held lock")
+					if st.Owner != "" || st.Token != 0 {
+						t.Fatalf("Inspect of a Java-held lock = %+v, want no owner, token 0", st)
+					}
+				}, func() {
+					// What the Java client sees of a dcsync-held row: the Java marker D:L =
+					// "M" (dcsync's own cells beside it are not the Java library's concern).
+					_, cells, err := e.tool.HBaseRow(ctx, e.lockTable, logical)
+					must(t, err, "raw row")
+					marker := false
+					for _, c := range cells {
+						marker = marker || (c.Family == "D" && c.Qualifier == "L" && c.ValueHex == "4d")
+					}
+					if !marker {
+						t.Fatalf("a dcsync-held row as the Java client reads it has no D:L = \"M\": %+v", cells)
+					}
+				})
 			})
 		}
 	}
