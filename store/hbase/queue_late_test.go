@@ -29,16 +29,16 @@ func heldQueue(t *testing.T) (s *Store, f *heldWrites, ctx context.Context, name
 	return s, f, ctx, name, stored
 }
 
-// landsLate delivers the held first attempt of what (and what came before it lands)
+// landsLate delivers the held first attempt of what, after the writes since (after),
 // and fails t if it was applied, or if the stored offset is not want after it (lost:
 // what its landing would do).
-func landsLate(t *testing.T, f *heldWrites, stored func() driver.QueueOffset, want driver.QueueOffset, what, lost string) {
+func landsLate(t *testing.T, f *heldWrites, stored func() driver.QueueOffset, want driver.QueueOffset, what, after, lost string) {
 	t.Helper()
 	if applied := f.deliver(t); applied[0] {
-		t.Errorf("the late first attempt of %s was applied", what)
+		t.Errorf("the late first attempt of %s was applied after %s", what, after)
 	}
 	if got := stored(); got != want {
-		t.Fatalf("after the late first attempt of %s: offset %+v, want %+v (%s)", what, got, want, lost)
+		t.Fatalf("after the late first attempt of %s (after %s): offset %+v, want %+v (%s)", what, after, got, want, lost)
 	}
 }
 
@@ -63,7 +63,7 @@ func TestQueueCommitLandsLate(t *testing.T) {
 	// The owner's next commit, v2 (Next 9), then the first attempt of v1 lands.
 	v2 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 2}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v2), "commit v2")
-	landsLate(t, f, stored, v2, "commit v1, after commit v2", "else Next goes back from 9 to 5")
+	landsLate(t, f, stored, v2, "commit v1", "commit v2", "else Next goes back from 9 to 5")
 
 	// The same with marks: a late attempt must not lose a mark either.
 	marks, err := driver.EncodeQueueMarks(9, []driver.QueueMark{{Seq: 11, Acked: true}})
@@ -73,7 +73,7 @@ func TestQueueCommitLandsLate(t *testing.T) {
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v3), "commit v3 whose first attempt is held")
 	v4 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 4, Marks: marks}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v4), "commit v4 (entry 11 acked out of order)")
-	landsLate(t, f, stored, v4, "commit v3, after commit v4", "else the mark of entry 11 is lost")
+	landsLate(t, f, stored, v4, "commit v3", "commit v4", "else the mark of entry 11 is lost")
 
 	// A commit held until after a new owner's claim: refused too.
 	v5 := driver.QueueOffset{Token: 7, Next: 12, Held: true, Version: 5}
@@ -84,7 +84,7 @@ func TestQueueCommitLandsLate(t *testing.T) {
 	if off != (driver.QueueOffset{Token: 8, Next: 12, Held: true, Version: 5}) {
 		t.Fatalf("claim returned %+v", off)
 	}
-	landsLate(t, f, stored, off, "commit v5, after a new owner's claim", "else the claim's token is lost")
+	landsLate(t, f, stored, off, "commit v5", "a new owner's claim", "else the claim's token is lost")
 }
 
 // TestQueueClaimLandsLate: a claim whose first attempt is held back and delivered
@@ -102,7 +102,7 @@ func TestQueueClaimLandsLate(t *testing.T) {
 	}
 	v1 := driver.QueueOffset{Token: 3, Next: 4, Held: true, Version: 1}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit v1")
-	landsLate(t, f, stored, v1, "the claim, after the owner's commit", "else the commit is lost")
+	landsLate(t, f, stored, v1, "the claim", "the owner's commit", "else the commit is lost")
 	// A claim of token 4 whose first attempt is held (its retry applies), then token
 	// 6 claims, then token 4's first attempt lands: refused.
 	f.holdAfter(0, row)
@@ -113,7 +113,7 @@ func TestQueueClaimLandsLate(t *testing.T) {
 	}
 	_, err = s.ClaimQueuePartition(ctx, name, "g", 0, 6)
 	must(t, err, "claim 6")
-	landsLate(t, f, stored, driver.QueueOffset{Token: 6, Next: 4, Held: true, Version: 1}, "claim 4, after claim 6", "else token 6 is lost")
+	landsLate(t, f, stored, driver.QueueOffset{Token: 6, Next: 4, Held: true, Version: 1}, "claim 4", "claim 6", "else token 6 is lost")
 	// A claim whose attempt applied with its reply lost: the retry finds the token.
 	lost := &queueFaults{queueOps: s.client, plan: map[string]int{"CheckAndMutate": 1}, hit: map[string]int{}}
 	s.queue().db = lost
@@ -183,7 +183,7 @@ func TestQueueOffsetOldCell(t *testing.T) {
 	if want := (driver.QueueOffset{Token: 6, Next: 8, Held: true, Version: 1}); off != want {
 		t.Fatalf("claim returned %+v, want %+v", off, want)
 	}
-	landsLate(t, f, stored, off, "the commit over the old cell, after a claim", "else the claim is lost")
+	landsLate(t, f, stored, off, "the commit over the old cell", "a claim", "else the claim is lost")
 }
 
 // TestQueueAbortLandsAfterTrim: a consumer's abort of a seq (a hole) is in doubt and its
