@@ -339,6 +339,25 @@ func runQueue(t *testing.T, sc QueueScenario) QueueReport {
 	return rep
 }
 
+// passQueue runs sc and fails t unless the queue drained with no violation.
+func passQueue(t *testing.T, sc QueueScenario) QueueReport {
+	t.Helper()
+	rep := runQueue(t, sc)
+	if !rep.OK() || !rep.Drained {
+		t.Fatalf("violations, or not drained:\n%v", rep)
+	}
+	return rep
+}
+
+// findQueue runs sc and fails t unless the checker found a violation of kind v: sc's
+// store is broken, as broken says.
+func findQueue(t *testing.T, sc QueueScenario, v, broken string) {
+	t.Helper()
+	if rep := runQueue(t, sc); rep.Violations[v] == 0 {
+		t.Fatalf("the checker passed %s:\n%v", broken, rep)
+	}
+}
+
 type offKey struct {
 	group string
 	p     int
@@ -404,9 +423,8 @@ func churnScenario(open func(context.Context) (driver.Store, error)) QueueScenar
 // TestQueueHarnessPassesACorrectStore: the scenario of the broken stores below, on the
 // memory store as it is, passes.
 func TestQueueHarnessPassesACorrectStore(t *testing.T) {
-	rep := runQueue(t, churnScenario(memoryQueue()))
-	if !rep.OK() || !rep.Drained || rep.Events < 3000 {
-		t.Fatalf("violations, or not drained:\n%v", rep)
+	if rep := passQueue(t, churnScenario(memoryQueue())); rep.Events < 3000 {
+		t.Fatalf("%d events, want at least 3000:\n%v", rep.Events, rep)
 	}
 }
 
@@ -416,11 +434,8 @@ func TestQueueHarnessFindsARewindingStore(t *testing.T) {
 	rs := &rewindStore{Store: keepQueueStore{memory.New()}, commits: map[offKey][]driver.QueueOffset{}}
 	sc := churnScenario(func(context.Context) (driver.Store, error) { return rs.Store, nil })
 	sc.Wrap = func(driver.Store) driver.Store { return rs }
-	rep := runQueue(t, sc)
-	t.Logf("offsets rewound: %d", rs.rewinds)
-	if rep.Violations[ViolationRedelivered] == 0 {
-		t.Fatalf("the checker passed a store whose offsets move backwards:\n%v", rep)
-	}
+	defer func() { t.Logf("offsets rewound: %d", rs.rewinds) }()
+	findQueue(t, sc, ViolationRedelivered, "a store whose offsets move backwards")
 }
 
 // lostMarksStore breaks defect 2's guarantee on a consumer that persists acks out of
@@ -448,20 +463,14 @@ func rebalanceScenario(open func(context.Context) (driver.Store, error)) QueueSc
 func TestQueueHarnessFindsLostMarks(t *testing.T) {
 	sc := rebalanceScenario(memoryQueue())
 	sc.Wrap = func(s driver.Store) driver.Store { return lostMarksStore{s} }
-	rep := runQueue(t, sc)
-	if rep.Violations[ViolationRedelivered] == 0 {
-		t.Fatalf("the checker passed a rebalance that loses acks above a pending nack:\n%v", rep)
-	}
+	findQueue(t, sc, ViolationRedelivered, "a rebalance that loses acks above a pending nack")
 }
 
 // TestQueueRebalanceWithANackPending is defect 2 on the real consumer and the memory
 // store, no fault: it fails on a consumer that releases a partition with a nacked
 // event pending and commits only the acked prefix (main at 55e0164).
 func TestQueueRebalanceWithANackPending(t *testing.T) {
-	rep := runQueue(t, rebalanceScenario(memoryQueue()))
-	if !rep.OK() || !rep.Drained {
-		t.Fatalf("violations:\n%v", rep)
-	}
+	passQueue(t, rebalanceScenario(memoryQueue()))
 }
 
 // ghostDeadLetters breaks defect 3's guarantee: now and then, when a consumer reads an
@@ -515,18 +524,12 @@ func TestQueueHarnessFindsGhostDeadLetters(t *testing.T) {
 	sc := churnScenario(memoryQueue())
 	sc.Freeze = false
 	sc.Wrap = func(s driver.Store) driver.Store { return &ghostDeadLetters{Store: s, partitions: 4, group: "g1"} }
-	rep := runQueue(t, sc)
-	if rep.Violations[ViolationDeadAndAcked] == 0 {
-		t.Fatalf("the checker passed events both dead-lettered and acked:\n%v", rep)
-	}
+	findQueue(t, sc, ViolationDeadAndAcked, "events both dead-lettered and acked")
 }
 
 // TestQueueDeadLettersUnderPauses is defect 3's scenario on the real consumer and the
 // memory store: many dead letters (30% nacked, 2 attempts) while owners are frozen past
 // their lease and consumers leave and join.
 func TestQueueDeadLettersUnderPauses(t *testing.T) {
-	rep := runQueue(t, deadLetterScenario(memoryQueue()))
-	if !rep.OK() || !rep.Drained {
-		t.Fatalf("violations:\n%v", rep)
-	}
+	passQueue(t, deadLetterScenario(memoryQueue()))
 }

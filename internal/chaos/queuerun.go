@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -250,10 +249,8 @@ func (sc QueueScenario) groupNames() []string {
 }
 
 type queueChild struct {
-	cfg   queueChildConfig
-	cmd   *exec.Cmd
-	stdin io.Closer
-	done  chan struct{}
+	cfg queueChildConfig
+	proc
 }
 
 // Run runs the scenario, drains the queue and checks the history.
@@ -350,7 +347,7 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 		if err := cmd.Start(); err != nil {
 			return err
 		}
-		c := &queueChild{cfg: cfg, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+		c := &queueChild{cfg: cfg, proc: proc{cmd: cmd, stdin: stdin, done: make(chan struct{})}}
 		go func() { _ = log.Collect(stdout); _ = cmd.Wait(); close(c.done) }()
 		mu.Lock()
 		children = append(children, c)
@@ -400,61 +397,46 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 	faultWG.Add(1)
 	go func() {
 		defer faultWG.Done()
-		r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
-		for sleep(faultCtx, sc.FaultEvery/2+time.Duration(r.Int64N(int64(sc.FaultEvery)))) {
-			var options []string
+		injectFaults(faultCtx, 11, sc.FaultEvery, sc.Fault, func() []injectFault {
+			var options []injectFault
 			consumers := live("consumer")
 			if sc.Pause && len(consumers) > 0 {
-				options = append(options, "pause")
+				options = append(options, func(r *rand.Rand) string {
+					consumers[r.IntN(len(consumers))].pause(pauseLength(r, sc.Lease))
+					return "pause"
+				})
 			}
 			mu.Lock()
 			stillProducing := producing
 			mu.Unlock()
 			if sc.Kill && (len(consumers) > 0 || stillProducing && len(live("producer")) > 0) {
-				options = append(options, "kill")
+				options = append(options, func(r *rand.Rand) string {
+					cand := consumers
+					if stillProducing {
+						cand = append(cand, live("producer")...)
+					}
+					if len(cand) == 0 {
+						return ""
+					}
+					c := cand[r.IntN(len(cand))]
+					c.kill()
+					mu.Lock()
+					restart := c.cfg.Role == "consumer" || producing
+					mu.Unlock()
+					if faultCtx.Err() == nil && restart {
+						_ = startChild(c.cfg)
+					}
+					return "kill-" + c.cfg.Role
+				})
 			}
 			if sc.Freeze && len(freezers) > 0 {
-				options = append(options, "freeze")
+				options = append(options, func(r *rand.Rand) string {
+					freezers[r.IntN(len(freezers))].freeze(pauseLength(r, sc.Lease))
+					return "freeze"
+				})
 			}
-			if sc.Fault != nil {
-				options = append(options, "store")
-			}
-			if len(options) == 0 {
-				continue
-			}
-			pause := sc.Lease + time.Duration(300+r.IntN(700))*time.Millisecond
-			switch options[r.IntN(len(options))] {
-			case "pause":
-				c := consumers[r.IntN(len(consumers))]
-				_ = c.cmd.Process.Signal(syscall.SIGSTOP)
-				sleep(context.Background(), pause)
-				_ = c.cmd.Process.Signal(syscall.SIGCONT)
-				fault("pause")
-			case "kill":
-				cand := consumers
-				if stillProducing {
-					cand = append(cand, live("producer")...)
-				}
-				if len(cand) == 0 {
-					continue
-				}
-				c := cand[r.IntN(len(cand))]
-				_ = c.cmd.Process.Kill()
-				<-c.done
-				fault("kill-" + c.cfg.Role)
-				mu.Lock()
-				restart := c.cfg.Role == "consumer" || producing
-				mu.Unlock()
-				if faultCtx.Err() == nil && restart {
-					_ = startChild(c.cfg)
-				}
-			case "freeze":
-				freezers[r.IntN(len(freezers))].freeze(pause)
-				fault("freeze")
-			case "store":
-				fault(sc.Fault(r))
-			}
-		}
+			return options
+		}, fault)
 	}()
 
 	// Production: until Events were enqueued or Duration passed.
@@ -488,18 +470,7 @@ func (sc QueueScenario) Run(ctx context.Context) (QueueReport, error) {
 	faultWG.Wait()
 	stopCons()
 	all := live("")
-	for _, c := range all {
-		_ = c.cmd.Process.Signal(syscall.SIGCONT)
-		_ = c.stdin.Close()
-	}
-	for _, c := range all {
-		select {
-		case <-c.done:
-		case <-time.After(30 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-	}
+	stopProcs(all)
 	consWG.Wait()
 	sc.Logf("queue chaos %s: workers stopped after %v", sc.Name, time.Since(start).Round(time.Second))
 

@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/dcsync/dcsync"
@@ -202,10 +201,8 @@ func ChildMain(open func(ctx context.Context, url string) (driver.Store, error))
 }
 
 type child struct {
-	kind  string
-	cmd   *exec.Cmd
-	stdin io.Closer
-	done  chan struct{}
+	kind string
+	proc
 }
 
 // Run runs the scenario and checks its history.
@@ -301,7 +298,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		if err := cmd.Start(); err != nil {
 			return nil, err
 		}
-		c := &child{kind: kind, cmd: cmd, stdin: stdin, done: make(chan struct{})}
+		c := &child{kind: kind, proc: proc{cmd: cmd, stdin: stdin, done: make(chan struct{})}}
 		go func() { _ = log.Collect(stdout); _ = cmd.Wait(); close(c.done) }()
 		mu.Lock()
 		children = append(children, c)
@@ -323,12 +320,11 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 		every := sc.FaultEvery
 		if every == 0 {
 			every = 700 * time.Millisecond
 		}
-		for sleep(runCtx, every/2+time.Duration(r.Int64N(int64(every)))) {
+		injectFaults(runCtx, 7, every, sc.Fault, func() []injectFault {
 			mu.Lock()
 			live := []*child{}
 			for _, c := range children {
@@ -339,46 +335,25 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 				}
 			}
 			mu.Unlock()
-			var options []string
+			var options []injectFault
 			if sc.Pause && len(live) > 0 {
-				options = append(options, "pause")
+				options = append(options, func(r *rand.Rand) string {
+					live[r.IntN(len(live))].pause(pauseLength(r, sc.TTL))
+					return "pause"
+				})
 			}
 			if sc.Kill && len(live) > 0 {
-				options = append(options, "kill")
+				options = append(options, func(r *rand.Rand) string {
+					c := live[r.IntN(len(live))]
+					c.kill()
+					if runCtx.Err() == nil {
+						_, _ = start(c.kind)
+					}
+					return "kill"
+				})
 			}
-			if sc.Fault != nil {
-				options = append(options, "store")
-			}
-			if len(options) == 0 {
-				continue
-			}
-			switch options[r.IntN(len(options))] {
-			case "pause":
-				c := live[r.IntN(len(live))]
-				_ = c.cmd.Process.Signal(syscall.SIGSTOP)
-				sleep(context.Background(), sc.TTL+time.Duration(300+r.IntN(700))*time.Millisecond)
-				_ = c.cmd.Process.Signal(syscall.SIGCONT)
-				mu.Lock()
-				rep.Faults["pause"]++
-				mu.Unlock()
-			case "kill":
-				c := live[r.IntN(len(live))]
-				kind := c.kind
-				_ = c.cmd.Process.Kill()
-				<-c.done
-				mu.Lock()
-				rep.Faults["kill"]++
-				mu.Unlock()
-				if runCtx.Err() == nil {
-					_, _ = start(kind)
-				}
-			case "store":
-				name := sc.Fault(r)
-				mu.Lock()
-				rep.Faults[name]++
-				mu.Unlock()
-			}
-		}
+			return options
+		}, func(name string) { mu.Lock(); rep.Faults[name]++; mu.Unlock() })
 	}()
 
 	<-runCtx.Done()
@@ -387,18 +362,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	all := append([]*child(nil), children...)
 	mu.Unlock()
 	wg.Wait()
-	for _, c := range all {
-		_ = c.cmd.Process.Signal(syscall.SIGCONT)
-		_ = c.stdin.Close()
-	}
-	for _, c := range all {
-		select {
-		case <-c.done:
-		case <-time.After(30 * time.Second):
-			_ = c.cmd.Process.Kill()
-			<-c.done
-		}
-	}
+	stopProcs(all)
 
 	// A final read, after every worker has stopped, closes the latch history.
 	fin, err := setup.GetCountUpDown(latchName, latch.Level(sc.Level))

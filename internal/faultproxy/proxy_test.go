@@ -202,19 +202,26 @@ func TestHoldUntilMaxHold(t *testing.T) {
 	}
 }
 
-func TestReleaseHeld(t *testing.T) {
-	s := startLineServer(t)
-	p := Start(t, s.Addr())
+// sendHeld sends the request "held" on a new connection for the proxy to hold (with
+// no end of its own: until ReleaseHeld), and returns the connection once it is held.
+func sendHeld(t *testing.T, p *Proxy) *client {
+	t.Helper()
 	p.SetMaxHold(time.Hour)
 	p.Hold(1)
 	c := connect(t, p)
 	if _, err := io.WriteString(c.c, "held\n"); err != nil {
 		t.Fatal(err)
 	}
-	// Wait until the proxy holds it, then release.
 	for p.Counts().Held == 0 {
 		time.Sleep(5 * time.Millisecond)
 	}
+	return c
+}
+
+func TestReleaseHeld(t *testing.T) {
+	s := startLineServer(t)
+	p := Start(t, s.Addr())
+	c := sendHeld(t, p)
 	p.ReleaseHeld()
 	got, err := c.call("then", time.Minute)
 	if err != nil {
@@ -266,15 +273,7 @@ func TestResetConnections(t *testing.T) {
 func TestResetLosesHeld(t *testing.T) {
 	s := startLineServer(t)
 	p := Start(t, s.Addr())
-	p.SetMaxHold(time.Hour)
-	p.Hold(1)
-	c := connect(t, p)
-	if _, err := io.WriteString(c.c, "held\n"); err != nil {
-		t.Fatal(err)
-	}
-	for p.Counts().Held == 0 {
-		time.Sleep(5 * time.Millisecond)
-	}
+	sendHeld(t, p)
 	if err := p.ResetConnections(); err != nil {
 		t.Fatal(err)
 	}

@@ -168,6 +168,40 @@ func send(ctl *control, stub *toxics.ToxicStub, c *stream.StreamChunk) bool {
 	}
 }
 
+// chunkFate is what a toxic's pipe step decides for one chunk.
+type chunkFate int
+
+const (
+	forwardChunk chunkFate = iota // pass it on
+	skipChunk                     // it is not passed on (dropped, or held by the step)
+	stopPipe                      // the Pipe returns: the step is done with the link
+)
+
+// pipe is the loop of every toxic here: it reads stub's chunks until the link is
+// interrupted or its input closes (then it closes the stub), gives each to step, and
+// passes it on (send) when step says so.
+func pipe(ctl *control, stub *toxics.ToxicStub, step func(*stream.StreamChunk) chunkFate) {
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+			switch step(c) {
+			case stopPipe:
+				return
+			case forwardChunk:
+				if !send(ctl, stub, c) {
+					return
+				}
+			}
+		}
+	}
+}
+
 func take(n *atomic.Int64) bool {
 	for {
 		v := n.Load()
@@ -232,37 +266,30 @@ func (t *holdToxic) Pipe(stub *toxics.ToxicStub) {
 	}
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
-	for {
-		if st.holding {
-			if !t.waitHeld(ctl, st, stub, tick) {
-				return // interrupted; the state keeps the held bytes
-			}
-			if st.inputClosed || st.holding {
-				return // settled (the stub is closed), or the proxy is closing
-			}
-			continue
-		}
-		select {
-		case <-stub.Interrupt:
-			return
-		case c := <-stub.Input:
-			if c == nil {
-				stub.Close()
-				return
-			}
-			if ctl.takeHold(c.Data) {
-				ctl.held.Add(1)
-				st.holding, st.held, st.since, st.epoch = true, append([]byte(nil), c.Data...), time.Now(), ctl.epoch.Load()
-				st.relGen = ctl.relGen.Load()
-				ctl.wait(st, true)
-				continue
-			}
-			ctl.forwardedUp()
-			if !send(ctl, stub, c) {
-				return
-			}
-		}
+	if st.holding && !t.holdOn(ctl, st, stub, tick) {
+		return
 	}
+	pipe(ctl, stub, func(c *stream.StreamChunk) chunkFate {
+		if !ctl.takeHold(c.Data) {
+			ctl.forwardedUp()
+			return forwardChunk
+		}
+		ctl.held.Add(1)
+		st.holding, st.held, st.since, st.epoch = true, append([]byte(nil), c.Data...), time.Now(), ctl.epoch.Load()
+		st.relGen = ctl.relGen.Load()
+		ctl.wait(st, true)
+		if !t.holdOn(ctl, st, stub, tick) {
+			return stopPipe
+		}
+		return skipChunk
+	})
+}
+
+// holdOn holds st's bytes until they are delivered (waitHeld) and reports whether the
+// connection's stream goes on: false when interrupted (the state keeps the held bytes),
+// settled (the stub is closed), or the proxy is closing.
+func (t *holdToxic) holdOn(ctl *control, st *holdState, stub *toxics.ToxicStub, tick *time.Ticker) bool {
+	return t.waitHeld(ctl, st, stub, tick) && !st.inputClosed && !st.holding
 }
 
 // waitHeld holds st's bytes until it is time to deliver them, then delivers them. It
@@ -395,29 +422,18 @@ func (t *dropToxic) Pipe(stub *toxics.ToxicStub) {
 		new(toxics.NoopToxic).Pipe(stub)
 		return
 	}
-	for {
-		select {
-		case <-stub.Interrupt:
-			return
-		case c := <-stub.Input:
-			if c == nil {
-				stub.Close()
-				return
-			}
-			st.c.replies.Add(1)
-			if !st.dropping && take(&ctl.dropArmed) {
-				st.dropping = true
-				ctl.dropped.Add(1)
-			}
-			if st.dropping {
-				continue
-			}
-			ctl.lastDown.Store(ctl.seq.Add(1))
-			if !send(ctl, stub, c) {
-				return
-			}
+	pipe(ctl, stub, func(*stream.StreamChunk) chunkFate {
+		st.c.replies.Add(1)
+		if !st.dropping && take(&ctl.dropArmed) {
+			st.dropping = true
+			ctl.dropped.Add(1)
 		}
-	}
+		if st.dropping {
+			return skipChunk
+		}
+		ctl.lastDown.Store(ctl.seq.Add(1))
+		return forwardChunk
+	})
 }
 
 // delayToxic delays every chunk by the control's latency plus or minus its jitter, in
@@ -439,30 +455,19 @@ func (t *delayToxic) Pipe(stub *toxics.ToxicStub) {
 		new(toxics.NoopToxic).Pipe(stub)
 		return
 	}
-	for {
-		select {
-		case <-stub.Interrupt:
-			return
-		case c := <-stub.Input:
-			if c == nil {
-				stub.Close()
-				return
-			}
-			d := time.Duration(ctl.latency.Load())
-			if j := ctl.jitter.Load(); j > 0 {
-				d += time.Duration(rand.Int64N(2*j) - j)
-			}
-			if wait := d - time.Since(c.Timestamp); wait > 0 {
-				timer := time.NewTimer(wait)
-				select {
-				case <-timer.C:
-				case <-ctl.closing:
-					timer.Stop()
-				}
-			}
-			if !send(ctl, stub, c) {
-				return
+	pipe(ctl, stub, func(c *stream.StreamChunk) chunkFate {
+		d := time.Duration(ctl.latency.Load())
+		if j := ctl.jitter.Load(); j > 0 {
+			d += time.Duration(rand.Int64N(2*j) - j)
+		}
+		if wait := d - time.Since(c.Timestamp); wait > 0 {
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+			case <-ctl.closing:
+				timer.Stop()
 			}
 		}
-	}
+		return forwardChunk
+	})
 }

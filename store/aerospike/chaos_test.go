@@ -39,16 +39,9 @@ func TestChaosDroppedReplies(t *testing.T) {
 				Locks:      32, // fewer than the default: the latch workers keep their share of the store
 				Duration:   5 * time.Second,
 				MinLockOps: chaos.FaultMinLockOps, MaxDuration: chaos.FaultMaxDuration,
-				Level: level,
-				Name:  unique("chaos"),
-				Fault: func(r *rand.Rand) string {
-					if r.IntN(4) == 0 {
-						p.CloseConnections()
-						return "connections-reset"
-					}
-					p.DropResponses(1+r.IntN(2), nil)
-					return "dropped-reply"
-				},
+				Level:      level,
+				Name:       unique("chaos"),
+				Fault:      p.dropOrReset,
 				FaultEvery: 300 * time.Millisecond,
 			})
 		})

@@ -220,55 +220,23 @@ func TestJavaClientsLock(t *testing.T) {
 				m, err := lock.New(e.s, client, "dc1", lock.WithLevel(lv), lock.WithTTL(time.Minute))
 				jcMust(t, err, "lock.New")
 
-				jcMust(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "Java acquire")
 				set := "XDC#" + e.lockSf
 				if lv == dcsync.DC {
 					set = "DC#dc1#" + e.lockSf
 				}
-				rec, err := e.tool.AerospikeGet(ctx, e.ns, set, client+"#"+name)
-				jcMust(t, err, "raw get")
-				if !rec.Found || rec.Bins["dc1##data"] != float64(1) || rec.Bins["dc1##uat"] == nil {
-					t.Fatalf("Java lock record %+v, want bins dc1##data = 1 and dc1##uat", rec)
-				}
-				_, err = m.TryAcquire(ctx, name)
-				jcCode(t, err, dcsync.LockUnavailable, "dcsync acquire of a Java-held lock")
-				jcCode(t, m.Release(ctx, name, "someone"), dcsync.LockLost, "dcsync release of a Java-held lock")
-				if je := javaclients.AsError(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "second Java acquire"); !je.Unavailable() {
-					t.Fatalf("second Java acquire after a dcsync release: %v, want LOCK_UNAVAILABLE (the Java holder's lock must survive)", je)
-				}
-				jcMust(t, e.tool.AerospikeLockRelease(ctx, j), "Java release")
-
-				l, err := m.TryAcquire(ctx, name)
-				jcMust(t, err, "dcsync acquire after the Java release")
-				if je := javaclients.AsError(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "Java acquire of a dcsync-held lock"); !je.Unavailable() {
-					t.Fatalf("Java acquire of a dcsync-held lock: %v, want LOCK_UNAVAILABLE", je)
-				}
-				jcMust(t, l.Release(ctx), "dcsync release")
-				jcMust(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "Java acquire after the dcsync release")
-				jcMust(t, e.tool.AerospikeLockRelease(ctx, j), "Java release")
-
-				// A stray Java release deletes whoever holds the lock; dcsync must say so.
-				l2, err := m.TryAcquire(ctx, name)
-				jcMust(t, err, "dcsync acquire")
-				if l2.Token() <= l.Token() {
-					t.Fatalf("token %d after %d: a Java acquisition in between must not reset the fence", l2.Token(), l.Token())
-				}
-				jcMust(t, e.tool.AerospikeLockRelease(ctx, j), "a stray Java release")
-				jcCode(t, l2.Release(ctx), dcsync.LockLost, "dcsync release after a stray Java delete")
-
-				// A dcsync holder whose lease lapsed while a Java service took the lock:
-				// its late release must leave the Java holder's lock alone.
-				l3, err := m.TryAcquire(ctx, name, lock.TTL(time.Second))
-				jcMust(t, err, "dcsync acquire with a 1s lease")
-				lapsed := time.Now().Add(time.Second)
-				time.Sleep(time.Until(lapsed))
-				jcMust(t, e.tool.AerospikeLockAcquire(ctx, j, time.Minute, 5*time.Second, 50*time.Millisecond), "Java acquire (waiting) after the dcsync lease lapsed")
-				t.Logf("the Java acquire succeeded %v after the dcsync lease ended", time.Since(lapsed).Round(10*time.Millisecond))
-				jcCode(t, l3.Release(ctx), dcsync.LockLost, "late dcsync release of a lapsed lease")
-				if je := javaclients.AsError(t, e.tool.AerospikeLockTryAcquire(ctx, j, time.Minute), "Java acquire after the late dcsync release"); !je.Unavailable() {
-					t.Fatalf("after a late dcsync release the Java holder's lock is gone: %v", je)
-				}
-				jcMust(t, e.tool.AerospikeLockRelease(ctx, j), "Java release")
+				javaclients.LockExclusion(t, ctx, m, name, javaclients.JavaLock{
+					TryAcquire: func(ctx context.Context, ttl time.Duration) error { return e.tool.AerospikeLockTryAcquire(ctx, j, ttl) },
+					Acquire: func(ctx context.Context, ttl, timeout, sleep time.Duration) error {
+						return e.tool.AerospikeLockAcquire(ctx, j, ttl, timeout, sleep)
+					},
+					Release: func(ctx context.Context) error { return e.tool.AerospikeLockRelease(ctx, j) },
+				}, func() {
+					rec, err := e.tool.AerospikeGet(ctx, e.ns, set, client+"#"+name)
+					jcMust(t, err, "raw get")
+					if !rec.Found || rec.Bins["dc1##data"] != float64(1) || rec.Bins["dc1##uat"] == nil {
+						t.Fatalf("Java lock record %+v, want bins dc1##data = 1 and dc1##uat", rec)
+					}
+				}, nil)
 			})
 		}
 	}
@@ -285,13 +253,7 @@ func TestJavaClientsLock(t *testing.T) {
 // included).
 func TestJavaClientsContention(t *testing.T) {
 	e := jcStart(t)
-	d := 15 * time.Second
-	if v := os.Getenv("DCSYNC_JAVA_CONTENTION"); v != "" {
-		var err error
-		if d, err = time.ParseDuration(v); err != nil {
-			t.Fatalf("DCSYNC_JAVA_CONTENTION=%q: %v", v, err)
-		}
-	}
+	d := javaclients.ContentionTime(t)
 	ctx := jcCtx(t, d+3*time.Minute)
 	name := "contended_" + jcHex(3)
 	const client, farm = "MY_SERVICE", "dc1"
@@ -310,95 +272,11 @@ func TestJavaClientsContention(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	javaclients.CheckMixed(t, res, fmt.Sprintf("Aerospike, 3 Java threads and 3 dcsync workers for %v", d))
 	r := res.Report
-	t.Logf("Aerospike, 3 Java threads and 3 dcsync workers for %v: %v", d, r)
-	t.Logf("dcsync releases that found their lock gone (LockLost): %d; dcsync waits that timed out: %d; Java waits that timed out: %d",
-		res.DcsyncLost, res.DcsyncWaitTimeouts, res.Java.WaitTimeouts)
-	for _, ex := range r.Examples {
-		t.Logf("overlap: %s", ex)
-	}
-	if r.Acquisitions[javaclients.KindJava] == 0 || r.Acquisitions[javaclients.KindDcsync] == 0 {
-		t.Fatalf("both sides must acquire the lock: %v", r.Acquisitions)
-	}
-	if res.Java.Errors > 0 {
-		t.Errorf("Java workers failed %d times: %v", res.Java.Errors, res.Java.FirstErrors)
-	}
-	for _, v := range javaclients.UnexplainedDcsyncOverlaps(res.Holds) {
-		t.Errorf("two dcsync holders overlapped: %s", v)
-	}
-	for _, v := range javaclients.TokenOrderViolations(res.Holds) {
-		t.Errorf("fencing: %s", v)
-	}
 	if n := r.Pairs["dcsync/java"] + r.Pairs["java/java"]; n > 0 {
 		t.Logf("overlapping pairs with a Java holder: dcsync/java %d, java/java %d (the Java library's unconditional, blindly retried delete)",
 			r.Pairs["dcsync/java"], r.Pairs["java/java"])
-	}
-}
-
-// jcWatch reads the latch from both sides every 200ms until until (since created).
-func jcWatch(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, j javaclients.AerospikeLatch, created time.Time, until time.Duration) []javaclients.Sample {
-	t.Helper()
-	return javaclients.Watch(t, created, until,
-		func() (driver.LatchCount, error) {
-			got, err := e.s.ReadLatches(ctx, []dcsync.Key{k})
-			if err != nil {
-				return driver.LatchCount{}, err
-			}
-			return got[0], nil
-		},
-		func() (int64, error) { return e.tool.AerospikeLatchCount(ctx, j, k.Level.String()) })
-}
-
-// jcSteps times the steps of a latch lifetime scenario against the premise they need:
-// every step lands while the latch lives. A step that returned by before+budget (before:
-// just before the create call, so the latch lives at least until before+TTL) landed in
-// time; a later one may have met an ended latch (a JVM call can take seconds on a
-// loaded machine), and the scenario is run again at a larger time scale.
-type jcSteps struct {
-	t      *testing.T
-	before time.Time
-	budget time.Duration
-	late   string
-}
-
-// inTime reports whether step returned in time, failing the test when it failed in
-// time; a late step's outcome (error or not) is not judged.
-func (s *jcSteps) inTime(step string, err error) bool {
-	s.t.Helper()
-	if el := time.Since(s.before); el > s.budget {
-		s.late = fmt.Sprintf("%s returned at +%v, past +%v", step, el.Round(10*time.Millisecond), s.budget)
-		return false
-	}
-	jcMust(s.t, err, step)
-	return true
-}
-
-// jcScaled runs scenario at time scale 1 (offsets and TTLs as written), then 2, 4, 8
-// while the machine was too slow for its premise (scenario returns the steps' verdict:
-// nil when every step landed in time and the scenario was judged). Each run uses a
-// fresh latch.
-func jcScaled(t *testing.T, scenario func(f time.Duration) *jcSteps) {
-	t.Helper()
-	for f := time.Duration(1); f <= 8; f *= 2 {
-		st := scenario(f)
-		if st == nil || st.late == "" {
-			return
-		}
-		t.Logf("time scale %d: %s; run again at scale %d", f, st.late, 2*f)
-	}
-	t.Fatalf("the machine was too slow for the scenario at every time scale up to 8")
-}
-
-// jcGone asserts that dcsync reads k as ended, read after endBy (since created).
-func jcGone(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, created time.Time, endBy time.Duration) {
-	t.Helper()
-	if time.Since(created) <= endBy {
-		t.Fatalf("jcGone called at +%v, before +%v", time.Since(created), endBy)
-	}
-	got, err := e.s.ReadLatches(ctx, []dcsync.Key{k})
-	jcMust(t, err, "final ReadLatches")
-	if got[0].Found {
-		t.Errorf("dcsync reads %d after +%v; the latch must have ended by +%v", got[0].Count, time.Since(created).Round(10*time.Millisecond), endBy)
 	}
 }
 
@@ -412,72 +290,37 @@ func jcGone(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, created ti
 // TTL (plus 1s for TTLs kept in whole seconds), each end judged from when the call that
 // set it returned, and a latch it saw end does not come back. Logged: when each side saw
 // the latch end. Scenarios whose steps a loaded machine made too slow to land while the
-// latch lived run again with offsets and TTLs doubled (jcScaled).
+// latch lived run again with offsets and TTLs doubled (javaclients.Scaled).
 func TestJavaClientsLatchLifetime(t *testing.T) {
 	e := jcStart(t)
 	ctx := jcCtx(t, 8*time.Minute)
 	const slack = time.Second
 	const client = "MY_SERVICE"
+	l := javaclients.Lifetime{Store: e.s, Client: client, Java: func(name, farm string, ttl time.Duration) javaclients.JavaLatch {
+		j := e.latch(client, name, farm, ttl)
+		return javaclients.JavaLatch{
+			Create:    func(ctx context.Context, count int64) error { return e.tool.AerospikeLatchCreate(ctx, j, count) },
+			CountDown: func(ctx context.Context) error { return e.tool.AerospikeLatchCountDown(ctx, j) },
+			Count: func(ctx context.Context, level string) (int64, error) {
+				return e.tool.AerospikeLatchCount(ctx, j, level)
+			},
+		}
+	}}
+	// A Java update resets the record's TTL to the Java TTL from the update.
+	javaEnd := func(ttl, lastJava time.Duration) time.Duration { return max(ttl, lastJava+ttl) + slack }
+	same := func(ttl time.Duration) time.Duration { return ttl }
+	now := func(time.Duration) time.Duration { return 0 }
 
 	t.Run("DcsyncCreatesJavaAndDcsyncCountDown", func(t *testing.T) {
-		jcScaled(t, func(f time.Duration) *jcSteps {
-			ttl := 3 * time.Second * f
-			name := "life_" + jcHex(3)
-			k := dcsync.Key{Level: dcsync.DC, Client: client, Farm: "dc1", Name: name}
-			jTTL := 4 * time.Second * f
-			j := e.latch(client, name, "dc1", jTTL)
-			st := &jcSteps{t: t, before: time.Now(), budget: ttl * 5 / 6}
-			jcMust(t, e.s.CreateLatch(ctx, k, 3, ttl), "dcsync create")
-			created := time.Now()
-			time.Sleep(ttl/6 - time.Since(created))
-			if !st.inTime("Java count-down at +TTL/6 (record TTL reset to 4/3 TTL)", e.tool.AerospikeLatchCountDown(ctx, j)) {
-				return st
-			}
-			lastJava := time.Since(created)
-			time.Sleep(ttl/3 - time.Since(created))
-			n, err := e.s.AddLatch(ctx, k, -1)
-			if !st.inTime("dcsync count-down at +TTL/3", err) {
-				return st
-			}
-			if n != 1 {
-				t.Fatalf("dcsync count-down at +TTL/3 = %d; want 1", n)
-			}
-			endBy := max(ttl, lastJava+jTTL) + slack
-			javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
-			jcGone(t, ctx, e, k, created, endBy)
-			return nil
-		})
+		// The Java service's TTL is 4/3 TTL: its count-down at +TTL/6 lengthens the latch.
+		l.DcsyncCreates(t, ctx, javaclients.DcsyncCreates{Level: dcsync.DC, JavaFarm: "dc1", DcsyncFarm: "dc1",
+			JavaTTL:  func(ttl time.Duration) time.Duration { return ttl * 4 / 3 },
+			DcsyncAt: func(ttl time.Duration) time.Duration { return ttl / 3 },
+			EndBy:    func(ttl, lastJava time.Duration) time.Duration { return max(ttl, lastJava+ttl*4/3) + slack }})
 	})
 
 	t.Run("JavaCreatesDcsyncAndJavaCountDown", func(t *testing.T) {
-		jcScaled(t, func(f time.Duration) *jcSteps {
-			ttl := 3 * time.Second * f
-			name := "life_" + jcHex(3)
-			k := dcsync.Key{Level: dcsync.DC, Client: client, Farm: "dc1", Name: name}
-			j := e.latch(client, name, "dc1", ttl)
-			st := &jcSteps{t: t, before: time.Now(), budget: ttl * 5 / 6}
-			if !st.inTime("Java create", e.tool.AerospikeLatchCreate(ctx, j, 3)) {
-				return st
-			}
-			created := time.Now()
-			time.Sleep(ttl/6 - time.Since(created))
-			n, err := e.s.AddLatch(ctx, k, -1)
-			if !st.inTime("dcsync count-down at +TTL/6", err) {
-				return st
-			}
-			if n != 2 {
-				t.Fatalf("dcsync count-down at +TTL/6 = %d; want 2", n)
-			}
-			time.Sleep(ttl/3 - time.Since(created))
-			if !st.inTime("Java count-down at +TTL/3", e.tool.AerospikeLatchCountDown(ctx, j)) {
-				return st
-			}
-			lastJava := time.Since(created)
-			endBy := lastJava + ttl + slack
-			javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
-			jcGone(t, ctx, e, k, created, endBy)
-			return nil
-		})
+		l.JavaCreatesDcsyncAndJavaCountDown(t, ctx, javaEnd)
 	})
 
 	t.Run("JavaUpdateInAnotherFarmResetsTheRecord", func(t *testing.T) {
@@ -494,7 +337,7 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 		jcMust(t, e.tool.AerospikeLatchGetOrCreate(ctx, j2), "Java getOrCreate dc2")
 		jcMust(t, e.tool.AerospikeLatchCountUp(ctx, j2), "Java count-up dc2 (record TTL reset to 2s)")
 		j1 := e.latch(client, name, "dc1", jTTL)
-		samples := jcWatch(t, ctx, e, k, j1, created, 4*time.Second)
+		samples := javaclients.Watch(t, ctx, e.s, k, created, 4*time.Second, func() (int64, error) { return e.tool.AerospikeLatchCount(ctx, j1, "DC") })
 		javaclients.CheckLifetime(t, samples, 3, 30*time.Second, 30*time.Second)
 		if last := samples[len(samples)-1]; !last.Dcsync.Found {
 			t.Logf("the Java dc2 update (record TTL %v) ended dcsync's 30s dc1 latch: the Java layout's one record per name", jTTL)
@@ -502,32 +345,7 @@ func TestJavaClientsLatchLifetime(t *testing.T) {
 	})
 
 	t.Run("XDCDcsyncCreatesJavaCountsDownFromAnotherFarm", func(t *testing.T) {
-		jcScaled(t, func(f time.Duration) *jcSteps {
-			ttl := 3 * time.Second * f
-			name := "life_" + jcHex(3)
-			k := dcsync.Key{Level: dcsync.XDC, Client: client, Farm: "dc1", Name: name}
-			j2 := e.latch(client, name, "dc2", ttl)
-			st := &jcSteps{t: t, before: time.Now(), budget: ttl * 5 / 6}
-			jcMust(t, e.s.CreateLatch(ctx, k, 3, ttl), "dcsync XDC create")
-			created := time.Now()
-			time.Sleep(ttl/6 - time.Since(created))
-			if !st.inTime("Java count-down from dc2", e.tool.AerospikeLatchCountDown(ctx, j2)) {
-				return st
-			}
-			lastJava := time.Since(created)
-			k3 := k
-			k3.Farm = "dc3"
-			n, err := e.s.AddLatch(ctx, k3, -1)
-			if !st.inTime("dcsync count-down from dc3", err) {
-				return st
-			}
-			if n != 1 {
-				t.Fatalf("dcsync count-down from dc3 = %d; want 1", n)
-			}
-			endBy := max(ttl, lastJava+ttl) + slack
-			javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j2, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
-			jcGone(t, ctx, e, k, created, endBy)
-			return nil
-		})
+		l.DcsyncCreates(t, ctx, javaclients.DcsyncCreates{Level: dcsync.XDC, JavaFarm: "dc2", DcsyncFarm: "dc3",
+			JavaTTL: same, DcsyncAt: now, EndBy: javaEnd})
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -334,6 +335,17 @@ func (p *faultProxy) ClearDrops() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.drops, p.busy, p.holds = nil, nil, nil
+}
+
+// dropOrReset is a chaos fault (chaos.Scenario.Fault): one time in four it closes every
+// connection, else it drops the next one or two replies.
+func (p *faultProxy) dropOrReset(r *rand.Rand) string {
+	if r.IntN(4) == 0 {
+		p.CloseConnections()
+		return "connections-reset"
+	}
+	p.DropResponses(1+r.IntN(2), nil)
+	return "dropped-reply"
 }
 
 // CloseConnections breaks every open connection; the proxy keeps listening.

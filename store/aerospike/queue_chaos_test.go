@@ -2,12 +2,11 @@ package aerospike_test
 
 import (
 	"context"
-	"github.com/dcsync/dcsync/driver"
-	"math/rand/v2"
 	"net/url"
 	"testing"
 	"time"
 
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/chaos"
 	"github.com/dcsync/dcsync/store/aerospike"
 )
@@ -49,14 +48,7 @@ func TestQueueChaos(t *testing.T) {
 		Producers: 1, Consumers: 2, ProcessProducers: 1, ProcessConsumers: 1,
 		Events: chaos.QueueCIEvents, Duration: 3 * time.Minute, Batch: 64,
 		Churn: 30, Pause: true, Kill: true, Freeze: true,
-		Fault: func(r *rand.Rand) string {
-			if r.IntN(4) == 0 {
-				p.CloseConnections()
-				return "connections-reset"
-			}
-			p.DropResponses(1+r.IntN(2), nil)
-			return "dropped-reply"
-		},
+		Fault:      p.dropOrReset,
 		FaultEvery: 400 * time.Millisecond,
 	}
 	sc.Soak()

@@ -40,16 +40,9 @@ func TestChaosInDoubtWrites(t *testing.T) {
 				Goroutine:  4,
 				Locks:      32, // fewer than the default: the latch workers keep their share of the store
 				MinLockOps: chaos.FaultMinLockOps, MaxDuration: chaos.FaultMaxDuration,
-				Level: level,
-				Name:  fmt.Sprintf("chaos-%s-%d", level, time.Now().UnixNano()),
-				Fault: func(r *rand.Rand) string {
-					if r.IntN(2) == 0 {
-						f.set(lostAck)
-						return "dropped-reply"
-					}
-					f.set(notSent)
-					return "not-sent"
-				},
+				Level:      level,
+				Name:       fmt.Sprintf("chaos-%s-%d", level, time.Now().UnixNano()),
+				Fault:      f.lostOrNotSent,
 				FaultEvery: 200 * time.Millisecond,
 			})
 		})

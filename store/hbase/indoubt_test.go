@@ -2,6 +2,7 @@ package hbase
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
@@ -47,6 +48,17 @@ func (f *faulty) set(plan ...fault) {
 	f.plan = plan
 	f.calls = 0
 	f.mu.Unlock()
+}
+
+// lostOrNotSent is a chaos fault (chaos.Scenario.Fault): the next conditional write is
+// applied with its reply lost, or (half the time) not sent, with the same error.
+func (f *faulty) lostOrNotSent(r *rand.Rand) string {
+	if r.IntN(2) == 0 {
+		f.set(lostAck)
+		return "dropped-reply"
+	}
+	f.set(notSent)
+	return "not-sent"
 }
 
 func errUnknown() error {
@@ -220,78 +232,16 @@ func TestAddLatchNoWrite(t *testing.T) {
 	must(t, err, "DC AddLatch from dc2 after its XDC update created its cell")
 }
 
-// late is a fault: the call is not sent now and reports "outcome unknown" (a
-// timed-out attempt still queued at the server); it is applied just before the next
-// write call, so that a read-back in between finds nothing and the resend finds it
-// applied.
-const late fault = 100
-
-type lateFaulty struct {
-	ops
-	mu      sync.Mutex
-	plan    []fault
-	pending func()
-}
-
-func (f *lateFaulty) set(plan ...fault) {
-	f.mu.Lock()
-	f.plan = plan
-	f.mu.Unlock()
-}
-
-// step applies a pending late call and returns the next planned fault.
-func (f *lateFaulty) step() fault {
-	f.mu.Lock()
-	p := f.pending
-	f.pending = nil
-	x := pass
-	if len(f.plan) > 0 {
-		x, f.plan = f.plan[0], f.plan[1:]
-	}
-	f.mu.Unlock()
-	if p != nil {
-		p()
-	}
-	return x
-}
-
-func (f *lateFaulty) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error) {
-	if f.step() == late {
-		f.mu.Lock()
-		f.pending = func() { f.ops.CheckAndMutateRead(context.Background(), table, row, cond, muts, cols...) }
-		f.mu.Unlock()
-		return false, nil, nil, errUnknown()
-	}
-	return f.ops.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
-}
-
-func (f *lateFaulty) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
-	if f.step() == late {
-		f.mu.Lock()
-		f.pending = func() { f.ops.CheckAndMutate(context.Background(), table, row, cond, muts...) }
-		f.mu.Unlock()
-		return false, nil, errUnknown()
-	}
-	return f.ops.CheckAndMutate(ctx, table, row, cond, muts...)
-}
-
-func lateStore(t *testing.T) (*Store, *lateFaulty) {
-	s := openStore(t)
-	t.Cleanup(func() { s.Close() })
-	f := &lateFaulty{ops: s.db}
-	s.db = f
-	return s, f
-}
-
 // TestInDoubtLate: an attempt that timed out while still queued at the server is
 // applied after the read-back found nothing; the resend then meets it. Each operation
 // must recognise its own first attempt.
 func TestInDoubtLate(t *testing.T) {
-	s, f := lateStore(t)
+	s := openStore(t)
+	f := holdWrites(t, s, true)
 	ctx := ctxT(t, time.Minute)
 	t.Run("AcquireRecord", func(t *testing.T) {
 		k := key(dcsync.DC, "dc1")
-		f.set(pass, late)
+		f.holdAfter(1, nil)
 		st, err := s.AcquireLock(ctx, k, "me", time.Minute)
 		must(t, err, "AcquireLock whose token record lands late")
 		in, err := s.InspectLock(ctx, k)
@@ -303,7 +253,7 @@ func TestInDoubtLate(t *testing.T) {
 	})
 	t.Run("Acquire", func(t *testing.T) {
 		k := key(dcsync.XDC, "dc1")
-		f.set(late)
+		f.holdAfter(0, nil)
 		st, err := s.AcquireLock(ctx, k, "me", time.Minute)
 		must(t, err, "AcquireLock whose first attempt lands late")
 		in, err := s.InspectLock(ctx, k)
@@ -317,7 +267,7 @@ func TestInDoubtLate(t *testing.T) {
 		k := key(dcsync.XDC, "dc1")
 		_, err := s.AcquireLock(ctx, k, "me", time.Minute)
 		must(t, err, "acquire")
-		f.set(late)
+		f.holdAfter(0, nil)
 		must(t, s.ReleaseLock(ctx, k, "me"), "ReleaseLock whose first attempt lands late")
 		_, err = s.InspectLock(ctx, k)
 		wantCode(t, err, dcsync.NotFound, "Inspect after release")
@@ -325,7 +275,7 @@ func TestInDoubtLate(t *testing.T) {
 	for _, level := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
 		t.Run("Create"+level.String(), func(t *testing.T) {
 			k := key(level, "dc1")
-			f.set(late)
+			f.holdAfter(0, nil)
 			must(t, s.CreateLatch(ctx, k, 4, time.Minute), "CreateLatch whose first attempt lands late")
 			got, err := s.ReadLatches(ctx, []dcsync.Key{k})
 			must(t, err, "ReadLatches")
@@ -333,7 +283,7 @@ func TestInDoubtLate(t *testing.T) {
 				t.Fatalf("count %+v, want 4", got[0])
 			}
 			k2 := key(level, "dc1")
-			f.set(late)
+			f.holdAfter(0, nil)
 			if created, err := s.EnsureLatch(ctx, k2, time.Minute); err != nil || !created {
 				t.Fatalf("EnsureLatch whose first attempt lands late = %v, %v; want true, nil", created, err)
 			}

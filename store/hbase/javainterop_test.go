@@ -229,92 +229,42 @@ func TestJavaClientsLock(t *testing.T) {
 					t.Fatalf("Java row key %s, dcsync %s", rowHex, want)
 				}
 
-				// Java holds: dcsync cannot take it, and its release does not remove it.
-				must(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire")
-				_, err = m.TryAcquire(ctx, name)
-				wantCode(t, err, dcsync.LockUnavailable, "dcsync acquire of a Java-held lock")
-				wantCode(t, m.Release(ctx, name, "someone"), dcsync.LockLost, "dcsync release of a Java-held lock")
-				if je := javaclients.AsError(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "second Java acquire"); !je.Unavailable() {
-					t.Fatalf("second Java acquire after a dcsync release: %v, want LOCK_UNAVAILABLE (the Java holder's lock must survive)", je)
-				}
-				st, err := m.Inspect(ctx, name)
-				must(t, err, "Inspect of a Java-held lock")
-				if st.Owner != "" || st.Token != 0 {
-					t.Fatalf("Inspect of a Java-held lock = %+v, want no owner, token 0", st)
-				}
-				must(t, e.tool.HBaseLockRelease(ctx, j), "Java release")
-
-				// dcsync holds: Java cannot take it.
-				l, err := m.TryAcquire(ctx, name)
-				must(t, err, "dcsync acquire after the Java release")
-				// What the Java client sees of a dcsync-held row: the Java marker D:L = "M"
-				// (dcsync's own cells beside it are not the Java library's concern).
-				_, cells, err := e.tool.HBaseRow(ctx, e.lockTable, logical)
-				must(t, err, "raw row")
-				marker := false
-				for _, c := range cells {
-					marker = marker || (c.Family == "D" && c.Qualifier == "L" && c.ValueHex == "4d")
-				}
-				if !marker {
-					t.Fatalf("a dcsync-held row as the Java client reads it has no D:L = \"M\": %+v", cells)
-				}
-				if je := javaclients.AsError(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire of a dcsync-held lock"); !je.Unavailable() {
-					t.Fatalf("Java acquire of a dcsync-held lock: %v, want LOCK_UNAVAILABLE", je)
-				}
-				must(t, l.Release(ctx), "dcsync release")
-				must(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire after the dcsync release")
-
-				// A Java release is an unconditional delete: a Java service that releases a
-				// lock it does not hold (its lease lapsed, or a bug) removes whoever holds
-				// it. dcsync cannot prevent that; it must report it as LockLost.
-				must(t, e.tool.HBaseLockRelease(ctx, j), "Java release")
-				l2, err := m.TryAcquire(ctx, name)
-				must(t, err, "dcsync acquire")
-				if l2.Token() <= l.Token() {
-					t.Fatalf("token %d after %d: a Java acquisition in between must not reset the fence", l2.Token(), l.Token())
-				}
-				must(t, e.tool.HBaseLockRelease(ctx, j), "a stray Java release")
-				wantCode(t, l2.Release(ctx), dcsync.LockLost, "dcsync release after a stray Java delete")
-
-				// A dcsync holder whose lease lapsed while a Java service took the lock:
-				// its late release must leave the Java holder's lock alone.
-				l3, err := m.TryAcquire(ctx, name, lock.TTL(time.Second))
-				must(t, err, "dcsync acquire with a 1s lease")
-				lapsed := time.Now().Add(time.Second)
-				time.Sleep(time.Until(lapsed))
-				must(t, e.tool.HBaseLockAcquire(ctx, j, time.Minute, 5*time.Second, 50*time.Millisecond), "Java acquire (waiting) after the dcsync lease lapsed")
-				t.Logf("the Java acquire succeeded %v after the dcsync lease ended", time.Since(lapsed).Round(10*time.Millisecond))
-				wantCode(t, l3.Release(ctx), dcsync.LockLost, "late dcsync release of a lapsed lease")
-				if je := javaclients.AsError(t, e.tool.HBaseLockTryAcquire(ctx, j, time.Minute), "Java acquire after the late dcsync release"); !je.Unavailable() {
-					t.Fatalf("after a late dcsync release the Java holder's lock is gone: %v", je)
-				}
-				must(t, e.tool.HBaseLockRelease(ctx, j), "Java release")
+				javaclients.LockExclusion(t, ctx, m, name, javaclients.JavaLock{
+					TryAcquire: func(ctx context.Context, ttl time.Duration) error { return e.tool.HBaseLockTryAcquire(ctx, j, ttl) },
+					Acquire: func(ctx context.Context, ttl, timeout, sleep time.Duration) error {
+						return e.tool.HBaseLockAcquire(ctx, j, ttl, timeout, sleep)
+					},
+					Release: func(ctx context.Context) error { return e.tool.HBaseLockRelease(ctx, j) },
+				}, func() {
+					st, err := m.Inspect(ctx, name)
+					must(t, err, "Inspect of a Java-held lock")
+					if st.Owner != "" || st.Token != 0 {
+						t.Fatalf("Inspect of a Java-held lock = %+v, want no owner, token 0", st)
+					}
+				}, func() {
+					// What the Java client sees of a dcsync-held row: the Java marker D:L =
+					// "M" (dcsync's own cells beside it are not the Java library's concern).
+					_, cells, err := e.tool.HBaseRow(ctx, e.lockTable, logical)
+					must(t, err, "raw row")
+					marker := false
+					for _, c := range cells {
+						marker = marker || (c.Family == "D" && c.Qualifier == "L" && c.ValueHex == "4d")
+					}
+					if !marker {
+						t.Fatalf("a dcsync-held row as the Java client reads it has no D:L = \"M\": %+v", cells)
+					}
+				})
 			})
 		}
 	}
 }
 
-// jcContentionTime is how long each contention run lasts: DCSYNC_JAVA_CONTENTION (a Go
-// duration), 15s by default.
-func jcContentionTime(t *testing.T) time.Duration {
-	d := 15 * time.Second
-	if v := os.Getenv("DCSYNC_JAVA_CONTENTION"); v != "" {
-		var err error
-		if d, err = time.ParseDuration(v); err != nil {
-			t.Fatalf("DCSYNC_JAVA_CONTENTION=%q: %v", v, err)
-		}
-	}
-	return d
-}
-
 // jcContend runs 3 dcsync workers and javaThreads Java workers (pausing javaPause after
-// each release) on one DC lock of MY_SERVICE in dc1 for jcContentionTime, and checks what
-// dcsync guarantees whoever else contends: no two dcsync holders overlap unless one was
-// told (its release returned LockLost because a Java release deleted its lock), and
-// fencing tokens increase from one dcsync hold to the next.
+// each release) on one DC lock of MY_SERVICE in dc1 for javaclients.ContentionTime, and
+// checks what dcsync guarantees whoever else contends (javaclients.CheckMixed).
 func jcContend(t *testing.T, e jcEnv, javaThreads int, javaPause time.Duration) javaclients.MixedResult {
 	t.Helper()
-	d := jcContentionTime(t)
+	d := javaclients.ContentionTime(t)
 	ctx := jcCtx(t, d+3*time.Minute)
 	name := "contended_" + randHex(3)
 	const client, farm = "MY_SERVICE", "dc1"
@@ -338,25 +288,7 @@ func jcContend(t *testing.T, e jcEnv, javaThreads int, javaPause time.Duration) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := res.Report
-	t.Logf("HBase, %d Java threads (pause %v) and 3 dcsync workers for %v: %v", javaThreads, javaPause, d, r)
-	t.Logf("dcsync releases that found their lock gone (LockLost): %d; dcsync waits that timed out: %d; Java waits that timed out: %d",
-		res.DcsyncLost, res.DcsyncWaitTimeouts, res.Java.WaitTimeouts)
-	for _, ex := range r.Examples {
-		t.Logf("overlap: %s", ex)
-	}
-	if r.Acquisitions[javaclients.KindJava] == 0 || r.Acquisitions[javaclients.KindDcsync] == 0 {
-		t.Fatalf("both sides must acquire the lock: %v", r.Acquisitions)
-	}
-	if res.Java.Errors > 0 {
-		t.Errorf("Java workers failed %d times: %v", res.Java.Errors, res.Java.FirstErrors)
-	}
-	for _, v := range javaclients.UnexplainedDcsyncOverlaps(res.Holds) {
-		t.Errorf("two dcsync holders overlapped: %s", v)
-	}
-	for _, v := range javaclients.TokenOrderViolations(res.Holds) {
-		t.Errorf("fencing: %s", v)
-	}
+	javaclients.CheckMixed(t, res, fmt.Sprintf("HBase, %d Java threads (pause %v) and 3 dcsync workers for %v", javaThreads, javaPause, d))
 	return res
 }
 
@@ -416,73 +348,6 @@ func TestJavaClientsReleaseHidesNoJavaPut(t *testing.T) {
 	}
 }
 
-// jcWatch reads the latch from both sides every 200ms until until (since created).
-func jcWatch(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, j javaclients.HBaseLatch, created time.Time, until time.Duration) []javaclients.Sample {
-	t.Helper()
-	return javaclients.Watch(t, created, until,
-		func() (driver.LatchCount, error) {
-			got, err := e.s.ReadLatches(ctx, []dcsync.Key{k})
-			if err != nil {
-				return driver.LatchCount{}, err
-			}
-			return got[0], nil
-		},
-		func() (int64, error) { return e.tool.HBaseLatchCount(ctx, j, jcLevel(k.Level)) })
-}
-
-// jcSteps times the steps of a latch lifetime scenario against the premise they need:
-// every step lands while the latch lives. A step that returned by before+budget (before:
-// just before the create call, so the latch lives at least until before+TTL) landed in
-// time; a later one may have met an ended latch (a JVM call can take seconds on a
-// loaded machine), and the scenario is run again at a larger time scale.
-type jcSteps struct {
-	t      *testing.T
-	before time.Time
-	budget time.Duration
-	late   string
-}
-
-// inTime reports whether step returned in time, failing the test when it failed in
-// time; a late step's outcome (error or not) is not judged.
-func (s *jcSteps) inTime(step string, err error) bool {
-	s.t.Helper()
-	if el := time.Since(s.before); el > s.budget {
-		s.late = fmt.Sprintf("%s returned at +%v, past +%v", step, el.Round(10*time.Millisecond), s.budget)
-		return false
-	}
-	must(s.t, err, step)
-	return true
-}
-
-// jcScaled runs scenario at time scale 1 (offsets and TTLs as written), then 2, 4, 8
-// while the machine was too slow for its premise (scenario returns the steps' verdict:
-// nil when every step landed in time and the scenario was judged). Each run uses a
-// fresh latch.
-func jcScaled(t *testing.T, scenario func(f time.Duration) *jcSteps) {
-	t.Helper()
-	for f := time.Duration(1); f <= 8; f *= 2 {
-		st := scenario(f)
-		if st == nil || st.late == "" {
-			return
-		}
-		t.Logf("time scale %d: %s; run again at scale %d", f, st.late, 2*f)
-	}
-	t.Fatalf("the machine was too slow for the scenario at every time scale up to 8")
-}
-
-// jcGone asserts that dcsync reads k as ended, read after endBy (since created).
-func jcGone(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, created time.Time, endBy time.Duration) {
-	t.Helper()
-	if time.Since(created) <= endBy {
-		t.Fatalf("jcGone called at +%v, before +%v", time.Since(created), endBy)
-	}
-	got, err := e.s.ReadLatches(ctx, []dcsync.Key{k})
-	must(t, err, "final ReadLatches")
-	if got[0].Found {
-		t.Errorf("dcsync reads %d after +%v; the latch must have ended by +%v", got[0].Count, time.Since(created).Round(10*time.Millisecond), endBy)
-	}
-}
-
 // TestJavaClientsLatchLifetime: what Java updates do to a dcsync latch's lifetime and vice
 // versa. The rule dcsync keeps: a latch ends TTL after its creation and dcsync's updates
 // never move that end. The Java library's updates are Increments without a TTL, which
@@ -495,102 +360,41 @@ func jcGone(t *testing.T, ctx context.Context, e jcEnv, k dcsync.Key, created ti
 // kept in whole seconds, each end judged from when the call that set it returned, and
 // a latch it saw end does not come back. Logged: when each side saw the latch end.
 // Scenarios whose steps a loaded machine made too slow to land while the latch lived
-// run again with offsets and TTLs doubled (jcScaled).
+// run again with offsets and TTLs doubled (javaclients.Scaled).
 func TestJavaClientsLatchLifetime(t *testing.T) {
 	e := jcStart(t)
 	ctx := jcCtx(t, 8*time.Minute)
 	const slack = time.Second
 	const client = "MY_SERVICE"
+	// The Java library keeps no TTL of its own but the create's.
+	l := javaclients.Lifetime{Store: e.s, Client: client, Java: func(name, farm string, ttl time.Duration) javaclients.JavaLatch {
+		j := javaclients.HBaseLatch{Suffix: e.latchSuffix, Client: client, Latch: name, Farm: farm}
+		return javaclients.JavaLatch{
+			Create:    func(ctx context.Context, count int64) error { return e.tool.HBaseLatchCreate(ctx, j, count, ttl) },
+			CountDown: func(ctx context.Context) error { return e.tool.HBaseLatchCountDown(ctx, j) },
+			Count:     func(ctx context.Context, level string) (int64, error) { return e.tool.HBaseLatchCount(ctx, j, level) },
+		}
+	}}
+	// A Java update extends the farm cell it touches to the update + TTL.
+	javaEnd := func(ttl, lastJava time.Duration) time.Duration { return lastJava + ttl + slack }
+	same := func(ttl time.Duration) time.Duration { return ttl }
 
 	t.Run("DcsyncCreatesJavaAndDcsyncCountDown", func(t *testing.T) {
-		jcScaled(t, func(f time.Duration) *jcSteps {
-			ttl := 3 * time.Second * f
-			name := "life_" + randHex(3)
-			k := dcsync.Key{Level: dcsync.DC, Client: client, Farm: "dc1", Name: name}
-			j := javaclients.HBaseLatch{Suffix: e.latchSuffix, Client: client, Latch: name, Farm: "dc1"}
-			st := &jcSteps{t: t, before: time.Now(), budget: ttl * 5 / 6}
-			must(t, e.s.CreateLatch(ctx, k, 3, ttl), "dcsync create")
-			created := time.Now()
-			time.Sleep(ttl/6 - time.Since(created))
-			if !st.inTime("Java count-down at +TTL/6", e.tool.HBaseLatchCountDown(ctx, j)) {
-				return st
-			}
-			lastJava := time.Since(created)
-			time.Sleep(ttl*2/3 - time.Since(created))
-			n, err := e.s.AddLatch(ctx, k, -1)
-			if !st.inTime("dcsync count-down at +2TTL/3", err) {
-				return st
-			}
-			if n != 1 {
-				t.Fatalf("dcsync count-down at +2TTL/3 = %d; want 1", n)
-			}
-			endBy := lastJava + ttl + slack
-			javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
-			jcGone(t, ctx, e, k, created, endBy)
-			return nil
-		})
+		l.DcsyncCreates(t, ctx, javaclients.DcsyncCreates{Level: dcsync.DC, JavaFarm: "dc1", DcsyncFarm: "dc1",
+			JavaTTL: same, DcsyncAt: func(ttl time.Duration) time.Duration { return ttl * 2 / 3 }, EndBy: javaEnd})
 	})
 
 	t.Run("JavaCreatesDcsyncAndJavaCountDown", func(t *testing.T) {
-		jcScaled(t, func(f time.Duration) *jcSteps {
-			ttl := 3 * time.Second * f
-			name := "life_" + randHex(3)
-			k := dcsync.Key{Level: dcsync.DC, Client: client, Farm: "dc1", Name: name}
-			j := javaclients.HBaseLatch{Suffix: e.latchSuffix, Client: client, Latch: name, Farm: "dc1"}
-			st := &jcSteps{t: t, before: time.Now(), budget: ttl * 5 / 6}
-			if !st.inTime("Java create", e.tool.HBaseLatchCreate(ctx, j, 3, ttl)) {
-				return st
-			}
-			created := time.Now()
-			time.Sleep(ttl/6 - time.Since(created))
-			n, err := e.s.AddLatch(ctx, k, -1)
-			if !st.inTime("dcsync count-down at +TTL/6", err) {
-				return st
-			}
-			if n != 2 {
-				t.Fatalf("dcsync count-down at +TTL/6 = %d; want 2", n)
-			}
-			time.Sleep(ttl/3 - time.Since(created))
-			if !st.inTime("Java count-down at +TTL/3", e.tool.HBaseLatchCountDown(ctx, j)) {
-				return st
-			}
-			lastJava := time.Since(created)
-			endBy := lastJava + ttl + slack
-			javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j, created, endBy+1500*time.Millisecond), 1, ttl, endBy)
-			jcGone(t, ctx, e, k, created, endBy)
-			return nil
-		})
+		l.JavaCreatesDcsyncAndJavaCountDown(t, ctx, javaEnd)
 	})
 
 	t.Run("XDCDcsyncCreatesJavaCountsDownFromAnotherFarm", func(t *testing.T) {
 		// The Java count-down from dc2 creates C:count_dc2 = -1 with no TTL: it outlives
 		// the latch. dcsync must not read a sum without the creator's cell: the latch
 		// ends whole at creation + TTL.
-		jcScaled(t, func(f time.Duration) *jcSteps {
-			ttl := 3 * time.Second * f
-			name := "life_" + randHex(3)
-			k := dcsync.Key{Level: dcsync.XDC, Client: client, Farm: "dc1", Name: name}
-			j2 := javaclients.HBaseLatch{Suffix: e.latchSuffix, Client: client, Latch: name, Farm: "dc2"}
-			st := &jcSteps{t: t, before: time.Now(), budget: ttl * 5 / 6}
-			must(t, e.s.CreateLatch(ctx, k, 3, ttl), "dcsync XDC create")
-			created := time.Now()
-			time.Sleep(ttl/6 - time.Since(created))
-			if !st.inTime("Java count-down from dc2", e.tool.HBaseLatchCountDown(ctx, j2)) {
-				return st
-			}
-			k3 := k
-			k3.Farm = "dc3"
-			n, err := e.s.AddLatch(ctx, k3, -1)
-			if !st.inTime("dcsync count-down from dc3", err) {
-				return st
-			}
-			if n != 1 {
-				t.Fatalf("dcsync count-down from dc3 = %d; want 1", n)
-			}
-			javaclients.CheckLifetime(t, jcWatch(t, ctx, e, k, j2, created, ttl+slack+1500*time.Millisecond), 1, ttl, ttl+slack)
-			jcGone(t, ctx, e, k, created, ttl+slack)
-			return nil
-		})
+		l.DcsyncCreates(t, ctx, javaclients.DcsyncCreates{Level: dcsync.XDC, JavaFarm: "dc2", DcsyncFarm: "dc3",
+			JavaTTL: same, DcsyncAt: func(time.Duration) time.Duration { return 0 },
+			EndBy: func(ttl, _ time.Duration) time.Duration { return ttl + slack }})
 	})
 }
 

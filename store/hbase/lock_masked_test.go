@@ -3,7 +3,6 @@ package hbase
 import (
 	"context"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,66 +62,27 @@ func TestJavaMaskedHolds(t *testing.T) {
 	}
 }
 
-// countingOps counts the calls the store makes to HBase (each is one round trip).
-type countingOps struct {
-	ops
-	n    atomic.Int64
-	gets atomic.Int64 // CheckAndMutateGets calls (the acquire's call with the raw read)
-}
-
-func (c *countingOps) Get(ctx context.Context, table string, row []byte, cols ...hbaserpc.Column) ([]hbaserpc.Cell, error) {
-	c.n.Add(1)
-	return c.ops.Get(ctx, table, row, cols...)
-}
-
-func (c *countingOps) MultiGet(ctx context.Context, table string, gets []hbaserpc.Get) ([][]hbaserpc.Cell, error) {
-	c.n.Add(1)
-	return c.ops.MultiGet(ctx, table, gets)
-}
-
-func (c *countingOps) Increment(ctx context.Context, table string, inc *hbaserpc.Increment) ([]hbaserpc.Cell, error) {
-	c.n.Add(1)
-	return c.ops.Increment(ctx, table, inc)
-}
-
-func (c *countingOps) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
-	c.n.Add(1)
-	return c.ops.CheckAndMutate(ctx, table, row, cond, muts...)
-}
-
-func (c *countingOps) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error) {
-	c.n.Add(1)
-	return c.ops.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
-}
-
-func (c *countingOps) GetWithClock(ctx context.Context, table string, row, probeFamily []byte, cols ...hbaserpc.Column) ([]hbaserpc.Cell, int64, error) {
-	c.n.Add(1)
-	return c.ops.GetWithClock(ctx, table, row, probeFamily, cols...)
-}
-
-func (c *countingOps) CheckAndMutateGets(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, gets ...hbaserpc.Get) (bool, []hbaserpc.Cell, [][]hbaserpc.Cell, error) {
-	c.n.Add(1)
-	c.gets.Add(1)
-	return c.ops.(rawGetOps).CheckAndMutateGets(ctx, table, row, cond, muts, gets...)
-}
-
 // TestMaskedCheckRoundTrips (real HBase): the detection adds no call to the common
 // path. An acquire of a free lock is 3 calls and a release 2, with the detection and
 // without it; the raw read rides in the acquire's first call.
 func TestMaskedCheckRoundTrips(t *testing.T) {
 	s := openStore(t)
 	defer s.Close()
-	cnt := &countingOps{ops: s.db}
-	s.db = cnt
+	cnt := countCalls(s)
 	ctx := ctxT(t, time.Minute)
 	k := dcsync.Key{Level: dcsync.DC, Client: "rt", Farm: "dc1", Name: "rt_" + randHex(4)}
-	calls := func(f func() error) int64 {
+	// calls returns how many calls f made, and how many of them read raw.
+	calls := func(f func() error) (n, raw int) {
 		t.Helper()
-		before := cnt.n.Load()
+		cnt.take()
 		if err := f(); err != nil {
 			t.Fatal(err)
 		}
-		return cnt.n.Load() - before
+		got := cnt.take()
+		for _, c := range got {
+			n += c
+		}
+		return n, got["CheckAndMutateGets"]
 	}
 	for _, detect := range []bool{false, true, false, true} {
 		if detect {
@@ -130,10 +90,8 @@ func TestMaskedCheckRoundTrips(t *testing.T) {
 		} else {
 			maskedCheckOff.Store(s, struct{}{})
 		}
-		raw := cnt.gets.Load()
-		acq := calls(func() error { _, err := s.AcquireLock(ctx, k, "o1", time.Minute); return err })
-		rel := calls(func() error { return s.ReleaseLock(ctx, k, "o1") })
-		raw = cnt.gets.Load() - raw
+		acq, raw := calls(func() error { _, err := s.AcquireLock(ctx, k, "o1", time.Minute); return err })
+		rel, _ := calls(func() error { return s.ReleaseLock(ctx, k, "o1") })
 		t.Logf("detection %v: acquire %d calls (%d with the raw read), release %d calls", detect, acq, raw, rel)
 		if acq != 3 || rel != 2 || (raw == 1) != detect {
 			t.Errorf("detection %v: acquire took %d calls (want 3; %d with the raw read), release %d (want 2)", detect, acq, raw, rel)

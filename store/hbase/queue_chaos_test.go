@@ -2,12 +2,11 @@ package hbase
 
 import (
 	"context"
-	"github.com/dcsync/dcsync/driver"
-	"math/rand/v2"
 	"net/url"
 	"testing"
 	"time"
 
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/chaos"
 )
 
@@ -48,14 +47,7 @@ func TestQueueChaos(t *testing.T) {
 		Producers: 1, Consumers: 2, ProcessProducers: 1, ProcessConsumers: 1,
 		Events: chaos.QueueCIEvents, Duration: 3 * time.Minute, Batch: 64,
 		Churn: 30, Pause: true, Kill: true, Freeze: true,
-		Fault: func(r *rand.Rand) string {
-			if r.IntN(2) == 0 {
-				f.set(lostAck)
-				return "dropped-reply"
-			}
-			f.set(notSent)
-			return "not-sent"
-		},
+		Fault:      f.lostOrNotSent,
 		FaultEvery: 400 * time.Millisecond,
 	}
 	sc.Soak()

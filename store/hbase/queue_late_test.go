@@ -3,7 +3,6 @@ package hbase
 import (
 	"context"
 	"encoding/binary"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,88 +11,35 @@ import (
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 )
 
-// heldWrites wraps the client's queue calls below the store's retries. A conditional
-// write of a row it is told to hold is not sent: it reports "outcome unknown" (a
-// request that timed out while still queued at the server) and is kept, exactly as the
-// store sent it, until the test delivers it, after later writes: the reordering of
-// issue 14's defect 1.
-type heldWrites struct {
-	queueOps
-	mu     sync.Mutex
-	hold   map[string]int // row -> conditional writes still to hold
-	held   []func() (bool, error)
-	onHold func() // run when a write is held, before its caller sees the error
-}
-
-func (f *heldWrites) holdNext(row []byte, n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.hold[string(row)] += n
-}
-
-// take reports whether a write of row is to be held, and keeps send if so.
-func (f *heldWrites) take(row []byte, send func() (bool, error)) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.hold[string(row)] == 0 {
-		return false
+// heldQueue creates a queue of one partition, read by group "g", on a store whose
+// writes go through a heldWrites, and returns them with the test's context and stored,
+// which reads the group's offset of partition 0.
+func heldQueue(t *testing.T) (s *Store, f *heldWrites, ctx context.Context, name string, stored func() driver.QueueOffset) {
+	s = openQueueStore(t)
+	f = holdWrites(t, s, false)
+	ctx = ctxT(t, time.Minute)
+	name = qname(t)
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	stored = func() driver.QueueOffset {
+		t.Helper()
+		offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
+		must(t, err, "ReadQueueOffsets")
+		return offs[0]
 	}
-	f.hold[string(row)]--
-	f.held = append(f.held, send)
-	if h := f.onHold; h != nil {
-		f.onHold = nil
-		f.mu.Unlock()
-		defer f.mu.Lock()
-		h()
-	}
-	return true
+	return s, f, ctx, name, stored
 }
 
-// deliver sends the held writes, oldest first, and returns whether each was applied.
-func (f *heldWrites) deliver(t *testing.T) []bool {
+// landsLate delivers the held first attempt of what, after the writes since (after),
+// and fails t if it was applied, or if the stored offset is not want after it (lost:
+// what its landing would do).
+func landsLate(t *testing.T, f *heldWrites, stored func() driver.QueueOffset, want driver.QueueOffset, what, after, lost string) {
 	t.Helper()
-	f.mu.Lock()
-	held := f.held
-	f.held = nil
-	f.mu.Unlock()
-	if len(held) == 0 {
-		t.Fatal("no write was held")
+	if applied := f.deliver(t); applied[0] {
+		t.Errorf("the late first attempt of %s was applied after %s", what, after)
 	}
-	out := make([]bool, len(held))
-	for i, send := range held {
-		ok, err := send()
-		must(t, err, "delivering a held write")
-		out[i] = ok
+	if got := stored(); got != want {
+		t.Fatalf("after the late first attempt of %s (after %s): offset %+v, want %+v (%s)", what, after, got, want, lost)
 	}
-	return out
-}
-
-func (f *heldWrites) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
-	if f.take(row, func() (bool, error) {
-		ok, _, err := f.queueOps.CheckAndMutate(context.Background(), table, row, cond, muts...)
-		return ok, err
-	}) {
-		return false, nil, errLost
-	}
-	return f.queueOps.CheckAndMutate(ctx, table, row, cond, muts...)
-}
-
-func (f *heldWrites) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error) {
-	if f.take(row, func() (bool, error) {
-		ok, _, _, err := f.queueOps.CheckAndMutateRead(context.Background(), table, row, cond, muts, cols...)
-		return ok, err
-	}) {
-		return false, nil, nil, errLost
-	}
-	return f.queueOps.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
-}
-
-func heldStore(t *testing.T) (*Store, *heldWrites) {
-	s := openQueueStore(t)
-	t.Cleanup(func() { s.Close() })
-	f := &heldWrites{queueOps: s.client, hold: map[string]int{}}
-	s.queue().db = f
-	return s, f
 }
 
 // TestQueueCommitLandsLate is issue 14's defect 1 on the real HBase: a commit whose
@@ -102,23 +48,14 @@ func heldStore(t *testing.T) (*Store, *heldWrites) {
 // commit was conditioned on the owner's token alone, and the late attempt moved Next
 // back from 9 to 5, so the next owner re-delivered acked events.
 func TestQueueCommitLandsLate(t *testing.T) {
-	s, f := heldStore(t)
-	ctx := ctxT(t, time.Minute)
-	name := qname(t)
-	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	s, f, ctx, name, stored := heldQueue(t)
 	row := offsetRow(name, "g", 0)
-	stored := func() driver.QueueOffset {
-		t.Helper()
-		offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
-		must(t, err, "ReadQueueOffsets")
-		return offs[0]
-	}
 	_, err := s.ClaimQueuePartition(ctx, name, "g", 0, 7)
 	must(t, err, "ClaimQueuePartition")
 
 	// Commit v1 (Next 5): its first attempt is held, the store's retry applies it.
 	v1 := driver.QueueOffset{Token: 7, Next: 5, Held: true, Version: 1}
-	f.holdNext(row, 1)
+	f.holdAfter(0, row)
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit v1 whose first attempt is held")
 	if got := stored(); got != v1 {
 		t.Fatalf("after commit v1: %+v", got)
@@ -126,43 +63,28 @@ func TestQueueCommitLandsLate(t *testing.T) {
 	// The owner's next commit, v2 (Next 9), then the first attempt of v1 lands.
 	v2 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 2}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v2), "commit v2")
-	if applied := f.deliver(t); applied[0] {
-		t.Errorf("the late first attempt of commit v1 was applied after commit v2")
-	}
-	if got := stored(); got != v2 {
-		t.Fatalf("after v1's late first attempt: offset %+v, want v2 %+v (Next went back from %d to %d)", got, v2, v2.Next, got.Next)
-	}
+	landsLate(t, f, stored, v2, "commit v1", "commit v2", "else Next goes back from 9 to 5")
 
 	// The same with marks: a late attempt must not lose a mark either.
 	marks, err := driver.EncodeQueueMarks(9, []driver.QueueMark{{Seq: 11, Acked: true}})
 	must(t, err, "EncodeQueueMarks")
 	v3 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 3}
-	f.holdNext(row, 1)
+	f.holdAfter(0, row)
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v3), "commit v3 whose first attempt is held")
 	v4 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 4, Marks: marks}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v4), "commit v4 (entry 11 acked out of order)")
-	if applied := f.deliver(t); applied[0] {
-		t.Errorf("the late first attempt of commit v3 was applied after commit v4")
-	}
-	if got := stored(); got != v4 {
-		t.Fatalf("after v3's late first attempt: offset %+v, want v4 %+v (the mark of entry 11 lost)", got, v4)
-	}
+	landsLate(t, f, stored, v4, "commit v3", "commit v4", "else the mark of entry 11 is lost")
 
 	// A commit held until after a new owner's claim: refused too.
 	v5 := driver.QueueOffset{Token: 7, Next: 12, Held: true, Version: 5}
-	f.holdNext(row, 1)
+	f.holdAfter(0, row)
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v5), "commit v5 whose first attempt is held")
 	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 8)
 	must(t, err, "ClaimQueuePartition 8")
 	if off != (driver.QueueOffset{Token: 8, Next: 12, Held: true, Version: 5}) {
 		t.Fatalf("claim returned %+v", off)
 	}
-	if applied := f.deliver(t); applied[0] {
-		t.Errorf("the late first attempt of commit v5 was applied after a new owner's claim")
-	}
-	if got := stored(); got != off {
-		t.Fatalf("after v5's late first attempt: offset %+v, want %+v (the claim's token lost)", got, off)
-	}
+	landsLate(t, f, stored, off, "commit v5", "a new owner's claim", "else the claim's token is lost")
 }
 
 // TestQueueClaimLandsLate: a claim whose first attempt is held back and delivered
@@ -170,18 +92,9 @@ func TestQueueCommitLandsLate(t *testing.T) {
 // claim that finds its own token stored after an in-doubt attempt reports success with
 // the stored offset.
 func TestQueueClaimLandsLate(t *testing.T) {
-	s, f := heldStore(t)
-	ctx := ctxT(t, time.Minute)
-	name := qname(t)
-	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	s, f, ctx, name, stored := heldQueue(t)
 	row := offsetRow(name, "g", 0)
-	stored := func() driver.QueueOffset {
-		t.Helper()
-		offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
-		must(t, err, "ReadQueueOffsets")
-		return offs[0]
-	}
-	f.holdNext(row, 1)
+	f.holdAfter(0, row)
 	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 3)
 	must(t, err, "claim whose first attempt is held")
 	if off != (driver.QueueOffset{Token: 3}) {
@@ -189,15 +102,10 @@ func TestQueueClaimLandsLate(t *testing.T) {
 	}
 	v1 := driver.QueueOffset{Token: 3, Next: 4, Held: true, Version: 1}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit v1")
-	if applied := f.deliver(t); applied[0] {
-		t.Errorf("the late first attempt of the claim was applied after the owner's commit")
-	}
-	if got := stored(); got != v1 {
-		t.Fatalf("after the claim's late first attempt: %+v, want %+v", got, v1)
-	}
+	landsLate(t, f, stored, v1, "the claim", "the owner's commit", "else the commit is lost")
 	// A claim of token 4 whose first attempt is held (its retry applies), then token
 	// 6 claims, then token 4's first attempt lands: refused.
-	f.holdNext(row, 1)
+	f.holdAfter(0, row)
 	off, err = s.ClaimQueuePartition(ctx, name, "g", 0, 4)
 	must(t, err, "claim 4 whose first attempt is held")
 	if want := (driver.QueueOffset{Token: 4, Next: 4, Held: true, Version: 1}); off != want {
@@ -205,12 +113,7 @@ func TestQueueClaimLandsLate(t *testing.T) {
 	}
 	_, err = s.ClaimQueuePartition(ctx, name, "g", 0, 6)
 	must(t, err, "claim 6")
-	if applied := f.deliver(t); applied[0] {
-		t.Errorf("claim 4's late first attempt was applied after claim 6")
-	}
-	if want := (driver.QueueOffset{Token: 6, Next: 4, Held: true, Version: 1}); stored() != want {
-		t.Fatalf("after claim 4's late attempt: %+v, want %+v", stored(), want)
-	}
+	landsLate(t, f, stored, driver.QueueOffset{Token: 6, Next: 4, Held: true, Version: 1}, "claim 4", "claim 6", "else token 6 is lost")
 	// A claim whose attempt applied with its reply lost: the retry finds the token.
 	lost := &queueFaults{queueOps: s.client, plan: map[string]int{"CheckAndMutate": 1}, hit: map[string]int{}}
 	s.queue().db = lost
@@ -259,10 +162,7 @@ func TestQueueOffsetCellFormats(t *testing.T) {
 // 0 with no marks; a claim and a commit on it work, and the commit's late first
 // attempt changes nothing.
 func TestQueueOffsetOldCell(t *testing.T) {
-	s, f := heldStore(t)
-	ctx := ctxT(t, time.Minute)
-	name := qname(t)
-	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	s, f, ctx, name, stored := heldQueue(t)
 	row := offsetRow(name, "g", 0)
 	ok, _, err := s.client.CheckAndMutate(ctx, s.QueueTable(), row, hbaserpc.IfAbsent(famQueue, qualOffset), &hbaserpc.Put{Values: []hbaserpc.Value{
 		{Family: famQueue, Qualifier: qualOffTok, Value: be64(5)},
@@ -272,11 +172,10 @@ func TestQueueOffsetOldCell(t *testing.T) {
 		t.Fatalf("writing an old offset cell: %v, %v", ok, err)
 	}
 	old := driver.QueueOffset{Token: 5, Next: 7, Attempts: 2, Held: true}
-	offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
-	if err != nil || offs[0] != old {
-		t.Fatalf("old cell read as %+v, %v; want %+v", offs, err, old)
+	if got := stored(); got != old {
+		t.Fatalf("old cell read as %+v; want %+v", got, old)
 	}
-	f.holdNext(row, 1)
+	f.holdAfter(0, row)
 	v1 := driver.QueueOffset{Token: 5, Next: 8, Attempts: 0, Held: true, Version: 1}
 	must(t, s.CommitQueueOffset(ctx, name, "g", 0, v1), "commit over an old cell, first attempt held")
 	off, err := s.ClaimQueuePartition(ctx, name, "g", 0, 6)
@@ -284,13 +183,7 @@ func TestQueueOffsetOldCell(t *testing.T) {
 	if want := (driver.QueueOffset{Token: 6, Next: 8, Held: true, Version: 1}); off != want {
 		t.Fatalf("claim returned %+v, want %+v", off, want)
 	}
-	if applied := f.deliver(t); applied[0] {
-		t.Errorf("the late first attempt of the commit over the old cell was applied after a claim")
-	}
-	offs, err = s.ReadQueueOffsets(ctx, name, "g", []int{0})
-	if err != nil || offs[0] != off {
-		t.Fatalf("after the late attempt: %+v, %v; want %+v", offs, err, off)
-	}
+	landsLate(t, f, stored, off, "the commit over the old cell", "a claim", "else the claim is lost")
 }
 
 // TestQueueAbortLandsAfterTrim: a consumer's abort of a seq (a hole) is in doubt and its
@@ -299,10 +192,7 @@ func TestQueueOffsetOldCell(t *testing.T) {
 // first attempt lands. It must change nothing: were it to tombstone the trimmed seq, a
 // retried append of the event's id would take the id over and append the event again.
 func TestQueueAbortLandsAfterTrim(t *testing.T) {
-	s, f := heldStore(t)
-	ctx := ctxT(t, time.Minute)
-	name := qname(t)
-	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	s, f, ctx, name, _ := heldQueue(t)
 	table := s.QueueTable()
 	// A producer that has claimed its id, reserved its seq and placed the id there,
 	// and not yet written: a hole.
@@ -313,7 +203,7 @@ func TestQueueAbortLandsAfterTrim(t *testing.T) {
 	must(t, err, "place")
 	seq := a.seq[0]
 	// The abort's first attempt is held; the producer writes meanwhile.
-	f.holdNext(entryRow(partPrefix(name, 0), seq), 1)
+	f.holdAfter(0, entryRow(partPrefix(name, 0), seq))
 	f.onHold = func() { must(t, a.write(ctx, ready), "the producer's write") }
 	aborted, err := s.AbortQueueSeq(ctx, name, 0, seq)
 	must(t, err, "AbortQueueSeq whose first attempt is held")
@@ -346,42 +236,6 @@ func TestQueueAbortLandsAfterTrim(t *testing.T) {
 	}
 }
 
-// countingQueueOps counts the calls to the queue table.
-type countingQueueOps struct {
-	queueOps
-	mu    sync.Mutex
-	calls map[string]int
-}
-
-func (c *countingQueueOps) count(m string) {
-	c.mu.Lock()
-	c.calls[m]++
-	c.mu.Unlock()
-}
-
-func (c *countingQueueOps) take() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.calls
-	c.calls = map[string]int{}
-	return out
-}
-
-func (c *countingQueueOps) Get(ctx context.Context, table string, row []byte, cols ...hbaserpc.Column) ([]hbaserpc.Cell, error) {
-	c.count("Get")
-	return c.queueOps.Get(ctx, table, row, cols...)
-}
-
-func (c *countingQueueOps) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
-	c.count("CheckAndMutate")
-	return c.queueOps.CheckAndMutate(ctx, table, row, cond, muts...)
-}
-
-func (c *countingQueueOps) CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error) {
-	c.count("CheckAndMutateRead")
-	return c.queueOps.CheckAndMutateRead(ctx, table, row, cond, muts, cols...)
-}
-
 // TestQueueCommitRoundTrips: while one store owns a partition, each commit is one
 // round trip (a compare-and-set on the cell it last wrote); a commit whose guess is
 // stale (another store wrote) costs one more, and decides on the cell read back.
@@ -390,8 +244,7 @@ func TestQueueCommitRoundTrips(t *testing.T) {
 	defer s.Close()
 	other := openQueueStore(t)
 	defer other.Close()
-	c := &countingQueueOps{queueOps: s.client, calls: map[string]int{}}
-	s.queue().db = c
+	c := countCalls(s)
 	ctx := ctxT(t, time.Minute)
 	name := qname(t)
 	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
@@ -425,8 +278,7 @@ func TestQueueCommitRoundTrips(t *testing.T) {
 	// (refused, the cell read back with it), then applies.
 	o2.Version++
 	o2.Next++
-	oc := &countingQueueOps{queueOps: other.client, calls: map[string]int{}}
-	other.queue().db = oc
+	oc := countCalls(other)
 	must(t, other.CommitQueueOffset(ctx, name, "g", 0, o2), "commit through a store whose guess is stale")
 	if got := oc.take(); got["CheckAndMutateRead"] != 2 || len(got) != 1 {
 		t.Fatalf("a commit on a stale guess made calls %v, want two CheckAndMutateRead", got)
@@ -446,15 +298,12 @@ func TestQueueCommitRoundTrips(t *testing.T) {
 // never delivered them and nobody acked them (found by the queue chaos checker on
 // Aerospike).
 func TestQueueCommitInDoubtThenTakenOver(t *testing.T) {
-	s, f := heldStore(t)
-	ctx := ctxT(t, time.Minute)
-	name := qname(t)
-	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: 1, Groups: []string{"g"}})
+	s, f, ctx, name, stored := heldQueue(t)
 	row := offsetRow(name, "g", 0)
 	_, err := s.ClaimQueuePartition(ctx, name, "g", 0, 7)
 	must(t, err, "ClaimQueuePartition 7")
 	off := driver.QueueOffset{Token: 7, Next: 5, Held: true, Version: 1}
-	f.holdNext(row, 1)
+	f.holdAfter(0, row)
 	f.onHold = func() {
 		// The held attempt reaches the region server (its reply is lost), then the
 		// successor claims.
@@ -468,9 +317,7 @@ func TestQueueCommitInDoubtThenTakenOver(t *testing.T) {
 	if dcsync.CodeOf(err) != dcsync.Connection {
 		t.Fatalf("commit applied in doubt, then taken over: %v, want Connection (outcome unknown; it did land)", err)
 	}
-	offs, err := s.ReadQueueOffsets(ctx, name, "g", []int{0})
-	must(t, err, "ReadQueueOffsets")
-	if offs[0].Next != 5 || offs[0].Token != 8 {
-		t.Fatalf("offset %+v, want the commit's Next 5 under token 8", offs[0])
+	if got := stored(); got.Next != 5 || got.Token != 8 {
+		t.Fatalf("offset %+v, want the commit's Next 5 under token 8", got)
 	}
 }

@@ -40,11 +40,7 @@ func (f *scanFaults) MultiMutate(ctx context.Context, table string, acts []hbase
 	if !lose || res == nil {
 		return res, err
 	}
-	out := make([]hbaserpc.ActionResult, len(res))
-	for i := range out {
-		out[i] = hbaserpc.ActionResult{Err: errLost}
-	}
-	return out, errLost
+	return lostReplies(len(res))
 }
 
 func (f *scanFaults) ScanFunc(ctx context.Context, table string, s hbaserpc.Scan, fn func(hbaserpc.Row) error) error {

@@ -580,6 +580,16 @@ func (f *queueFaults) set(m string, n int) {
 
 var errLost = driver.Errorf(dcsync.Connection, "test", "outcome unknown: injected lost reply")
 
+// lostReplies is what a MultiMutate of n actions returns when its reply is lost: every
+// action's outcome unknown.
+func lostReplies(n int) ([]hbaserpc.ActionResult, error) {
+	out := make([]hbaserpc.ActionResult, n)
+	for i := range out {
+		out[i] = hbaserpc.ActionResult{Err: errLost}
+	}
+	return out, errLost
+}
+
 func (f *queueFaults) MultiMutate(ctx context.Context, table string, acts []hbaserpc.Action) ([]hbaserpc.ActionResult, error) {
 	conditional, reads, incs := false, false, false
 	for _, a := range acts {
@@ -602,29 +612,17 @@ func (f *queueFaults) MultiMutate(ctx context.Context, table string, acts []hbas
 		if res == nil {
 			return nil, err
 		}
-		out := make([]hbaserpc.ActionResult, len(res))
-		for i := range out {
-			out[i] = hbaserpc.ActionResult{Err: errLost}
-		}
-		return out, errLost
+		return lostReplies(len(res))
 	}
 	if conditional && f.take("MultiMutate-drop") {
-		out := make([]hbaserpc.ActionResult, len(acts))
-		for i := range out {
-			out[i] = hbaserpc.ActionResult{Err: errLost}
-		}
-		return out, errLost
+		return lostReplies(len(acts))
 	}
 	if conditional && f.take("MultiMutate") {
 		res, err := f.queueOps.MultiMutate(ctx, table, acts)
 		if res == nil {
 			return nil, err
 		}
-		out := make([]hbaserpc.ActionResult, len(res))
-		for i := range out {
-			out[i] = hbaserpc.ActionResult{Err: errLost}
-		}
-		return out, errLost
+		return lostReplies(len(res))
 	}
 	return f.queueOps.MultiMutate(ctx, table, acts)
 }
