@@ -2,23 +2,25 @@ package queue
 
 // Acknowledgements: Ack, and whether the consumer still holds a delivery.
 //
-// Invariants kept here, each with the test that fails when it is broken ("suite"
-// names a case of the queue conformance suite, queue/queuetest):
+// Invariants kept here, each with the test that fails when it is broken (seen
+// failing with the invariant broken on purpose), or a note where none does ("suite"
+// names a case of the queue conformance suite, queue/queuetest, which each store's
+// TestQueueConformance runs):
 //
-//   - Ack returns nil only once every ack is in the offset record, in one
+//   - Ack returns nil only once every ack is in the offset record, written by one
 //     conditional write per partition (commit.go): a message whose Ack returned nil
-//     is never delivered again to the group. Suite
-//     AcrossOwners/RebalanceKeepsAcksAboveANack, TestStreamingKeepsOffsetHeld (one
-//     write per Ack).
+//     is never delivered again to the group. TestAckFailsWhenTheWriteFails, suite
+//     AcrossOwners/RebalanceKeepsAcksAboveANack.
 //   - Acks above an un-acked message are persisted as Acked marks (commit.go,
 //     snapshot). Suite AcrossOwners/RebalanceKeepsAcksAboveANack,
 //     AcrossOwners/DeathKeepsAcksAndAttempts, AcrossOwners/MarksWindow.
-//   - An Ack (or Extend) of a delivery the consumer no longer holds returns an
-//     error matching dcsync.ErrLockLost: its partition moved (another token), its
-//     visibility deadline passed, it was nacked, delivered again or dead-lettered. So
-//     no message is both dead-lettered and acked. TestZombieAckRefusedAndEventsMove,
-//     suite Queue/ZombieAck, AcrossOwners/AckAfterDeadlineRefused,
-//     AcrossOwners/DeadLetterAcrossOwners.
+//   - An Ack (or Extend, retry.go) of a delivery the consumer no longer holds
+//     returns an error matching dcsync.ErrLockLost, so no message is both
+//     dead-lettered and acked and no ack races a redelivery: its visibility
+//     deadline passed (suite AcrossOwners/AckAfterDeadlineRefused), it was nacked or
+//     delivered again (TestAckOfANackedOrRedeliveredMessageIsLockLost), it was
+//     dead-lettered (suite AcrossOwners/DeadLetterAcrossOwners), its partition moved
+//     (TestZombieAckRefusedAndEventsMove, suite Queue/ZombieAck).
 
 import (
 	"context"

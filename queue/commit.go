@@ -3,29 +3,34 @@ package queue
 // Offset commits: the offset record that describes a partition (snapshot), its
 // conditional writes (write, put), their outcome (apply), and Seek.
 //
-// Invariants kept here, each with the test that fails when it is broken ("suite"
-// names a case of the queue conformance suite, queue/queuetest):
+// Invariants kept here, each with the test that fails when it is broken (seen
+// failing with the invariant broken on purpose), or a note where none does ("suite"
+// names a case of the queue conformance suite, queue/queuetest, which each store's
+// TestQueueConformance runs):
 //
 //   - Every write carries the owner's fencing token and a Version strictly above the
 //     owner's previous write, one write at a time per partition (part.commitMu): the
 //     store applies it only while the token is stored and the stored Version is
 //     lower, so a late first attempt of a write never undoes a later one.
 //     TestOffsetVersionsIncreasePerOwner.
-//   - Commits are refused once the partition's lock is no longer Held() (its lease
-//     ended; a successor may own it). TestZombieAckRefusedAndEventsMove.
-//   - A write refused with LockLost drops the partition (rebalance.go, drop). Suite
-//     AcrossOwners/FencedDeadLetter.
+//   - A write refused with LockLost drops the partition (rebalance.go, drop).
+//     TestRefusedWriteDropsThePartition.
 //   - Next moves over the acked prefix only; acks above an un-acked entry are Acked
-//     marks, failed attempts of entries above Next are attempt marks. Suite
-//     AcrossOwners/RebalanceKeepsAcksAboveANack, AcrossOwners/MarksWindow,
-//     AcrossOwners/VisibilityAttemptsSurviveAMove.
+//     marks, failed attempts above Next are attempt marks. Suite
+//     AcrossOwners/RebalanceKeepsAcksAboveANack, AcrossOwners/MarksWindow (acks);
+//     AcrossOwners/DeathKeepsAcksAndAttempts, AcrossOwners/VisibilityAttemptsSurviveAMove,
+//     AcrossOwners/DeadLetterAcrossOwners (attempts).
 //   - Held is set by the write before a delivery, kept by ack writes while an entry
-//     this owner delivered is un-acked or it streams the partition, and cleared by a
-//     release (and by an ack write once it caught up). TestStreamingKeepsOffsetHeld.
-//   - Acks and attempts count as recorded (durable, persisted) only after the write
-//     that holds them succeeded; a failed write leaves the record in doubt, so the
-//     next write is not skipped. TestStreamingKeepsOffsetHeld,
-//     AcrossOwners/DeathKeepsAcksAndAttempts.
+//     this owner delivered is un-acked or it streams the partition (one write per
+//     batch), cleared once it caught up and by a release.
+//     TestStreamingKeepsOffsetHeld; TestCloseRecordsDeliveriesInFlightAsFailed.
+//   - Acks count as recorded (durable) only after the write that holds them
+//     succeeded. TestAckFailsWhenTheWriteFails.
+//   - Commits are refused once the partition's lock is no longer Held() (its lease
+//     ended; a successor may own it). No test fails when only this check is removed:
+//     the store's token fence refuses the same write once a successor claimed the
+//     record, and before that the write is the last owner's and the successor starts
+//     from it.
 
 import (
 	"context"

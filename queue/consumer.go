@@ -2,9 +2,9 @@ package queue
 
 // The consumer, by job (one file each):
 //
-//	consumer.go    the Consumer type and its state (part, entry), Queue.Consumer, its
-//	               options, the run loop and Close
-//	rebalance.go   membership, assignment, taking, draining and releasing partitions
+//	consumer.go    the Consumer type and its state (part, entry), Queue.Consumer and
+//	               its options, the run loop, Close
+//	rebalance.go   membership, assignment; taking, draining, releasing partitions
 //	deliver.go     Receive: what is handed out, and the writes before a delivery
 //	prefetch.go    reading partitions into the buffers; the hub's wake-ups
 //	ack.go         Ack, and whether a delivery is still held
@@ -14,22 +14,23 @@ package queue
 //	trim.go        trimming what every group acked
 //	tx.go          AckTx
 //
-// Invariants kept here, each with the test that fails when it is broken ("suite"
-// names a case of the queue conformance suite, queue/queuetest, run by each store's
-// TestQueueConformance):
+// Invariants kept here, each with the test that fails when it is broken (seen
+// failing with the invariant broken on purpose), or a note where none does ("suite"
+// names a case of the queue conformance suite, queue/queuetest, which each store's
+// TestQueueConformance runs):
 //
-//   - Close records the state of every partition it owns (see rebalance.go, release)
-//     before it lets the lock go, so a successor delivers what was not acked:
-//     suite Queue/TakeoverAfterClose.
-//   - After Close every method returns ErrClosed (or an error matching
-//     dcsync.ErrLockLost for acks), and a Receive waiting on it returns ErrClosed:
-//     suite Queue/Close, Queue/TakeoverAfterClose.
+//   - Close releases every partition it owns with its whole state written (see
+//     rebalance.go, release) before it lets the lock go: deliveries in flight count
+//     as failed attempts, Held is cleared. TestCloseRecordsDeliveriesInFlightAsFailed.
+//   - A Receive waiting during Close, and every later Receive, returns ErrClosed.
+//     Suite Queue/Close.
 //   - Close returns only once every goroutine the consumer started (lease watchers,
-//     prefetches, trims) has ended: the goroutine checks of TestExactlyOncePerGroupInKeyOrder
-//     and TestNackDeadLetters (goleak), and of every suite case (noQueueGoroutines).
-//   - Entry state (part.buf, entry) changes only under c.mu; the offset record of a
-//     partition is written by one writer at a time, under part.commitMu: see
-//     commit.go. (The race detector, in every test run with -race.)
+//     prefetches, trims) has ended. The goroutine checks of
+//     TestExactlyOncePerGroupInKeyOrder and TestNackDeadLetters (goleak), and of
+//     the suite's cases (noQueueGoroutines).
+//
+// Buffered state (part, entry) changes only under c.mu; a partition's offset record
+// is written by one writer at a time, under part.commitMu (see commit.go).
 
 import (
 	"context"

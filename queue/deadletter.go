@@ -3,18 +3,21 @@ package queue
 // Dead-lettering: moving an entry that reached MaxAttempts to its group's
 // dead-letter partition.
 //
-// Invariants kept here, each with the test that fails when it is broken ("suite"
-// names a case of the queue conformance suite, queue/queuetest):
+// Invariants kept here, each with the test that fails when it is broken (seen
+// failing with the invariant broken on purpose), or a note where none does ("suite"
+// names a case of the queue conformance suite, queue/queuetest, which each store's
+// TestQueueConformance runs):
 //
 //   - Only entries whose attempts, as recorded by a fenced write, reached MaxAttempts
 //     are appended, and only by an owner that still owns the partition: a zombie
-//     appends nothing. Suite AcrossOwners/FencedDeadLetter.
+//     appends nothing. Suite AcrossOwners/FencedDeadLetter, with Nack's check
+//     (retry.go) broken too: either check alone keeps the case passing.
 //   - Each is appended with the id reserved for (group, partition, seq), so an append
 //     by this owner or a successor (after a crash between the append and the ack)
 //     lands once. Suite AcrossOwners/DeadLetterCompletedBySuccessor.
-//   - It is then acked by one write per partition, as dead-lettered: it is never
-//     delivered again, and an Ack of its last delivery returns LockLost. Suite
-//     AcrossOwners/DeadLetterAcrossOwners, TestNackDeadLetters.
+//   - It is then acked by one write per partition, as dead-lettered: never delivered
+//     again, and an Ack of its last delivery returns LockLost. Suite
+//     AcrossOwners/DeadLetterAcrossOwners.
 
 import (
 	"context"

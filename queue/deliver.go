@@ -2,25 +2,29 @@ package queue
 
 // Delivery: Receive, and which buffered entries it hands out.
 //
-// Invariants kept here, each with the test that fails when it is broken ("suite"
-// names a case of the queue conformance suite, queue/queuetest):
+// Invariants kept here, each with the test that fails when it is broken (seen
+// failing with the invariant broken on purpose), or a note where none does ("suite"
+// names a case of the queue conformance suite, queue/queuetest, which each store's
+// TestQueueConformance runs):
 //
-//   - Nothing is handed out from a partition whose lease is over (its successor may
-//     be delivering the same events) or that is draining. Suite Queue/ZombieAck.
+//   - Nothing is handed out from a partition that is draining.
+//     TestDrainingHandsOutNothingAndWaitsForAcks. Nor from one whose lease is over
+//     (its successor may be delivering the same events): no test fails when only
+//     this check is removed (the lease watcher drops the partition soon after; the
+//     window is not reached deterministically).
 //   - The offset record says Held (a fenced write) before the first delivery from a
 //     partition, so that a death with a delivery in flight costs that event an
-//     attempt. TestDeathsCountAsAttempts, suite AcrossOwners/DeathKeepsAcksAndAttempts.
-//   - A failed attempt (a visibility timeout; a Nack records its own, see retry.go)
-//     is recorded in the offset before the entry is delivered again or
-//     dead-lettered, so MaxAttempts counts the same deliveries whoever made them.
-//     Suite AcrossOwners/VisibilityAttemptsSurviveAMove.
+//     attempt. TestDeathsCountAsAttempts.
+//   - A failed attempt by a visibility timeout (a Nack records its own, retry.go) is
+//     recorded in the offset before the entry is delivered again or dead-lettered,
+//     so MaxAttempts counts the same deliveries whoever made them. Suite
+//     AcrossOwners/VisibilityAttemptsSurviveAMove.
 //   - An entry whose recorded attempts reached MaxAttempts is never delivered: it
-//     is dead-lettered (deadletter.go). TestNackDeadLetters, suite
-//     AcrossOwners/DeadLetterCompletedBySuccessor.
+//     is dead-lettered (deadletter.go). TestDeathsCountAsAttempts, suite
+//     AcrossOwners/DeadLetterCompletedBySuccessor, AcrossOwners/FencedDeadLetter.
 //   - Per-key order: an entry is not handed out while an earlier entry of its key is
 //     in flight from an earlier Receive, waiting for a retry, or being dead-lettered.
-//     TestExactlyOncePerGroupInKeyOrder, TestNackKeepsKeyOrder, suite
-//     AcrossOwners/DeadLetterAcrossOwners.
+//     TestKeyOrderHoldsAcrossReceives.
 
 import (
 	"context"

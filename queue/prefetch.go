@@ -3,19 +3,22 @@ package queue
 // Reading partitions into the consumer's buffers, ahead of Receive, and the hub's
 // wake-ups when events arrive.
 //
-// Invariants kept here, each with the test that fails when it is broken ("suite"
-// names a case of the queue conformance suite, queue/queuetest):
+// Invariants kept here, each with the test that fails when it is broken (seen
+// failing with the invariant broken on purpose), or a note where none does ("suite"
+// names a case of the queue conformance suite, queue/queuetest, which each store's
+// TestQueueConformance runs):
 //
-//   - An entry read is given the state its offset record holds for it: an Acked mark
+//   - An entry read gets the state its offset record holds for it: an Acked mark
 //     makes it acked and durable (never delivered again), and its recorded failed
-//     attempts are its count so far. Suite AcrossOwners/RebalanceKeepsAcksAboveANack,
-//     AcrossOwners/DeathKeepsAcksAndAttempts.
+//     attempts are its count so far. Suite AcrossOwners/RebalanceKeepsAcksAboveANack.
 //   - No entry more than driver.MaxQueueMarks above the committed offset is ever
 //     buffered (capacity), so the acks above an un-acked entry always fit in the
 //     record's Marks. Suite AcrossOwners/MarksWindow.
-//   - Entries are buffered in seq order with no gap: a read stops at a hole, which is
-//     tombstoned (AbortQueueSeq, if absent) only after the hole timeout; aborted
-//     entries are acked, never delivered. Suite Queue/ExactlyOncePerGroup.
+//
+// Entries are buffered in seq order with no gap: a read stops at a hole, which is
+// tombstoned (AbortQueueSeq, if absent) only after the hole timeout; aborted entries
+// are acked, never delivered. (The stores' side of holes is the suite's Abort case;
+// no consumer test makes a hole.)
 
 import (
 	"context"

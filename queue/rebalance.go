@@ -1,10 +1,12 @@
 package queue
 
-// Membership and partition assignment: member slots, the share of each member, and
-// taking, draining and releasing partitions.
+// Membership and partition assignment: member slots, each member's share, and taking,
+// draining and releasing partitions.
 //
-// Invariants kept here, each with the test that fails when it is broken ("suite"
-// names a case of the queue conformance suite, queue/queuetest):
+// Invariants kept here, each with the test that fails when it is broken (seen
+// failing with the invariant broken on purpose), or a note where none does ("suite"
+// names a case of the queue conformance suite, queue/queuetest, which each store's
+// TestQueueConformance runs):
 //
 //   - A consumer owns a partition only while it holds the partition's lock, and it
 //     claims the offset record with the lock's fencing token before it delivers
@@ -14,16 +16,18 @@ package queue
 //     charges the entry at the offset one failed attempt and clears Held, in one
 //     write, before anything is delivered. TestDeathsCountAsAttempts, suite
 //     AcrossOwners/DeathKeepsAcksAndAttempts.
-//   - A partition no longer assigned is drained: nothing new is handed out from it
-//     (deliver.go skips it), and it is released only once none of its deliveries is
-//     in flight (busy). TestExactlyOncePerGroupInKeyOrder.
-//   - A partition is released only with its whole state written: one write of the
-//     acked prefix, acks above it, every failed attempt (deliveries in flight count
-//     as failed) and Held cleared, and only then its lock freed. Suite
-//     Queue/TakeoverAfterClose, AcrossOwners/RebalanceKeepsAcksAboveANack.
-//   - A partition whose lease ended, or whose write the store refused with LockLost,
-//     is dropped: forgotten, its lock freed, taken again (with a new token) only by a
-//     new claim. Suite AcrossOwners/FencedDeadLetter.
+//   - A partition no longer assigned is drained: nothing more is handed out from it
+//     (deliver.go), its deliveries in flight can still be acked, and it is released
+//     only once none is in flight (busy). TestDrainingHandsOutNothingAndWaitsForAcks.
+//   - A partition is released only with its whole state written, then its lock
+//     freed: one write of the acked prefix, the acks above it, every failed attempt
+//     (deliveries in flight count as failed) and Held cleared.
+//     TestCloseRecordsDeliveriesInFlightAsFailed, suite
+//     AcrossOwners/RebalanceKeepsAcksAboveANack (Held left set charges the
+//     successor's delivery an extra attempt).
+//   - A partition whose write the store refused with LockLost (commit.go, put) is
+//     dropped: forgotten, its lock freed; it is delivered from again only once taken
+//     anew, with a greater token, from the record. TestRefusedWriteDropsThePartition.
 
 import (
 	"context"

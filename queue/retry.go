@@ -3,21 +3,23 @@ package queue
 // Retries: Nack (backoff, attempts, dead-lettering at MaxAttempts), Extend, and
 // which attempts of an entry count as failed.
 //
-// Invariants kept here, each with the test that fails when it is broken ("suite"
-// names a case of the queue conformance suite, queue/queuetest):
+// Invariants kept here, each with the test that fails when it is broken (seen
+// failing with the invariant broken on purpose), or a note where none does ("suite"
+// names a case of the queue conformance suite, queue/queuetest, which each store's
+// TestQueueConformance runs):
 //
 //   - Nack returns only once the failed attempt is in the offset record (one write),
 //     so that it counts whoever owns the partition next. Suite
-//     AcrossOwners/RebalanceKeepsAcksAboveANack, AcrossOwners/DeathKeepsAcksAndAttempts,
-//     AcrossOwners/DeadLetterAcrossOwners.
+//     AcrossOwners/DeathKeepsAcksAndAttempts.
 //   - A Nack sends the later in-flight messages of its key back with it, without
 //     counting an attempt against them. TestNackKeepsKeyOrder.
 //   - A Nack dead-letters its message only once a fenced write recorded that it
-//     reached MaxAttempts. Suite AcrossOwners/FencedDeadLetter, TestNackDeadLetters.
-//   - Extend moves only the deadline of a delivery still held (see ack.go, holding).
+//     reached MaxAttempts: an owner whose write is refused appends nothing (with
+//     deadLetter's own check, deadletter.go). Suite AcrossOwners/FencedDeadLetter.
+//   - Extend moves only the deadline of a delivery still held (ack.go, holding).
 //     Suite AcrossOwners/AckAfterDeadlineRefused.
-//   - A release counts deliveries in flight as failed attempts (failed(true)). Suite
-//     AcrossOwners/DeadLetterAcrossOwners.
+//   - A release counts deliveries in flight as failed attempts (failed(true)).
+//     TestCloseRecordsDeliveriesInFlightAsFailed.
 
 import (
 	"context"
