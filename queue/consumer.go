@@ -24,10 +24,11 @@ package queue
 //     as failed attempts, Held is cleared. TestCloseRecordsDeliveriesInFlightAsFailed.
 //   - A Receive waiting during Close, and every later Receive, returns ErrClosed.
 //     Suite Queue/Close.
-//   - Close returns only once every goroutine the consumer started (lease watchers,
-//     prefetches, trims) has ended. The goroutine checks of
-//     TestExactlyOncePerGroupInKeyOrder and TestNackDeadLetters (goleak), and of
-//     the suite's cases (noQueueGoroutines).
+//   - Close ends every goroutine the consumer started (the run loop, lease watchers,
+//     prefetches, trims) and waits for them. TestNackDeadLetters (without the
+//     cancel, Close never returns). That it waits, not only cancels, no test checks:
+//     the goroutine checks (goleak, the suite's noQueueGoroutines) retry while
+//     cancelled goroutines end.
 //
 // Buffered state (part, entry) changes only under c.mu; a partition's offset record
 // is written by one writer at a time, under part.commitMu (see commit.go).
