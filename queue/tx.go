@@ -1,5 +1,16 @@
 package queue
 
+// AckTx: acks committed in one SQL transaction with the application's own writes.
+//
+// Invariants kept here, each with the test that fails when it is broken (seen
+// failing with the invariant broken on purpose), or a note where none does ("suite"
+// names a case of the queue conformance suite, queue/queuetest, which each store's
+// TestQueueConformance runs):
+//
+//   - The offset writes and fn's writes commit together or not at all; when they do
+//     not, nothing is acked and the deliveries are in flight again.
+//     TestAckTxIsAtomicWithTheApplicationsWrite.
+
 import (
 	"context"
 	"database/sql"

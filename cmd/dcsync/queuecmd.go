@@ -508,7 +508,7 @@ func (a *app) consume(ctx context.Context, name string, f *queueFlags, dead bool
 	if err := checkGroup(ctx, q, f.group); err != nil {
 		return err
 	}
-	var copts []queue.ConsumerOption
+	var copts []queue.CallOption
 	if dead {
 		copts = append(copts, queue.DeadLetters())
 	}

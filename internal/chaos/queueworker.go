@@ -114,7 +114,7 @@ func (w QueueConsumer) Run(ctx context.Context) int {
 		q.Client, q.Op, q.Group, q.Dead = w.Client, op, w.Group, w.Dead
 		w.Out(q)
 	}
-	var opts []queue.ConsumerOption
+	var opts []queue.CallOption
 	if w.Dead {
 		opts = append(opts, queue.DeadLetters())
 	}

@@ -1,0 +1,271 @@
+package queue
+
+// Membership and partition assignment: member slots, each member's share, and taking,
+// draining and releasing partitions.
+//
+// Invariants kept here, each with the test that fails when it is broken (seen
+// failing with the invariant broken on purpose), or a note where none does ("suite"
+// names a case of the queue conformance suite, queue/queuetest, which each store's
+// TestQueueConformance runs):
+//
+//   - A consumer owns a partition only while it holds the partition's lock, and it
+//     claims the offset record with the lock's fencing token before it delivers
+//     anything: the store then refuses every write of an earlier owner (a zombie).
+//     TestZombieAckRefusedAndEventsMove, suite Queue/ZombieAck.
+//   - Taking a partition whose record says Held (its owner died after it delivered)
+//     charges the entry at the offset one failed attempt and clears Held, in one
+//     write, before anything is delivered. TestDeathsCountAsAttempts, suite
+//     AcrossOwners/DeathKeepsAcksAndAttempts.
+//   - A partition no longer assigned is drained: nothing more is handed out from it
+//     (deliver.go), its deliveries in flight can still be acked, and it is released
+//     only once none is in flight (busy). TestDrainingHandsOutNothingAndWaitsForAcks.
+//   - A partition is released only with its whole state written, then its lock
+//     freed: one write of the acked prefix, the acks above it, every failed attempt
+//     (deliveries in flight count as failed) and Held cleared.
+//     TestCloseRecordsDeliveriesInFlightAsFailed, suite
+//     AcrossOwners/RebalanceKeepsAcksAboveANack (Held left set charges the
+//     successor's delivery an extra attempt).
+//   - A partition whose write the store refused with LockLost (commit.go, put) is
+//     dropped: forgotten, its lock freed; it is delivered from again only once taken
+//     anew, with a greater token, from the record. TestRefusedWriteDropsThePartition.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/lock"
+)
+
+// lockName names the lock of a member slot ("m") or partition ("p") of the group:
+// the queue's and group's names are length-prefixed, so names never collide.
+func (c *Consumer) lockName(kind string, n int) string {
+	d := ""
+	if c.dead {
+		d = "d"
+	}
+	return fmt.Sprintf("queue:%d:%s%d:%s%s%s/%d", len(c.name), c.name, len(c.group), c.group, kind, d, n)
+}
+
+// join takes the first free member slot, waiting while all are taken.
+func (c *Consumer) join() (*lock.Lock, context.Context) {
+	for c.bg.Err() == nil {
+		for s := range c.parts {
+			lk, err := c.q.locks.TryAcquire(c.bg, c.lockName("m", s))
+			if err == nil {
+				c.mu.Lock()
+				c.slot = s
+				c.mu.Unlock()
+				return lk, lk.KeepAlive(c.bg)
+			}
+			if !errors.Is(err, dcsync.ErrLockUnavailable) {
+				c.q.opts.log.Debug("queue: member slot", "queue", c.name, "slot", s, "err", err)
+				break
+			}
+		}
+		select {
+		case <-c.bg.Done():
+		case <-time.After(jitter(c.q.opts.lease / 3)):
+		}
+	}
+	return nil, nil
+}
+
+// rebalance works out the consumer's share from the live member slots, starts draining
+// partitions outside it, releases drained ones and takes free ones inside it. It
+// reports whether some assigned partition is still held by another consumer.
+func (c *Consumer) rebalance(ctx context.Context) (waiting bool) {
+	c.mu.Lock()
+	slot := c.slot
+	c.mu.Unlock()
+	rank, members := 0, 0
+	for s := range c.parts {
+		if s == slot {
+			rank = members
+			members++
+			continue
+		}
+		_, err := c.q.locks.Inspect(ctx, c.lockName("m", s))
+		switch {
+		case err == nil:
+			members++
+		case errors.Is(err, dcsync.ErrNotFound):
+		default:
+			c.q.opts.log.Debug("queue: reading members", "queue", c.name, "err", err)
+			return true
+		}
+	}
+	assigned := map[int]bool{}
+	for i, p := range c.parts {
+		if i%members == rank {
+			assigned[p] = true
+		}
+	}
+	var release []*part
+	now := time.Now()
+	c.mu.Lock()
+	for p, pt := range c.owned {
+		if !assigned[p] && !pt.draining {
+			pt.draining = true
+		}
+		if pt.draining && !pt.busy(now) {
+			release = append(release, pt)
+		}
+	}
+	c.mu.Unlock()
+	for _, pt := range release {
+		c.release(ctx, pt)
+	}
+	c.mu.Lock()
+	owned := make([]*part, 0, len(c.owned))
+	for _, pt := range c.owned {
+		owned = append(owned, pt)
+	}
+	c.mu.Unlock()
+	for _, pt := range owned {
+		c.maybeTrim(pt)
+	}
+	for i, p := range c.parts {
+		if i%members != rank {
+			continue
+		}
+		c.mu.Lock()
+		pt := c.owned[p]
+		if pt != nil && pt.draining && assigned[p] {
+			pt.draining = false // assigned again before it was released
+		}
+		c.mu.Unlock()
+		if pt != nil {
+			continue
+		}
+		if err := c.take(ctx, p); err != nil {
+			if !errors.Is(err, dcsync.ErrLockUnavailable) && ctx.Err() == nil {
+				c.q.opts.log.Debug("queue: taking partition", "queue", c.name, "partition", p, "err", err)
+			}
+			waiting = true
+		}
+	}
+	return waiting
+}
+
+// busy reports whether the partition has messages in flight (not yet past their
+// visibility deadline).
+func (pt *part) busy(now time.Time) bool {
+	for _, en := range pt.buf {
+		if en.state == inflight && now.Before(en.deadline) {
+			return true
+		}
+	}
+	return false
+}
+
+// take acquires partition p's lock and claims its offset with the lock's token. The
+// claim writes the token only. When the record says Held (the previous owner died
+// while it delivered), the entry at the offset is charged one failed attempt, and Held
+// cleared, in one write; otherwise taking costs the claim alone.
+func (c *Consumer) take(ctx context.Context, p int) error {
+	lk, err := c.q.locks.TryAcquire(ctx, c.lockName("p", p))
+	if err != nil {
+		return err
+	}
+	lost := lk.KeepAlive(c.bg)
+	st := c.q.store
+	off, err := st.ClaimQueuePartition(ctx, c.name, c.group, p, lk.Token())
+	if err != nil {
+		c.releaseLock(lk)
+		return err
+	}
+	marks, err := off.Marks.Decode(off.Next)
+	if err != nil {
+		c.releaseLock(lk)
+		return err
+	}
+	if off.Held {
+		// The previous owner died while it had delivered the event at the offset (it
+		// marks the offset held before it delivers): that delivery counts as a failed
+		// attempt. Held stays clear until this consumer delivers: an owner that dies
+		// before it delivers anything costs the event no attempt.
+		off.Attempts++
+		off.Held = false
+		off.Version++
+		if err := st.CommitQueueOffset(ctx, c.name, c.group, p, off); err != nil {
+			c.releaseLock(lk)
+			return err
+		}
+	}
+	pt := &part{p: p, lk: lk, token: lk.Token(), next: off.Next, read: off.Next, dirty: true,
+		version: off.Version, last: off, known: true}
+	pt.last.Version = 0
+	if off.Attempts > 0 {
+		pt.init = append(pt.init, driver.QueueMark{Seq: off.Next, Attempts: off.Attempts})
+	}
+	pt.init = append(pt.init, marks...)
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		c.releaseLock(lk)
+		return ErrClosed
+	}
+	c.owned[p] = pt
+	c.wg.Add(1) // under c.mu, before Close can wait
+	c.mu.Unlock()
+	c.signal()
+	c.hub.poke()
+	go func() {
+		defer c.wg.Done()
+		<-lost.Done()
+		c.drop(pt)
+	}()
+	return nil
+}
+
+func (c *Consumer) releaseLock(lk *lock.Lock) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = lk.Release(ctx)
+}
+
+// drop forgets pt: its lease ended, or the store refused its token. It frees the lock
+// in case this consumer still holds it (a Release of a lost lock does nothing).
+func (c *Consumer) drop(pt *part) {
+	c.mu.Lock()
+	if c.owned[pt.p] == pt && !c.closing {
+		delete(c.owned, pt.p)
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			c.releaseLock(pt.lk)
+		}()
+	}
+	c.mu.Unlock()
+	c.signal()
+	select {
+	case c.tick <- struct{}{}:
+	default:
+	}
+}
+
+// release writes pt's whole state (the acked prefix, acks above it and every failed
+// attempt, deliveries in flight included, as Marks; Held cleared) in one write, and
+// frees the lock: the next owner delivers exactly the entries not acked, each with
+// its attempts. A Nack's backoff is not kept: the next owner delivers at once.
+func (c *Consumer) release(ctx context.Context, pt *part) {
+	pt.commitMu.Lock()
+	c.mu.Lock()
+	s, err := c.snapshot(pt, writeRelease)
+	if c.owned[pt.p] == pt {
+		delete(c.owned, pt.p)
+	}
+	c.mu.Unlock()
+	if err == nil {
+		err = c.put(ctx, pt, s, false)
+	}
+	pt.commitMu.Unlock()
+	if err != nil {
+		c.q.opts.log.Debug("queue: releasing partition", "queue", c.name, "partition", pt.p, "err", err)
+	}
+	c.releaseLock(pt.lk)
+}
