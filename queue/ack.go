@@ -4,8 +4,8 @@ package queue
 //
 // Invariants kept here, each with the test that fails when it is broken (seen
 // failing with the invariant broken on purpose), or a note where none does ("suite"
-// names a case of the queue conformance suite, queue/queuetest, which each store's
-// TestQueueConformance runs):
+// names a case of the conformance suite, driver/drivertest, under each store's
+// TestConformance/Queue):
 //
 //   - Ack returns nil only once every ack is in the offset record, written by one
 //     conditional write per partition (commit.go): a message whose Ack returned nil
@@ -20,7 +20,7 @@ package queue
 //     deadline passed (suite AcrossOwners/AckAfterDeadlineRefused), it was nacked or
 //     delivered again (TestAckOfANackedOrRedeliveredMessageIsLockLost), it was
 //     dead-lettered (suite AcrossOwners/DeadLetterAcrossOwners), its partition moved
-//     (TestZombieAckRefusedAndEventsMove, suite Queue/ZombieAck).
+//     (TestZombieAckRefusedAndEventsMove, suite Front/ZombieAck).
 
 import (
 	"context"

@@ -16,14 +16,14 @@ package queue
 //
 // Invariants kept here, each with the test that fails when it is broken (seen
 // failing with the invariant broken on purpose), or a note where none does ("suite"
-// names a case of the queue conformance suite, queue/queuetest, which each store's
-// TestQueueConformance runs):
+// names a case of the conformance suite, driver/drivertest, under each store's
+// TestConformance/Queue):
 //
 //   - Close releases every partition it owns with its whole state written (see
 //     rebalance.go, release) before it lets the lock go: deliveries in flight count
 //     as failed attempts, Held is cleared. TestCloseRecordsDeliveriesInFlightAsFailed.
 //   - A Receive waiting during Close, and every later Receive, returns ErrClosed.
-//     Suite Queue/Close.
+//     Suite Front/Close.
 //   - Close ends every goroutine the consumer started (the run loop, lease watchers,
 //     prefetches, trims) and waits for them. TestNackDeadLetters (without the
 //     cancel, Close never returns). That it waits, not only cancels, no test checks:

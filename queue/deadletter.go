@@ -5,8 +5,8 @@ package queue
 //
 // Invariants kept here, each with the test that fails when it is broken (seen
 // failing with the invariant broken on purpose), or a note where none does ("suite"
-// names a case of the queue conformance suite, queue/queuetest, which each store's
-// TestQueueConformance runs):
+// names a case of the conformance suite, driver/drivertest, under each store's
+// TestConformance/Queue):
 //
 //   - Only entries whose attempts, as recorded by a fenced write, reached MaxAttempts
 //     are appended, and only by an owner that still owns the partition: a zombie

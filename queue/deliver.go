@@ -4,8 +4,8 @@ package queue
 //
 // Invariants kept here, each with the test that fails when it is broken (seen
 // failing with the invariant broken on purpose), or a note where none does ("suite"
-// names a case of the queue conformance suite, queue/queuetest, which each store's
-// TestQueueConformance runs):
+// names a case of the conformance suite, driver/drivertest, under each store's
+// TestConformance/Queue):
 //
 //   - Nothing is handed out from a partition that is draining.
 //     TestDrainingHandsOutNothingAndWaitsForAcks. Nor from one whose lease is over

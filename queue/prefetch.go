@@ -5,8 +5,8 @@ package queue
 //
 // Invariants kept here, each with the test that fails when it is broken (seen
 // failing with the invariant broken on purpose), or a note where none does ("suite"
-// names a case of the queue conformance suite, queue/queuetest, which each store's
-// TestQueueConformance runs):
+// names a case of the conformance suite, driver/drivertest, under each store's
+// TestConformance/Queue):
 //
 //   - An entry read gets the state its offset record holds for it: an Acked mark
 //     makes it acked and durable (never delivered again), and its recorded failed

@@ -5,13 +5,13 @@ package queue
 //
 // Invariants kept here, each with the test that fails when it is broken (seen
 // failing with the invariant broken on purpose), or a note where none does ("suite"
-// names a case of the queue conformance suite, queue/queuetest, which each store's
-// TestQueueConformance runs):
+// names a case of the conformance suite, driver/drivertest, under each store's
+// TestConformance/Queue):
 //
 //   - A consumer owns a partition only while it holds the partition's lock, and it
 //     claims the offset record with the lock's fencing token before it delivers
 //     anything: the store then refuses every write of an earlier owner (a zombie).
-//     TestZombieAckRefusedAndEventsMove, suite Queue/ZombieAck.
+//     TestZombieAckRefusedAndEventsMove, suite Front/ZombieAck.
 //   - Taking a partition whose record says Held (its owner died after it delivered)
 //     charges the entry at the offset one failed attempt and clears Held, in one
 //     write, before anything is delivered. TestDeathsCountAsAttempts, suite

@@ -5,8 +5,8 @@ package queue
 //
 // Invariants kept here, each with the test that fails when it is broken (seen
 // failing with the invariant broken on purpose), or a note where none does ("suite"
-// names a case of the queue conformance suite, queue/queuetest, which each store's
-// TestQueueConformance runs):
+// names a case of the conformance suite, driver/drivertest, under each store's
+// TestConformance/Queue):
 //
 //   - Nack returns only once the failed attempt is in the offset record (one write),
 //     so that it counts whoever owns the partition next. Suite

@@ -4,8 +4,8 @@ package queue
 //
 // Invariants kept here, each with the test that fails when it is broken (seen
 // failing with the invariant broken on purpose), or a note where none does ("suite"
-// names a case of the queue conformance suite, queue/queuetest, which each store's
-// TestQueueConformance runs):
+// names a case of the conformance suite, driver/drivertest, under each store's
+// TestConformance/Queue):
 //
 //   - A trim stops below the lowest offset of every group. TestTrimFollowsTheSlowestGroup.
 //   - With WithRetention, events enqueued within the retention are kept (Seek can
@@ -14,7 +14,7 @@ package queue
 //     meanwhile stops the trim, so an event enqueued after AddGroup returned is never
 //     trimmed before that group reads it. No test fails when only the second read is
 //     removed (the race with AddGroup is not reached deterministically); suite
-//     Queue/AddGroupKeepsLaterEvents covers AddGroup without the race.
+//     Front/AddGroupKeepsLaterEvents covers AddGroup without the race.
 
 import (
 	"context"
