@@ -5,7 +5,8 @@
 // The primitives live in their own packages: lock, latch and queue. A store is opened
 // with storeurl.Open (or a store package's New) and handed to them. What a back end
 // implements, and the helpers back ends share, are in package driver, as
-// database/sql/driver is to database/sql; a user of dcsync does not need it.
+// database/sql/driver is to database/sql; a user of dcsync names only driver.Store
+// from it, the type of the store value.
 package dcsync
 
 import (

@@ -6,7 +6,10 @@ package queue
 //	               its options, the run loop, Close
 //	rebalance.go   membership, assignment; taking, draining, releasing partitions
 //	deliver.go     Receive: what is handed out, and the writes before a delivery
-//	prefetch.go    reading partitions into the buffers; the hub's wake-ups
+//	prefetch.go    reading partitions into the buffers; waiting on the hub
+//	hub.go         the hub: one watcher per queue and store value, shared by the
+//	               process's consumers, that reads the bounds of every waited partition
+//	               in one call per poll interval and wakes the consumers behind
 //	ack.go         Ack, and whether a delivery is still held
 //	commit.go      the offset record: snapshots, conditional writes, Seek
 //	retry.go       Nack, Extend, backoff, failed attempts

@@ -1,5 +1,16 @@
 package queue
 
+// The hub: one shared watcher per (store value, queue) in a process.
+//
+// Invariants kept here, each with the test that fails when it is broken:
+//
+//   - Idle consumers of one queue share one watcher that reads the bounds of every
+//     partition they wait on in one batched call per poll interval, not one read per
+//     consumer or per partition. TestIdleConsumersShareOneWatcher.
+//   - The hub only wakes consumers; it never delivers, acks or commits, so nothing it
+//     does (a missed or spurious wake-up) can break an exactly-once invariant of the
+//     files above: a missed wake-up costs at most one poll interval.
+
 import (
 	"context"
 	"reflect"

@@ -230,7 +230,10 @@ type Store struct {
 	done   chan struct{} // closed by Close
 }
 
-var _ driver.Store = (*Store)(nil)
+var (
+	_ driver.Store         = (*Store)(nil)
+	_ driver.CloseNotifier = (*Store)(nil)
+)
 
 func invalid(format string, args ...any) error {
 	return driver.Errorf(dcsync.InvalidArgument, "aerospike.New", format, args...)

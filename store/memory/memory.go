@@ -62,7 +62,10 @@ func New(opts ...Option) *Store {
 	return s
 }
 
-var _ driver.Store = (*Store)(nil)
+var (
+	_ driver.Store         = (*Store)(nil)
+	_ driver.CloseNotifier = (*Store)(nil)
+)
 
 func toLockID(k dcsync.Key) lockID {
 	id := lockID{level: k.Level, farm: k.Farm, client: k.Client, name: k.Name}

@@ -97,7 +97,10 @@ type Store struct {
 	done      chan struct{} // closed by Close
 }
 
-var _ driver.Store = (*Store)(nil)
+var (
+	_ driver.Store         = (*Store)(nil)
+	_ driver.CloseNotifier = (*Store)(nil)
+)
 
 // Option configures a Store.
 type Option func(*config)
