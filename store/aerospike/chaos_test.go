@@ -108,6 +108,21 @@ func isMessage(b []byte) bool { return len(b) >= 8 && b[0] == 2 && b[1] == 3 }
 // put reaches the server, which applies the two in that order: the record ends with the
 // first put's value.
 func TestFaultProxyReordersOnTheRealServer(t *testing.T) {
+	// The server may drop a held command whose timeout, counted from its arrival, ran
+	// out before it could run it (a loaded machine): an attempt that shows no
+	// reordering is repeated, and the test fails only if none of three does.
+	for attempt := 1; attempt <= 3; attempt++ {
+		if reorderOnce(t) {
+			return
+		}
+		t.Logf("attempt %d: the held put was answered but not applied; trying again", attempt)
+	}
+	t.Fatal("in three attempts the held put never landed after the later one")
+}
+
+// reorderOnce holds a put, lets a later put of the same record through, delivers the
+// held one and reports whether the record ends with the held put's value.
+func reorderOnce(t *testing.T) bool {
 	direct := realClient(t)
 	p := faultproxy.Start(t, realServer(t))
 	p.SetMaxHold(time.Minute)
@@ -117,7 +132,7 @@ func TestFaultProxyReordersOnTheRealServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	wp := as.NewWritePolicy(0, 0)
-	wp.TotalTimeout, wp.SocketTimeout, wp.MaxRetries = 300*time.Millisecond, 300*time.Millisecond, 0
+	wp.TotalTimeout, wp.SocketTimeout, wp.MaxRetries = time.Second, time.Second, 0
 	if err := c.Put(wp, key, as.BinMap{"v": "zero"}); err != nil {
 		t.Fatal(err)
 	}
@@ -147,9 +162,15 @@ func TestFaultProxyReordersOnTheRealServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := rec.Bins["v"]; v != "first" {
-		t.Fatalf("the record holds %v: the held put did not land after the later one", v)
+	switch v := rec.Bins["v"]; v {
+	case "first":
+		return true
+	case "second":
+		return false
+	default:
+		t.Fatalf("the record holds %v", v)
 	}
+	return false
 }
 
 // ownServer starts an Aerospike server of this test's own (testenv/aerospike/up with its

@@ -116,8 +116,24 @@ func TestChaosFaultProxy(t *testing.T) {
 // same cell goes through on a new connection, and then the held put reaches the region
 // server, which applies the two in that order: the cell ends with the first put's value.
 func TestFaultProxyReordersOnTheRealServer(t *testing.T) {
+	// The region server may refuse a held call it received too long before it could run
+	// it (on a loaded machine, once, a held put was answered and not applied): an
+	// attempt that shows no reordering is repeated, and the test fails only if none of
+	// three does.
+	for attempt := 1; attempt <= 3; attempt++ {
+		if reorderOnce(t) {
+			return
+		}
+		t.Logf("attempt %d: the held put was answered but not applied; trying again", attempt)
+	}
+	t.Fatal("in three attempts the held put never landed after the later one")
+}
+
+// reorderOnce holds a put, lets a later put of the same cell through, delivers the
+// held one and reports whether the cell ends with the held put's value.
+func reorderOnce(t *testing.T) bool {
 	direct := shared(t)
-	c, p := proxiedClient(t, hbaserpc.Config{RPCTimeout: 300 * time.Millisecond, MaxAttempts: 1})
+	c, p := proxiedClient(t, hbaserpc.Config{RPCTimeout: time.Second, MaxAttempts: 1})
 	p.SetMaxHold(time.Minute)
 	ctx := ctxT(t, time.Minute)
 	row := []byte("faultproxy-reorder-" + randHex(6))
@@ -150,9 +166,17 @@ func TestFaultProxyReordersOnTheRealServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cells) != 1 || string(cells[0].Value) != "first" {
-		t.Fatalf("the cell holds %+v: the held put did not land after the later one", cells)
+	if len(cells) != 1 {
+		t.Fatalf("the cell holds %+v", cells)
 	}
+	switch string(cells[0].Value) {
+	case "first":
+		return true
+	case "second":
+		return false
+	}
+	t.Fatalf("the cell holds %q", cells[0].Value)
+	return false
 }
 
 // ownHBase starts a standalone HBase of the test's own (testenv/hbase/up with its own
