@@ -37,6 +37,10 @@ type Raw interface {
 	// Rows written before with Write(ctx, r, ...) are what it reads, oldest first;
 	// reading past the end wraps to the start.
 	Read(ctx context.Context, r int, n int) (int, error)
+	// Commit writes reader r's offset (next) in one plain write of one row or record,
+	// durably as the store writes anything: with Read, the floor of a durable ack,
+	// one offset write per batch read.
+	Commit(ctx context.Context, r int, next int64) error
 }
 
 // Config of a run.
@@ -268,6 +272,36 @@ func Run(b *testing.B, cfg Config) {
 					err = fmt.Errorf("raw read %d of %d rows", got, cfg.Batch)
 				}
 				return err
+			}); err != nil {
+				b.Fatal(err)
+			}
+			report(b, b.N*cfg.Batch)
+		})
+		b.Run(fmt.Sprintf("ReceiveAck/consumers=%d/floor", n), func(b *testing.B) {
+			// The floor of a durable receive+ack: the raw read of a batch and one raw
+			// offset write for it.
+			b.StopTimer()
+			if err := each(n, func(r int) error {
+				for range b.N {
+					if err := cfg.Raw.Write(ctx, r, ps); err != nil {
+						return err
+					}
+				}
+				return nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+			var next [64]atomic.Int64
+			b.StartTimer()
+			if err := split(n, b.N, func(w, k int) error {
+				got, err := cfg.Raw.Read(ctx, w, cfg.Batch)
+				if err == nil && got != cfg.Batch {
+					err = fmt.Errorf("raw read %d of %d rows", got, cfg.Batch)
+				}
+				if err != nil {
+					return err
+				}
+				return cfg.Raw.Commit(ctx, w, next[w%len(next)].Add(int64(got)))
 			}); err != nil {
 				b.Fatal(err)
 			}

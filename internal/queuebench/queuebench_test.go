@@ -38,6 +38,13 @@ func (m *mapRaw) Read(_ context.Context, r, n int) (int, error) {
 	return got, nil
 }
 
+func (m *mapRaw) Commit(_ context.Context, r int, next int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pos[-1-r] = int(next)
+	return nil
+}
+
 // BenchmarkMemory runs the suite on the memory store (and checks that it runs).
 func BenchmarkMemory(b *testing.B) {
 	s := memory.New()

@@ -116,6 +116,16 @@ func (x *asRaw) writes(prefix string, events []driver.QueueEvent) (recs []as.Bat
 	return rawWrites(nil, prefix, events), nil
 }
 
+// Commit puts reader r's offset record: one write of one record, as the store's
+// offset commit is. The record ends by its TTL (cleanup does not know it).
+func (x *asRaw) Commit(ctx context.Context, r int, next int64) error {
+	key, err := as.NewKey(namespace, benchSet, fmt.Sprintf("%s|%d|offset", x.run, r))
+	if err != nil {
+		return err
+	}
+	return x.c.Put(as.NewWritePolicy(0, 600), key, as.BinMap{"next": next}) // it ends in 10 minutes
+}
+
 // Read gets n records of reader r's batches in one batch call, oldest first, wrapping.
 func (x *asRaw) Read(ctx context.Context, r, n int) (int, error) {
 	x.mu.Lock()

@@ -70,6 +70,13 @@ func (x *hbRaw) Write(ctx context.Context, w int, payloads [][]byte) error {
 	return err
 }
 
+// Commit puts reader r's offset: one cell of one row, as the store's offset commit is
+// one write of one row.
+func (x *hbRaw) Commit(ctx context.Context, r int, next int64) error {
+	return x.c.Put(ctx, x.table, &hbaserpc.Put{Row: []byte(fmt.Sprint(string(x.prefix(r, 0)), "o")),
+		Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualEntry, Value: be64(uint64(next))}}})
+}
+
 // Read scans n rows of one of reader r's partitions, from where its last read there
 // ended, in one Scan when the partition holds n rows (it moves to the next partition
 // when what is left is shorter; a reader with fewer rows per partition than n, as in

@@ -29,7 +29,8 @@ const (
 const rawSchema = `CREATE TABLE IF NOT EXISTS raw_entries (
 	q INTEGER NOT NULL, p INTEGER NOT NULL, seq INTEGER NOT NULL,
 	key TEXT NOT NULL, id TEXT NOT NULL, payload BLOB, at_ms INTEGER NOT NULL, aborted INTEGER NOT NULL,
-	PRIMARY KEY (q, p, seq)) WITHOUT ROWID`
+	PRIMARY KEY (q, p, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS raw_offsets (r INTEGER PRIMARY KEY, next INTEGER NOT NULL) WITHOUT ROWID`
 
 // rawDB opens the file as a plain handle: IMMEDIATE transactions, SQLite's busy
 // handler, one connection (database/sql serialises the writers, as the store's

@@ -74,6 +74,13 @@ func (x *sqliteRaw) Write(ctx context.Context, w int, payloads [][]byte) error {
 	return tx.Commit()
 }
 
+// Commit writes reader r's offset in one IMMEDIATE transaction on the writer
+// connection, as the store's offset commit is one transaction.
+func (x *sqliteRaw) Commit(ctx context.Context, r int, next int64) error {
+	_, err := x.w.ExecContext(ctx, `INSERT OR REPLACE INTO raw_offsets (r, next) VALUES (?, ?)`, r, next)
+	return err
+}
+
 // Read selects n rows of reader r's partition by key range, from where its last read
 // ended, wrapping to the start.
 func (x *sqliteRaw) Read(ctx context.Context, r, n int) (int, error) {
