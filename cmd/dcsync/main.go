@@ -18,6 +18,7 @@
 //	dcsync queue receive NAME --group G [--max N] [--follow] [--no-ack] [--timeout D] [--json]
 //	dcsync queue lag NAME [--group G] [--json]
 //	dcsync queue dead NAME --group G [--max N] [--ack] [--json]
+//	dcsync bench [--duration D] [--poll D] [--json]
 //	dcsync demo
 //	dcsync version (or dcsync --version)
 //
