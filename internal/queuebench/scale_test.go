@@ -1,0 +1,110 @@
+package queuebench_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/internal/queuebench"
+	"github.com/dcsync/dcsync/store/memory"
+	"github.com/dcsync/dcsync/store/sqlite"
+	"github.com/dcsync/dcsync/storeurl"
+)
+
+// scaleStores opens the stores of the scale matrix: memory and SQLite always, HBase and
+// Aerospike when DCSYNC_HBASE_ZK / DCSYNC_AEROSPIKE name a server (namespace "test").
+func scaleStores(t *testing.T) map[string]driver.Store {
+	ctx := context.Background()
+	out := map[string]driver.Store{"memory": memory.New()}
+	sq, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "scale.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out["sqlite"] = sq
+	if zk := os.Getenv("DCSYNC_HBASE_ZK"); zk != "" {
+		s, err := storeurl.Open(ctx, "hbase://"+zk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["hbase"] = s
+	}
+	if as := os.Getenv("DCSYNC_AEROSPIKE"); as != "" {
+		s, err := storeurl.Open(ctx, "aerospike://"+as+"/test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["aerospike"] = s
+	}
+	t.Cleanup(func() {
+		for _, s := range out {
+			s.Close()
+		}
+	})
+	return out
+}
+
+func ints(env string, def []int) []int {
+	v := os.Getenv(env)
+	if v == "" {
+		return def
+	}
+	var out []int
+	for _, f := range strings.Split(v, ",") {
+		var n int
+		fmt.Sscan(f, &n)
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestScaleMatrix measures an idle group's store calls/s, the calls and time to start
+// it and the time to balance, for P partitions x C consumers on every store available.
+// It runs only with DCSYNC_QUEUE_SCALE=1 (P and C default to {16, 256, 4096} x {1, 8,
+// 64}; DCSYNC_QUEUE_SCALE_P, _C and _STORES narrow them, DCSYNC_QUEUE_SCALE_IDLE sets
+// the idle window, DCSYNC_QUEUE_SCALE_BATCH=1 adds driver.LockBatcher, one lock at a
+// time, to stores without it, to count the calls a batching store would see):
+//
+//	DCSYNC_QUEUE_SCALE=1 go test -run TestScaleMatrix -v -timeout 2h ./internal/queuebench/
+func TestScaleMatrix(t *testing.T) {
+	if os.Getenv("DCSYNC_QUEUE_SCALE") != "1" {
+		t.Skip("set DCSYNC_QUEUE_SCALE=1 to run the scale matrix")
+	}
+	idle := 10 * time.Second
+	if v := os.Getenv("DCSYNC_QUEUE_SCALE_IDLE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = d
+	}
+	within := 2 * time.Minute
+	if v := os.Getenv("DCSYNC_QUEUE_SCALE_WITHIN"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		within = d
+	}
+	stores := scaleStores(t)
+	only := os.Getenv("DCSYNC_QUEUE_SCALE_STORES")
+	for _, name := range []string{"memory", "sqlite", "hbase", "aerospike"} {
+		s, ok := stores[name]
+		if !ok || (only != "" && !strings.Contains(only, name)) {
+			continue
+		}
+		if os.Getenv("DCSYNC_QUEUE_SCALE_BATCH") == "1" {
+			s = queuebench.EmulateBatches(s)
+		}
+		for _, p := range ints("DCSYNC_QUEUE_SCALE_P", []int{16, 256, 4096}) {
+			for _, c := range ints("DCSYNC_QUEUE_SCALE_C", []int{1, 8, 64}) {
+				r := queuebench.Scale(t, queuebench.ScaleConfig{Store: s, Partitions: p, Consumers: c, Idle: idle, BalanceWithin: within})
+				t.Logf("SCALE store=%s P=%d C=%d %v", name, p, c, r)
+			}
+		}
+	}
+}
