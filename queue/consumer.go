@@ -125,6 +125,14 @@ type Consumer struct {
 	wg       sync.WaitGroup
 	fillMu   sync.Mutex
 	rot      int
+
+	// Membership as the run goroutine last read it (only it uses these): hi is one
+	// past the highest occupied slot, view the occupied slots whose assignment is
+	// assigned (computed with the consumer at viewSlot).
+	hi       int
+	view     []int
+	viewSlot int
+	assigned map[int]bool
 }
 
 // Consumer joins group and returns a consumer that owns its share of the partitions as
@@ -247,32 +255,44 @@ func (c *Consumer) Partitions() []int {
 func (c *Consumer) run() {
 	defer c.wg.Done()
 	o := c.q.opts
-	period := o.lease / 3
-	fast := min(period, 200*time.Millisecond)
+	// Membership is read every poll interval: a member that joins is seen, and handed
+	// its share, within about one.
+	period := min(o.pollInterval, o.lease/3)
 	for c.bg.Err() == nil {
 		member, lost := c.join()
 		if member == nil {
 			return
 		}
-		for c.bg.Err() == nil && lost.Err() == nil {
-			wait := period
-			if c.rebalance(c.bg) {
-				wait = fast
+		rejoin := false
+		for c.bg.Err() == nil && lost.Err() == nil && !rejoin {
+			_, rejoin = c.rebalance(c.bg)
+			if rejoin {
+				break
 			}
 			select {
 			case <-c.bg.Done():
 			case <-lost.Done():
 			case <-c.tick:
-			case <-time.After(jitter(wait)):
+			case <-time.After(jitter(period)):
 			}
 		}
-		if c.bg.Err() != nil {
+		if c.bg.Err() != nil || rejoin {
 			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = member.Release(rctx)
 			cancel()
+			if rejoin {
+				o.log.Debug("queue: moving to a lower member slot", "queue", c.name, "group", c.group)
+				continue
+			}
 			return
 		}
 		o.log.Warn("queue: consumer lost its member slot; rejoining", "queue", c.name, "group", c.group)
+		// Its lease lapsed (a pause, a cut-off): let a waiting consumer have the slot
+		// first rather than race it at once.
+		select {
+		case <-c.bg.Done():
+		case <-time.After(time.Duration(rand.Int64N(int64(o.lease/3) + 1))):
+		}
 	}
 }
 

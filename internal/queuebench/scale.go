@@ -51,11 +51,15 @@ func (r ScaleResult) PerSecond(op string) float64 {
 	return float64(r.IdleCalls[op]) / r.IdleFor.Seconds()
 }
 
-// String is one line: P, C, the idle calls/s in total and by operation, the start.
+// String is one line: the idle calls/s in total and by operation, the start.
 func (r ScaleResult) String() string {
-	return fmt.Sprintf("idle %.1f calls/s (%v in %v); start: %d calls (%v), %v to start, %v to balanced",
+	bal := "not balanced"
+	if r.Balanced >= 0 {
+		bal = r.Balanced.Round(time.Millisecond).String() + " to balanced"
+	}
+	return fmt.Sprintf("idle %.1f calls/s (%v in %v); start: %d calls (%v), %v to start, %s",
 		float64(r.IdleCalls.Total())/r.IdleFor.Seconds(), r.IdleCalls, r.IdleFor.Round(time.Millisecond),
-		r.StartCalls.Total(), r.StartCalls, r.Started.Round(time.Millisecond), r.Balanced.Round(time.Millisecond))
+		r.StartCalls.Total(), r.StartCalls, r.Started.Round(time.Millisecond), bal)
 }
 
 // Scale starts cfg.Consumers consumers of one group one after another, waits until the
