@@ -170,6 +170,20 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 	}
 	slices.Sort(take)
 	var failed atomic.Bool
+	if len(take) > 1 {
+		// One batched read of their locks first: only the free ones are tried (while
+		// their owners drain, trying each would cost a failed acquire per partition
+		// per round).
+		free, err := c.freeParts(ctx, take)
+		if err != nil {
+			c.q.opts.log.Debug("queue: reading partition locks", "queue", c.name, "err", err)
+		} else {
+			if len(free) < len(take) {
+				failed.Store(true)
+			}
+			take = free
+		}
+	}
 	parallel(len(take), func(i int) {
 		p := take[i]
 		if err := c.take(ctx, p); err != nil {
@@ -180,6 +194,26 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 		}
 	})
 	return failed.Load(), rejoin
+}
+
+// freeParts returns the partitions of ps whose locks are free, read in one batched
+// call.
+func (c *Consumer) freeParts(ctx context.Context, ps []int) ([]int, error) {
+	keys := make([]dcsync.Key, len(ps))
+	for i, p := range ps {
+		keys[i] = dcsync.Key{Level: dcsync.XDC, Client: c.q.opts.client, Farm: c.q.opts.farm, Name: c.lockName("p", p)}
+	}
+	res, err := driver.InspectLocks(ctx, c.q.store, keys)
+	if err != nil {
+		return nil, err
+	}
+	var free []int
+	for i, r := range res {
+		if errors.Is(r.Err, dcsync.ErrNotFound) {
+			free = append(free, ps[i])
+		}
+	}
+	return free, nil
 }
 
 // parallel runs f(0..n-1), up to `readers` at a time, and waits for them.

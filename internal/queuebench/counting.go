@@ -18,7 +18,8 @@ import (
 // Operations are named by their driver method; AcquireLock is further split by the kind
 // of queue lock ("AcquireLock/member", "AcquireLock/partition") and whether the store
 // refused it ("…/unavailable"); the batched lock calls add "InspectLocks.keys" and
-// "RefreshLocks.keys", the locks they carried.
+// "RefreshLocks.keys", the locks they carried, and InspectLocks is split by the kind of
+// its first lock ("InspectLocks/member", "InspectLocks/member.keys", …).
 type Counts struct {
 	mu sync.Mutex
 	n  map[string]int64
@@ -165,6 +166,11 @@ func (w *countingBatcher) RefreshLocks(ctx context.Context, reqs []driver.LockRe
 func (w *countingBatcher) InspectLocks(ctx context.Context, keys []dcsync.Key) ([]driver.LockResult, error) {
 	w.c.add("InspectLocks", 1)
 	w.c.add("InspectLocks.keys", int64(len(keys)))
+	if len(keys) > 0 {
+		kind := lockKind(keys[0].Name)
+		w.c.add("InspectLocks/"+kind, 1)
+		w.c.add("InspectLocks/"+kind+".keys", int64(len(keys)))
+	}
 	return w.b.InspectLocks(ctx, keys)
 }
 

@@ -30,6 +30,8 @@ type ScaleConfig struct {
 	// BalanceWithin bounds the wait for a balanced group (default 2 min); a run not
 	// balanced by then reports Balanced = -1 and measures the idle window anyway.
 	BalanceWithin time.Duration
+	// Trace logs the group's progress while it balances.
+	Trace bool
 }
 
 // ScaleResult is what Scale measured.
@@ -136,10 +138,21 @@ func Scale(tb testing.TB, cfg ScaleConfig) ScaleResult {
 	res.Started = time.Since(start)
 	joined := time.Now()
 	res.Balanced = -1
+	lastTrace := time.Now()
 	for time.Since(joined) < cfg.BalanceWithin {
 		if balanced(cs, cfg.Partitions) {
 			res.Balanced = time.Since(joined)
 			break
+		}
+		if cfg.Trace && time.Since(lastTrace) > 250*time.Millisecond {
+			lastTrace = time.Now()
+			lo, hi, total := cfg.Partitions, 0, 0
+			for _, c := range cs {
+				n := len(c.Partitions())
+				lo, hi, total = min(lo, n), max(hi, n), total+n
+			}
+			tb.Logf("%v after the last join: %d partitions owned, %d to %d per consumer; %v",
+				time.Since(joined).Round(time.Millisecond), total, lo, hi, counts.Snapshot().Sub(before))
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -102,9 +102,47 @@ func TestScaleMatrix(t *testing.T) {
 		}
 		for _, p := range ints("DCSYNC_QUEUE_SCALE_P", []int{16, 256, 4096}) {
 			for _, c := range ints("DCSYNC_QUEUE_SCALE_C", []int{1, 8, 64}) {
-				r := queuebench.Scale(t, queuebench.ScaleConfig{Store: s, Partitions: p, Consumers: c, Idle: idle, BalanceWithin: within})
+				r := queuebench.Scale(t, queuebench.ScaleConfig{Store: s, Partitions: p, Consumers: c, Idle: idle, BalanceWithin: within,
+					Trace: os.Getenv("DCSYNC_QUEUE_SCALE_TRACE") == "1"})
 				t.Logf("SCALE store=%s P=%d C=%d %v", name, p, c, r)
 			}
+		}
+	}
+}
+
+// An idle group's store calls do not grow with its partitions: with P = 16 and P = 256
+// (C = 4, on memory, with driver.LockBatcher emulated so that a batch counts as the one
+// call a batching store receives), each membership read is one call carrying at most
+// C + 48 slots, not P, and the other calls (renewals apart) are bounded by the
+// membership reads, the same bound for both P. The bounds count calls per read, not per
+// second: a slow machine makes fewer reads, and fewer calls. Renewals (RefreshLock, one
+// per lock per lease/3, or one RefreshLocks per interval once package lock batches
+// them) are logged, not checked here.
+func TestScaleIdleCallsDoNotGrowWithP(t *testing.T) {
+	s := memory.New()
+	defer s.Close()
+	const c = 4
+	for _, p := range []int{16, 256} {
+		r := queuebench.Scale(t, queuebench.ScaleConfig{Store: queuebench.EmulateBatches(s), Partitions: p, Consumers: c,
+			Poll: 20 * time.Millisecond, Idle: time.Second, BalanceWithin: time.Minute})
+		t.Logf("P=%d C=%d: %v", p, c, r)
+		if r.Balanced < 0 {
+			t.Fatalf("P=%d C=%d: not balanced within a minute", p, c)
+		}
+		idle := r.IdleCalls
+		reads := idle["InspectLocks/member"]
+		if reads == 0 {
+			t.Fatalf("P=%d: no membership read in %v of idle", p, r.IdleFor)
+		}
+		if keys := idle["InspectLocks/member.keys"]; keys > reads*(c+48) {
+			t.Errorf("P=%d: %d member slots read in %d membership reads, want at most %d per read (C + 48, not P)", p, keys, reads, c+48)
+		}
+		if n := idle["InspectLock"]; n > 0 {
+			t.Errorf("P=%d: %d single lock inspections while idle, want none (membership is read in batches)", p, n)
+		}
+		other := idle.Total() - idle["RefreshLock"] - idle["RefreshLocks"] - idle["InspectLocks"]
+		if limit := reads + 8*c; other > limit {
+			t.Errorf("P=%d: %d idle calls besides renewals and %d membership reads (%v), want at most %d", p, other, reads, idle, limit)
 		}
 	}
 }
