@@ -4,12 +4,15 @@ package queue
 //
 //	consumer.go    the Consumer type and its state (part, entry), Queue.Consumer and
 //	               its options, the run loop, Close
-//	rebalance.go   membership, assignment; taking, draining, releasing partitions
+//	members.go     membership: the member slots, read in one batched call
+//	assign.go      assignment: which slot owns which partition
+//	rebalance.go   joining; taking, draining, releasing partitions
 //	deliver.go     Receive: what is handed out, and the writes before a delivery
 //	prefetch.go    reading partitions into the buffers; waiting on the hub
 //	hub.go         the hub: one watcher per queue and store value, shared by the
 //	               process's consumers, that reads the bounds of every waited partition
-//	               in one call per poll interval and wakes the consumers behind
+//	               in one call per poll interval, backing off while nothing changes,
+//	               and wakes the consumers behind
 //	ack.go         Ack, and whether a delivery is still held
 //	commit.go      the offset record: snapshots, conditional writes, Seek
 //	retry.go       Nack, Extend, backoff, failed attempts

@@ -1,7 +1,7 @@
 package queue
 
-// Membership and partition assignment: member slots, each member's share, and taking,
-// draining and releasing partitions.
+// Joining a group, and taking, draining and releasing partitions (membership reads are
+// in members.go, the assignment in assign.go).
 //
 // Invariants kept here, each with the test that fails when it is broken (seen
 // failing with the invariant broken on purpose), or a note where none does ("suite"
