@@ -11,6 +11,7 @@ import (
 
 	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/queuebench"
+	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/store/memory"
 	"github.com/dcsync/dcsync/store/sqlite"
 	"github.com/dcsync/dcsync/storeurl"
@@ -144,5 +145,56 @@ func TestScaleIdleCallsDoNotGrowWithP(t *testing.T) {
 		if limit := reads + 8*c; other > limit {
 			t.Errorf("P=%d: %d idle calls besides renewals and %d membership reads (%v), want at most %d", p, other, reads, idle, limit)
 		}
+	}
+}
+
+// A consumer joining a group is handed its share within a few of its own membership
+// reads (each a poll interval apart): the owner sees it at its next read and releases
+// at once what it no longer owns (nothing is in flight), and the joiner takes it at its
+// next. Counted in the joiner's reads, not in time: a slow machine slows both loops
+// alike. Before, the owner read the membership once per lease/3 (3.3 s) while the
+// joiner retried every 200 ms: it made more than 10 attempts before it was served.
+func TestJoinerServedWithinAFewMembershipReads(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	base := memory.New()
+	defer base.Close()
+	s := queuebench.EmulateBatches(base)
+	opts := []queue.Option{queue.WithLease(10 * time.Second), queue.WithPollInterval(20 * time.Millisecond)}
+	q1, err := queue.Create(ctx, s, queue.Spec{Name: "join", Partitions: 4, Groups: []string{"g"}}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, err := q1.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close(context.Background())
+	for len(c1.Partitions()) < 4 {
+		if ctx.Err() != nil {
+			t.Fatal("the first consumer never owned the 4 partitions")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	counts := queuebench.NewCounts()
+	q2, err := queue.Open(ctx, queuebench.Count(s, counts), "join", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := q2.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close(context.Background())
+	for len(c2.Partitions()) < 2 || len(c1.Partitions()) > 2 {
+		if ctx.Err() != nil {
+			t.Fatalf("not balanced: %v and %v", c1.Partitions(), c2.Partitions())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	calls := counts.Snapshot()
+	t.Logf("the joiner was served after %d membership reads: %v", calls["InspectLocks/member"], calls)
+	if n := calls["InspectLocks/member"]; n > 10 {
+		t.Errorf("the joiner made %d membership reads before it was served, want at most 10", n)
 	}
 }
