@@ -259,8 +259,13 @@ func (c *Consumer) run() {
 	defer c.wg.Done()
 	o := c.q.opts
 	// Membership is read every poll interval: a member that joins is seen, and handed
-	// its share, within about one.
+	// its share, within about one. On a store without driver.LockBatcher a read costs
+	// one call per slot read: there, while nothing is under way, the reads back off,
+	// doubling up to idleBackoff intervals.
 	period := min(o.pollInterval, o.lease/3)
+	_, batching := c.q.store.(driver.LockBatcher)
+	longest := max(period, min(idleBackoff*o.pollInterval, o.lease/3))
+	wait := period
 	for c.bg.Err() == nil {
 		member, lost := c.join()
 		if member == nil {
@@ -268,15 +273,21 @@ func (c *Consumer) run() {
 		}
 		rejoin := false
 		for c.bg.Err() == nil && lost.Err() == nil && !rejoin {
-			_, rejoin = c.rebalance(c.bg)
+			var busy bool
+			busy, rejoin = c.rebalance(c.bg)
 			if rejoin {
 				break
+			}
+			if batching || busy {
+				wait = period
+			} else {
+				wait = min(2*wait, longest)
 			}
 			select {
 			case <-c.bg.Done():
 			case <-lost.Done():
 			case <-c.tick:
-			case <-time.After(jitter(period)):
+			case <-time.After(jitter(wait)):
 			}
 		}
 		if c.bg.Err() != nil || rejoin {

@@ -102,8 +102,9 @@ func (c *Consumer) join() (*lock.Lock, context.Context) {
 
 // rebalance reads the live member slots (one batched call), works out the
 // consumer's share from them (assign.go), starts draining partitions outside it,
-// releases drained ones and takes free ones inside it. It reports whether some
-// assigned partition is still held by another consumer, and whether the consumer
+// releases drained ones and takes free ones inside it. It reports whether anything is
+// under way (a new view, a partition draining, an assigned one still held by another
+// consumer), and whether the consumer
 // should take a lower member slot (rejoin): one with memberWindow/2 or more free
 // slots below it, which members reading from slot 0 might not see.
 func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
@@ -135,6 +136,7 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 			}
 		}
 		c.view, c.viewSlot = occ, slot
+		waiting = true // a new view: look again soon
 	}
 	assigned := c.assigned
 	var release []*part
@@ -147,8 +149,12 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 		if !assigned[p] && !pt.draining {
 			pt.draining = true
 		}
-		if pt.draining && !pt.busy(now) {
-			release = append(release, pt)
+		if pt.draining {
+			if pt.busy(now) {
+				waiting = true
+			} else {
+				release = append(release, pt)
+			}
 		}
 	}
 	c.mu.Unlock()
@@ -193,7 +199,7 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 			failed.Store(true)
 		}
 	})
-	return failed.Load(), rejoin
+	return waiting || failed.Load(), rejoin
 }
 
 // freeParts returns the partitions of ps whose locks are free, read in one batched
