@@ -100,13 +100,13 @@ func (c *Consumer) join() (*lock.Lock, context.Context) {
 	return nil, nil
 }
 
-// rebalance reads the live member slots (one batched call), works out the
-// consumer's share from them (assign.go), starts draining partitions outside it,
-// releases drained ones and takes free ones inside it. It reports whether anything is
-// under way (a new view, a partition draining, an assigned one still held by another
-// consumer), and whether the consumer
-// should take a lower member slot (rejoin): one with memberWindow/2 or more free
-// slots below it, which members reading from slot 0 might not see.
+// rebalance reads the live member slots (one batched call), works out the consumer's
+// share from them (assign.go), starts draining partitions outside it, releases
+// drained ones and takes free ones inside it. It reports whether anything is under
+// way (a new view, a partition draining, an assigned one still held by another
+// consumer), and whether the consumer should take a lower member slot (rejoin): it
+// has memberWindow/2 or more free slots below it, and members reading from slot 0
+// might not see it.
 func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 	c.mu.Lock()
 	slot := c.slot
@@ -176,10 +176,10 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 	}
 	slices.Sort(take)
 	var failed atomic.Bool
-	if len(take) > 1 {
+	if _, batching := c.q.store.(driver.LockBatcher); batching && len(take) > 1 {
 		// One batched read of their locks first: only the free ones are tried (while
 		// their owners drain, trying each would cost a failed acquire per partition
-		// per round).
+		// per round). Without a batch it would cost as much as trying.
 		free, err := c.freeParts(ctx, take)
 		if err != nil {
 			c.q.opts.log.Debug("queue: reading partition locks", "queue", c.name, "err", err)
