@@ -58,10 +58,17 @@ func (c *Consumer) lockName(kind string, n int) string {
 // or, after losing a race for one to another joiner, one of the lowest few (4, then
 // 16) at random, after a random fraction of a poll interval, so that consumers joining
 // together soon stop trying the same one. While every slot is taken it backs off,
-// doubling up to idleBackoff poll intervals (at most a third of the lease).
+// doubling up to idleBackoff poll intervals (at most a third of the lease; on a store
+// without driver.LockBatcher, where a read costs a call per slot, a third of the
+// lease).
 func (c *Consumer) join() (*lock.Lock, context.Context) {
 	o := c.q.opts
 	full := o.pollInterval
+	fullest := max(min(o.lease/3, idleBackoff*o.pollInterval), o.pollInterval)
+	if _, batching := c.q.store.(driver.LockBatcher); !batching {
+		// A read costs a call per slot: wait as long as a member's renewal.
+		fullest = max(o.lease/3, o.pollInterval)
+	}
 	spread := 1
 	for c.bg.Err() == nil {
 		wait := jitter(o.pollInterval)
@@ -70,7 +77,7 @@ func (c *Consumer) join() (*lock.Lock, context.Context) {
 			c.q.opts.log.Debug("queue: reading members", "queue", c.name, "err", err)
 		} else if free := freeSlots(occ, len(c.parts), spread); len(free) == 0 {
 			wait = jitter(full)
-			full = min(2*full, max(min(o.lease/3, idleBackoff*o.pollInterval), o.pollInterval))
+			full = min(2*full, fullest)
 		} else {
 			s := free[rand.IntN(len(free))]
 			lk, err := c.q.locks.TryAcquire(c.bg, c.lockName("m", s), lock.Level(dcsync.XDC))
