@@ -28,6 +28,15 @@ package queue
 //   - A partition whose write the store refused with LockLost (commit.go, put) is
 //     dropped: forgotten, its lock freed; it is delivered from again only once taken
 //     anew, with a greater token, from the record. TestRefusedWriteDropsThePartition.
+//   - A member that joins is handed its share within a few of its own membership
+//     reads: every member reads the membership each poll interval and releases at
+//     once a partition no longer its own with nothing in flight.
+//     TestJoinerServedWithinAFewMembershipReads (internal/queuebench).
+//   - A joiner takes a free slot directly (one membership read, then the lowest free
+//     slot), and a consumer of a full group backs off rather than retry.
+//     TestMemberAboveAGapMovesDown (the joiner takes slot 20, the lowest free, at
+//     once); the backoff no test checks (a consumer of a full group makes one read per
+//     backoff: seen in the scale figures, docs/benchmarks-queue.md).
 
 import (
 	"context"
