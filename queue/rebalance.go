@@ -35,8 +35,7 @@ package queue
 //   - A joiner takes a free slot directly (one membership read, then the lowest free
 //     slot), and a consumer of a full group backs off rather than retry.
 //     TestMemberAboveAGapMovesDown (the joiner takes slot 20, the lowest free, at
-//     once); the backoff no test checks (a consumer of a full group makes one read per
-//     backoff: seen in the scale figures, docs/benchmarks-queue.md).
+//     once), TestFullGroupStandbyBacksOff (internal/queuebench).
 
 import (
 	"context"

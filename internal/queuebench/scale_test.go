@@ -198,3 +198,55 @@ func TestJoinerServedWithinAFewMembershipReads(t *testing.T) {
 		t.Errorf("the joiner made %d membership reads before it was served, want at most 10", n)
 	}
 }
+
+// A consumer of a full group (every member slot taken) backs off: it tries no slot
+// while its read finds none free, and reads the slots again at most once per 8 poll
+// intervals once backed off. The bound counts the reads a doubling, jittered backoff can make in
+// the time that passed (a slow machine only lowers the count); retrying every poll
+// interval would make 100 in 2 s.
+func TestFullGroupStandbyBacksOff(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base := memory.New()
+	defer base.Close()
+	s := queuebench.EmulateBatches(base)
+	const poll = 20 * time.Millisecond
+	opts := []queue.Option{queue.WithLease(10 * time.Second), queue.WithPollInterval(poll)}
+	q1, err := queue.Create(ctx, s, queue.Spec{Name: "full", Partitions: 1, Groups: []string{"g"}}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, err := q1.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close(context.Background())
+	for len(c1.Partitions()) < 1 {
+		if ctx.Err() != nil {
+			t.Fatal("the first consumer never owned the partition")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	counts := queuebench.NewCounts()
+	q2, err := queue.Open(ctx, queuebench.Count(s, counts), "full", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c2, err := q2.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	calls := counts.Snapshot()
+	waited := time.Since(start)
+	c2.Close(context.Background())
+	t.Logf("a standby's calls in %v: %v", waited, calls)
+	if n := calls["AcquireLock/member"]; n > 0 {
+		t.Errorf("the standby tried %d member slots of a full group, want none", n)
+	}
+	// Waits are jittered down to 0.8 of the backoff.
+	if n, limit := calls["InspectLocks/member"], int64(waited/(8*poll*8/10))+6; n > limit {
+		t.Errorf("the standby read the slots %d times in %v, want at most %d (backing off to 8 intervals of %v)", n, waited, limit, poll)
+	}
+}
