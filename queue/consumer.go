@@ -132,10 +132,11 @@ type Consumer struct {
 	// Membership as the run goroutine last read it (only it uses these): hi is one
 	// past the highest occupied slot, view the occupied slots whose assignment is
 	// assigned (computed with the consumer at viewSlot).
-	hi       int
-	view     []int
-	viewSlot int
-	assigned map[int]bool
+	hi         int
+	memberKeys []dcsync.Key // memberKey(s) at index s, as far as read
+	view       []int
+	viewSlot   int
+	assigned   map[int]bool
 }
 
 // Consumer joins group and returns a consumer that owns its share of the partitions as

@@ -43,16 +43,16 @@ func (c *Consumer) memberKey(s int) dcsync.Key {
 
 // readMembers returns the occupied member slots, in order: it reads slots 0 to
 // memberWindow past from in one batched call, and reads on while it finds a member in
-// the top half of what it read.
+// the top half of what it read. Only the run goroutine calls it (it keeps the keys).
 func (c *Consumer) readMembers(ctx context.Context, from int) ([]int, error) {
 	slots := len(c.parts)
 	var occ []int
 	start, end := 0, min(slots, from+memberWindow)
 	for {
-		keys := make([]dcsync.Key, 0, end-start)
-		for s := start; s < end; s++ {
-			keys = append(keys, c.memberKey(s))
+		for len(c.memberKeys) < end {
+			c.memberKeys = append(c.memberKeys, c.memberKey(len(c.memberKeys)))
 		}
+		keys := c.memberKeys[start:end]
 		res, err := driver.InspectLocks(ctx, c.q.store, keys)
 		if err != nil {
 			return nil, err
