@@ -4,12 +4,15 @@ package queue
 //
 //	consumer.go    the Consumer type and its state (part, entry), Queue.Consumer and
 //	               its options, the run loop, Close
-//	rebalance.go   membership, assignment; taking, draining, releasing partitions
+//	members.go     membership: the member slots, read in one batched call
+//	assign.go      assignment: which slot owns which partition
+//	rebalance.go   joining; taking, draining, releasing partitions
 //	deliver.go     Receive: what is handed out, and the writes before a delivery
 //	prefetch.go    reading partitions into the buffers; waiting on the hub
 //	hub.go         the hub: one watcher per queue and store value, shared by the
 //	               process's consumers, that reads the bounds of every waited partition
-//	               in one call per poll interval and wakes the consumers behind
+//	               in one call per poll interval, backing off while nothing changes,
+//	               and wakes the consumers behind
 //	ack.go         Ack, and whether a delivery is still held
 //	commit.go      the offset record: snapshots, conditional writes, Seek
 //	retry.go       Nack, Extend, backoff, failed attempts
@@ -125,6 +128,15 @@ type Consumer struct {
 	wg       sync.WaitGroup
 	fillMu   sync.Mutex
 	rot      int
+
+	// Membership as the run goroutine last read it (only it uses these): hi is one
+	// past the highest occupied slot, view the occupied slots whose assignment is
+	// assigned (computed with the consumer at viewSlot).
+	hi         int
+	memberKeys []dcsync.Key // memberKey(s) at index s, as far as read
+	view       []int
+	viewSlot   int
+	assigned   map[int]bool
 }
 
 // Consumer joins group and returns a consumer that owns its share of the partitions as
@@ -247,17 +259,30 @@ func (c *Consumer) Partitions() []int {
 func (c *Consumer) run() {
 	defer c.wg.Done()
 	o := c.q.opts
-	period := o.lease / 3
-	fast := min(period, 200*time.Millisecond)
+	// Membership is read every poll interval: a member that joins is seen, and handed
+	// its share, within about one. On a store without driver.LockBatcher a read costs
+	// one call per slot read: there, while nothing is under way, the reads back off,
+	// doubling up to idleBackoff intervals.
+	period := min(o.pollInterval, o.lease/3)
+	_, batching := c.q.store.(driver.LockBatcher)
+	longest := max(period, min(idleBackoff*o.pollInterval, o.lease/3))
+	wait := period
 	for c.bg.Err() == nil {
 		member, lost := c.join()
 		if member == nil {
 			return
 		}
-		for c.bg.Err() == nil && lost.Err() == nil {
-			wait := period
-			if c.rebalance(c.bg) {
-				wait = fast
+		rejoin := false
+		for c.bg.Err() == nil && lost.Err() == nil && !rejoin {
+			var busy bool
+			busy, rejoin = c.rebalance(c.bg)
+			if rejoin {
+				break
+			}
+			if batching || busy {
+				wait = period
+			} else {
+				wait = min(2*wait, longest)
 			}
 			select {
 			case <-c.bg.Done():
@@ -266,13 +291,23 @@ func (c *Consumer) run() {
 			case <-time.After(jitter(wait)):
 			}
 		}
-		if c.bg.Err() != nil {
+		if c.bg.Err() != nil || rejoin {
 			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = member.Release(rctx)
 			cancel()
+			if rejoin {
+				o.log.Debug("queue: moving to a lower member slot", "queue", c.name, "group", c.group)
+				continue
+			}
 			return
 		}
 		o.log.Warn("queue: consumer lost its member slot; rejoining", "queue", c.name, "group", c.group)
+		// Its lease lapsed (a pause, a cut-off): let a waiting consumer have the slot
+		// first rather than race it at once.
+		select {
+		case <-c.bg.Done():
+		case <-time.After(time.Duration(rand.Int64N(int64(o.lease/3) + 1))):
+		}
 	}
 }
 

@@ -5,8 +5,10 @@ package queue
 // Invariants kept here, each with the test that fails when it is broken:
 //
 //   - Idle consumers of one queue share one watcher that reads the bounds of every
-//     partition they wait on in one batched call per poll interval, not one read per
-//     consumer or per partition. TestIdleConsumersShareOneWatcher.
+//     partition they wait on in one batched call per poll interval at most, not one
+//     read per consumer or per partition, and back off to one per idleBackoff
+//     intervals while nothing changes. TestIdleConsumersShareOneWatcher,
+//     TestIdleHubBacksOff.
 //   - The hub only wakes consumers; it never delivers, acks or commits, so nothing it
 //     does (a missed or spurious wake-up) can break an exactly-once invariant of the
 //     files above: a missed wake-up costs at most one poll interval.
@@ -22,10 +24,17 @@ import (
 
 // A hub is the shared watcher of one queue in one store value: while any consumer of the
 // process waits, one goroutine reads the bounds of every partition the waiting
-// consumers own in one batched call, at most once per poll interval (sooner, down to an
-// eighth of it, right after a read found new events), and wakes the consumers that are
-// behind. Enqueues in the same process wake the owners of their partitions at once,
+// consumers own in one batched call, and wakes the consumers that are behind. It reads
+// again an eighth of a poll interval after a read that found new events or after a
+// poke (a consumer starting to wait after it was busy, a partition taken), then backs
+// off, doubling the wait while reads find nothing new, up to idleBackoff poll
+// intervals. Enqueues in the same process wake the owners of their partitions at once,
 // with no read.
+// idleBackoff bounds the hub's backoff, in poll intervals: while nothing changes the
+// hub reads once per idleBackoff intervals, so an event from another process reaches
+// an idle consumer within that long.
+const idleBackoff = 8
+
 type hub struct {
 	store    driver.Store
 	name     string
@@ -143,6 +152,7 @@ func (h *hub) appended(ps []int) {
 
 func (h *hub) run() {
 	minWait := h.interval / 8
+	maxWait := idleBackoff * h.interval
 	wait := h.interval
 	last := time.Time{}
 	timer := time.NewTimer(0)
@@ -151,7 +161,9 @@ func (h *hub) run() {
 		select {
 		case <-timer.C:
 		case <-h.kick:
-			// A new waiter: read soon, but not more often than minWait.
+			// A new waiter, a partition taken: read soon, but not more often than
+			// minWait, and start backing off again from there.
+			wait = minWait
 			if d := minWait - time.Since(last); d > 0 {
 				timer.Reset(d)
 				<-timer.C
@@ -195,7 +207,8 @@ func (h *hub) run() {
 		if progressed {
 			wait = minWait
 		} else {
-			wait = min(wait*2, h.interval)
+			// Nothing new: back off, doubling up to idleBackoff poll intervals.
+			wait = min(wait*2, maxWait)
 		}
 		timer.Reset(wait)
 	}

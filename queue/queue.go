@@ -10,13 +10,17 @@
 // round robin per call. Every consumer group reads every partition with its own offsets:
 // each event reaches exactly one consumer of each group.
 //
-// A consumer joins its group by taking a member slot (a lock), and owns the partitions
-// p with p mod members == its rank among the live members, each through a lock whose
-// fencing token it installs in the partition's offset record (compare-and-set). A
-// consumer that joins, leaves or dies has its partitions move within about a lease: a
-// leaving consumer drains (hands out nothing new, waits for its in-flight messages)
-// before it releases; a dead one's locks lapse. A zombie (paused past its lease) cannot
-// ack: the offset record holds its successor's token and refuses its write.
+// A consumer joins its group by taking a member slot (a lock); every poll interval it
+// reads the live slots in one batched call and owns the partitions the assignment gives
+// its slot (rendezvous hashing with capacities: P/members or P/members+1 partitions
+// each, and a member joining or leaving moves about its share), each through a lock
+// whose fencing token it installs in the partition's offset record (compare-and-set).
+// A member that joins is handed its partitions within about one poll interval plus the
+// in-flight deliveries of their owners: an owner drains a partition no longer its own
+// (hands out nothing new, waits for its in-flight messages) before it releases it. A
+// dead consumer's partitions move once its locks lapse (about a lease). A zombie
+// (paused past its lease) cannot ack: the offset record holds its successor's token
+// and refuses its write.
 //
 // # Delivery
 //
@@ -133,9 +137,12 @@ func WithRetryBackoff(min, max time.Duration) Option {
 // Aerospike) and when a producer died or stalled mid-append.
 func WithHoleTimeout(d time.Duration) Option { return func(o *options) { o.holeTimeout = d } }
 
-// WithPollInterval sets the longest interval between reads of the partitions' heads
-// while consumers wait (default 100 ms). Events enqueued in the same process wake
-// consumers at once; the interval bounds the latency of events from other processes.
+// WithPollInterval sets the interval of the consumers' membership reads and of the
+// reads of the partitions' heads while consumers wait (default 100 ms). Head reads back
+// off, doubling up to 8 intervals, while they find nothing new; events enqueued through
+// the same store value wake consumers at once, and 8 intervals bound the latency of
+// events from other processes to an idle consumer. A member that joins is seen within
+// about one interval.
 func WithPollInterval(d time.Duration) Option { return func(o *options) { o.pollInterval = d } }
 
 // WithRetention keeps acked events for at least d after they were enqueued, so that
@@ -146,7 +153,9 @@ func WithRetention(d time.Duration) Option { return func(o *options) { o.retenti
 // WithLogger sets the logger (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
-// WithLockOptions passes options to the lock manager of partitions and members.
+// WithLockOptions passes options to the lock manager of partitions and members. Their
+// level stays XDC whatever lock.WithLevel says (members read each other's slot locks at
+// that level).
 func WithLockOptions(opts ...lock.Option) Option {
 	return func(o *options) { o.lockOpts = append(o.lockOpts, opts...) }
 }

@@ -1,7 +1,7 @@
 package queue
 
-// Membership and partition assignment: member slots, each member's share, and taking,
-// draining and releasing partitions.
+// Joining a group, and taking, draining and releasing partitions (membership reads are
+// in members.go, the assignment in assign.go).
 //
 // Invariants kept here, each with the test that fails when it is broken (seen
 // failing with the invariant broken on purpose), or a note where none does ("suite"
@@ -28,11 +28,23 @@ package queue
 //   - A partition whose write the store refused with LockLost (commit.go, put) is
 //     dropped: forgotten, its lock freed; it is delivered from again only once taken
 //     anew, with a greater token, from the record. TestRefusedWriteDropsThePartition.
+//   - A member that joins is handed its share within a few of its own membership
+//     reads: every member reads the membership each poll interval and releases at
+//     once a partition no longer its own with nothing in flight.
+//     TestJoinerServedWithinAFewMembershipReads (internal/queuebench).
+//   - A joiner takes a free slot directly (one membership read, then the lowest free
+//     slot), and a consumer of a full group backs off rather than retry.
+//     TestMemberAboveAGapMovesDown (the joiner takes slot 20, the lowest free, at
+//     once), TestFullGroupStandbyBacksOff (internal/queuebench).
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dcsync/dcsync"
@@ -50,105 +62,199 @@ func (c *Consumer) lockName(kind string, n int) string {
 	return fmt.Sprintf("queue:%d:%s%d:%s%s%s/%d", len(c.name), c.name, len(c.group), c.group, kind, d, n)
 }
 
-// join takes the first free member slot, waiting while all are taken.
+// join reads the member slots once and takes a free one directly: the lowest free slot,
+// or, after losing a race for one to another joiner, one of the lowest few (4, then
+// 16) at random, after a random fraction of a poll interval, so that consumers joining
+// together soon stop trying the same one. While every slot is taken it backs off,
+// doubling up to idleBackoff poll intervals (at most a third of the lease; on a store
+// without driver.LockBatcher, where a read costs a call per slot, a third of the
+// lease).
 func (c *Consumer) join() (*lock.Lock, context.Context) {
+	o := c.q.opts
+	full := o.pollInterval
+	fullest := max(min(o.lease/3, idleBackoff*o.pollInterval), o.pollInterval)
+	if _, batching := c.q.store.(driver.LockBatcher); !batching {
+		// A read costs a call per slot: wait as long as a member's renewal.
+		fullest = max(o.lease/3, o.pollInterval)
+	}
+	spread := 1
 	for c.bg.Err() == nil {
-		for s := range c.parts {
-			lk, err := c.q.locks.TryAcquire(c.bg, c.lockName("m", s))
+		wait := jitter(o.pollInterval)
+		occ, err := c.readMembers(c.bg, c.hi)
+		if err != nil {
+			c.q.opts.log.Debug("queue: reading members", "queue", c.name, "err", err)
+		} else if free := freeSlots(occ, len(c.parts), spread); len(free) == 0 {
+			wait = jitter(full)
+			full = min(2*full, fullest)
+		} else {
+			s := free[rand.IntN(len(free))]
+			lk, err := c.q.locks.TryAcquire(c.bg, c.lockName("m", s), lock.Level(dcsync.XDC))
 			if err == nil {
 				c.mu.Lock()
 				c.slot = s
 				c.mu.Unlock()
+				c.hi = s + 1
+				if len(occ) > 0 {
+					c.hi = max(c.hi, occ[len(occ)-1]+1)
+				}
 				return lk, lk.KeepAlive(c.bg)
 			}
-			if !errors.Is(err, dcsync.ErrLockUnavailable) {
+			if errors.Is(err, dcsync.ErrLockUnavailable) {
+				// Another joiner took it first: choose again soon, among more slots.
+				spread = min(4*spread, memberWindow/2)
+				wait = time.Duration(rand.Int64N(int64(o.pollInterval) + 1))
+			} else {
 				c.q.opts.log.Debug("queue: member slot", "queue", c.name, "slot", s, "err", err)
-				break
 			}
 		}
 		select {
 		case <-c.bg.Done():
-		case <-time.After(jitter(c.q.opts.lease / 3)):
+		case <-time.After(wait):
 		}
 	}
 	return nil, nil
 }
 
-// rebalance works out the consumer's share from the live member slots, starts draining
-// partitions outside it, releases drained ones and takes free ones inside it. It
-// reports whether some assigned partition is still held by another consumer.
-func (c *Consumer) rebalance(ctx context.Context) (waiting bool) {
+// rebalance reads the live member slots (one batched call), works out the consumer's
+// share from them (assign.go), starts draining partitions outside it, releases
+// drained ones and takes free ones inside it. It reports whether anything is under
+// way (a new view, a partition draining, an assigned one still held by another
+// consumer), and whether the consumer should take a lower member slot (rejoin): it
+// has memberWindow/2 or more free slots below it, and members reading from slot 0
+// might not see it.
+func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 	c.mu.Lock()
 	slot := c.slot
 	c.mu.Unlock()
-	rank, members := 0, 0
-	for s := range c.parts {
-		if s == slot {
-			rank = members
-			members++
-			continue
-		}
-		_, err := c.q.locks.Inspect(ctx, c.lockName("m", s))
-		switch {
-		case err == nil:
-			members++
-		case errors.Is(err, dcsync.ErrNotFound):
-		default:
-			c.q.opts.log.Debug("queue: reading members", "queue", c.name, "err", err)
-			return true
-		}
+	occ, err := c.readMembers(ctx, max(c.hi, slot+1))
+	if err != nil {
+		c.q.opts.log.Debug("queue: reading members", "queue", c.name, "err", err)
+		return true, false
 	}
-	assigned := map[int]bool{}
-	for i, p := range c.parts {
-		if i%members == rank {
-			assigned[p] = true
-		}
+	if i, found := slices.BinarySearch(occ, slot); !found {
+		// Its own lease is still on by its clock: count it.
+		occ = slices.Insert(occ, i, slot)
 	}
+	c.hi = occ[len(occ)-1] + 1
+	i, _ := slices.BinarySearch(occ, slot)
+	pred := -1
+	if i > 0 {
+		pred = occ[i-1]
+	}
+	rejoin = slot-pred-1 >= memberWindow/2
+	if c.assigned == nil || slot != c.viewSlot || !slices.Equal(occ, c.view) {
+		owners := assign(len(c.parts), occ)
+		c.assigned = map[int]bool{}
+		for i, s := range owners {
+			if s == slot {
+				c.assigned[c.parts[i]] = true
+			}
+		}
+		c.view, c.viewSlot = occ, slot
+		waiting = true // a new view: look again soon
+	}
+	assigned := c.assigned
 	var release []*part
 	now := time.Now()
 	c.mu.Lock()
 	for p, pt := range c.owned {
+		if assigned[p] && pt.draining {
+			pt.draining = false // assigned again before it was released
+		}
 		if !assigned[p] && !pt.draining {
 			pt.draining = true
 		}
-		if pt.draining && !pt.busy(now) {
-			release = append(release, pt)
+		if pt.draining {
+			if pt.busy(now) {
+				waiting = true
+			} else {
+				release = append(release, pt)
+			}
 		}
 	}
 	c.mu.Unlock()
-	for _, pt := range release {
-		c.release(ctx, pt)
-	}
+	parallel(len(release), func(i int) { c.release(ctx, release[i]) })
 	c.mu.Lock()
 	owned := make([]*part, 0, len(c.owned))
 	for _, pt := range c.owned {
 		owned = append(owned, pt)
 	}
+	var take []int
+	for p := range assigned {
+		if c.owned[p] == nil {
+			take = append(take, p)
+		}
+	}
 	c.mu.Unlock()
 	for _, pt := range owned {
 		c.maybeTrim(pt)
 	}
-	for i, p := range c.parts {
-		if i%members != rank {
-			continue
+	slices.Sort(take)
+	var failed atomic.Bool
+	if _, batching := c.q.store.(driver.LockBatcher); batching && len(take) > 1 {
+		// One batched read of their locks first: only the free ones are tried (while
+		// their owners drain, trying each would cost a failed acquire per partition
+		// per round). Without a batch it would cost as much as trying.
+		free, err := c.freeParts(ctx, take)
+		if err != nil {
+			c.q.opts.log.Debug("queue: reading partition locks", "queue", c.name, "err", err)
+		} else {
+			if len(free) < len(take) {
+				failed.Store(true)
+			}
+			take = free
 		}
-		c.mu.Lock()
-		pt := c.owned[p]
-		if pt != nil && pt.draining && assigned[p] {
-			pt.draining = false // assigned again before it was released
-		}
-		c.mu.Unlock()
-		if pt != nil {
-			continue
-		}
+	}
+	parallel(len(take), func(i int) {
+		p := take[i]
 		if err := c.take(ctx, p); err != nil {
 			if !errors.Is(err, dcsync.ErrLockUnavailable) && ctx.Err() == nil {
 				c.q.opts.log.Debug("queue: taking partition", "queue", c.name, "partition", p, "err", err)
 			}
-			waiting = true
+			failed.Store(true)
+		}
+	})
+	return waiting || failed.Load(), rejoin
+}
+
+// freeParts returns the partitions of ps whose locks are free, read in one batched
+// call.
+func (c *Consumer) freeParts(ctx context.Context, ps []int) ([]int, error) {
+	keys := make([]dcsync.Key, len(ps))
+	for i, p := range ps {
+		keys[i] = dcsync.Key{Level: dcsync.XDC, Client: c.q.opts.client, Farm: c.q.opts.farm, Name: c.lockName("p", p)}
+	}
+	res, err := driver.InspectLocks(ctx, c.q.store, keys)
+	if err != nil {
+		return nil, err
+	}
+	var free []int
+	for i, r := range res {
+		if errors.Is(r.Err, dcsync.ErrNotFound) {
+			free = append(free, ps[i])
 		}
 	}
-	return waiting
+	return free, nil
+}
+
+// parallel runs f(0..n-1), up to `readers` at a time, and waits for them.
+func parallel(n int, f func(i int)) {
+	if n == 1 {
+		f(0)
+		return
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, readers)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			f(i)
+		}()
+	}
+	wg.Wait()
 }
 
 // busy reports whether the partition has messages in flight (not yet past their
@@ -167,7 +273,7 @@ func (pt *part) busy(now time.Time) bool {
 // while it delivered), the entry at the offset is charged one failed attempt, and Held
 // cleared, in one write; otherwise taking costs the claim alone.
 func (c *Consumer) take(ctx context.Context, p int) error {
-	lk, err := c.q.locks.TryAcquire(ctx, c.lockName("p", p))
+	lk, err := c.q.locks.TryAcquire(ctx, c.lockName("p", p), lock.Level(dcsync.XDC))
 	if err != nil {
 		return err
 	}

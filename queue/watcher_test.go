@@ -107,3 +107,49 @@ func TestIdleConsumersShareOneWatcher(t *testing.T) {
 		}
 	}
 }
+
+// An idle hub backs off: while nothing changes it reads once per 8 poll intervals, not
+// once per interval. The bound counts the reads a doubling backoff can make in the
+// time that passed (a slow machine only lowers the count); without the backoff a
+// consumer waiting 2 s with a 10 ms interval makes up to 200.
+func TestIdleHubBacksOff(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	base := memory.New()
+	defer base.Close()
+	s := &counting{Store: base}
+	const interval = 10 * time.Millisecond
+	q, err := queue.Create(ctx, s, queue.Spec{Name: "b", Partitions: 4, Groups: []string{"g"}}, queue.WithPollInterval(interval))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	for len(c.Partitions()) < 4 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	rctx, rcancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.Receive(rctx, 1)
+	}()
+	time.Sleep(100 * time.Millisecond) // the first wait's reads
+	b0 := s.bounds.Load()
+	start := time.Now()
+	time.Sleep(2 * time.Second)
+	idle := time.Since(start)
+	bounds := s.bounds.Load() - b0
+	rcancel()
+	<-done
+	t.Logf("%d bounds reads in %v of idle waiting", bounds, idle)
+	if limit := int64(idle/(8*interval)) + 5; bounds > limit {
+		t.Errorf("%d bounds reads in %v of idle waiting, want at most %d (one per 8 intervals of %v)", bounds, idle, limit, interval)
+	}
+	if bounds == 0 {
+		t.Errorf("no bounds reads while the consumer waited")
+	}
+}

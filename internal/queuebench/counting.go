@@ -1,0 +1,280 @@
+package queuebench
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
+)
+
+// Counts counts store calls by operation. Its methods are safe for concurrent use.
+//
+// Operations are named by their driver method; AcquireLock is further split by the kind
+// of queue lock ("AcquireLock/member", "AcquireLock/partition") and whether the store
+// refused it ("…/unavailable"); the batched lock calls add "InspectLocks.keys" and
+// "RefreshLocks.keys", the locks they carried, and InspectLocks is split by the kind of
+// its first lock ("InspectLocks/member", "InspectLocks/member.keys", …).
+type Counts struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+// NewCounts returns an empty Counts.
+func NewCounts() *Counts { return &Counts{n: map[string]int64{}} }
+
+func (c *Counts) add(op string, n int64) {
+	c.mu.Lock()
+	c.n[op] += n
+	c.mu.Unlock()
+}
+
+// Snapshot returns the counts so far.
+func (c *Counts) Snapshot() Calls {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(Calls, len(c.n))
+	for k, v := range c.n {
+		out[k] = v
+	}
+	return out
+}
+
+// Calls are store calls by operation.
+type Calls map[string]int64
+
+// Sub returns c - before, per operation (operations at zero left out).
+func (c Calls) Sub(before Calls) Calls {
+	out := Calls{}
+	for k, v := range c {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// Total returns the number of store calls (the ".keys" tallies and the sub-counts of
+// AcquireLock left out).
+func (c Calls) Total() int64 {
+	var t int64
+	for k, v := range c {
+		if !strings.Contains(k, ".") && !strings.Contains(k, "/") {
+			t += v
+		}
+	}
+	return t
+}
+
+// String lists the operations in name order, "op=n".
+func (c Calls) String() string {
+	keys := make([]string, 0, len(c))
+	for k := range c {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(strconv.FormatInt(c[k], 10))
+	}
+	return b.String()
+}
+
+// lockKind tells a queue's member-slot lock from a partition lock by its name
+// ("queue:…m/3", "queue:…p/3"; "…md/3" and "…pd/3" for dead-letter consumers).
+func lockKind(name string) string {
+	i := strings.LastIndexByte(name, '/')
+	if !strings.HasPrefix(name, "queue:") || i < 2 {
+		return "other"
+	}
+	head := strings.TrimSuffix(name[:i], "d")
+	switch head[len(head)-1] {
+	case 'm':
+		return "member"
+	case 'p':
+		return "partition"
+	}
+	return "other"
+}
+
+// Count wraps s so that every call is counted in counts. The wrapper offers
+// driver.LockBatcher exactly when s does (so the lock and queue packages make the same
+// calls through it as on s), and driver.CloseNotifier.
+func Count(s driver.Store, counts *Counts) driver.Store {
+	c := &counting{s: s, c: counts}
+	if b, ok := s.(driver.LockBatcher); ok {
+		return &countingBatcher{counting: c, b: b}
+	}
+	return c
+}
+
+// EmulateBatches returns s with driver.LockBatcher added when s lacks it, done one lock
+// at a time in the process: wrapped in Count, it shows the calls a batching store would
+// receive (one per batch), whatever s is.
+func EmulateBatches(s driver.Store) driver.Store {
+	if _, ok := s.(driver.LockBatcher); ok {
+		return s
+	}
+	return &emulated{Store: s}
+}
+
+type emulated struct{ driver.Store }
+
+func (e *emulated) RefreshLocks(ctx context.Context, reqs []driver.LockRefresh) ([]driver.LockResult, error) {
+	return driver.RefreshLocks(ctx, e.Store, reqs)
+}
+
+func (e *emulated) InspectLocks(ctx context.Context, keys []dcsync.Key) ([]driver.LockResult, error) {
+	return driver.InspectLocks(ctx, e.Store, keys)
+}
+
+func (e *emulated) Done() <-chan struct{} { return done(e.Store) }
+
+func done(s driver.Store) <-chan struct{} {
+	if n, ok := s.(driver.CloseNotifier); ok {
+		return n.Done()
+	}
+	return nil
+}
+
+type counting struct {
+	s driver.Store
+	c *Counts
+}
+
+type countingBatcher struct {
+	*counting
+	b driver.LockBatcher
+}
+
+func (w *countingBatcher) RefreshLocks(ctx context.Context, reqs []driver.LockRefresh) ([]driver.LockResult, error) {
+	w.c.add("RefreshLocks", 1)
+	w.c.add("RefreshLocks.keys", int64(len(reqs)))
+	return w.b.RefreshLocks(ctx, reqs)
+}
+
+func (w *countingBatcher) InspectLocks(ctx context.Context, keys []dcsync.Key) ([]driver.LockResult, error) {
+	w.c.add("InspectLocks", 1)
+	w.c.add("InspectLocks.keys", int64(len(keys)))
+	if len(keys) > 0 {
+		kind := lockKind(keys[0].Name)
+		w.c.add("InspectLocks/"+kind, 1)
+		w.c.add("InspectLocks/"+kind+".keys", int64(len(keys)))
+	}
+	return w.b.InspectLocks(ctx, keys)
+}
+
+func (w *counting) Done() <-chan struct{} { return done(w.s) }
+
+func (w *counting) Close() error { return nil } // the wrapped store is closed by its opener
+
+func (w *counting) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
+	st, err := w.s.AcquireLock(ctx, k, owner, ttl)
+	w.c.add("AcquireLock", 1)
+	sub := "AcquireLock/" + lockKind(k.Name)
+	w.c.add(sub, 1)
+	if errors.Is(err, dcsync.ErrLockUnavailable) {
+		w.c.add(sub+"/unavailable", 1)
+	}
+	return st, err
+}
+
+func (w *counting) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
+	w.c.add("RefreshLock", 1)
+	return w.s.RefreshLock(ctx, k, owner, ttl)
+}
+
+func (w *counting) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
+	w.c.add("ReleaseLock", 1)
+	return w.s.ReleaseLock(ctx, k, owner)
+}
+
+func (w *counting) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockState, error) {
+	w.c.add("InspectLock", 1)
+	return w.s.InspectLock(ctx, k)
+}
+
+func (w *counting) CreateLatch(ctx context.Context, k dcsync.Key, count int64, ttl time.Duration) error {
+	w.c.add("CreateLatch", 1)
+	return w.s.CreateLatch(ctx, k, count, ttl)
+}
+
+func (w *counting) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration) (bool, error) {
+	w.c.add("EnsureLatch", 1)
+	return w.s.EnsureLatch(ctx, k, ttl)
+}
+
+func (w *counting) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
+	w.c.add("AddLatch", 1)
+	return w.s.AddLatch(ctx, k, delta)
+}
+
+func (w *counting) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.LatchCount, error) {
+	w.c.add("ReadLatches", 1)
+	return w.s.ReadLatches(ctx, keys)
+}
+
+func (w *counting) CreateQueue(ctx context.Context, spec driver.QueueSpec) error {
+	w.c.add("CreateQueue", 1)
+	return w.s.CreateQueue(ctx, spec)
+}
+
+func (w *counting) ReadQueueSpec(ctx context.Context, name string) (driver.QueueSpec, error) {
+	w.c.add("ReadQueueSpec", 1)
+	return w.s.ReadQueueSpec(ctx, name)
+}
+
+func (w *counting) AddQueueGroup(ctx context.Context, name, group string) (driver.QueueSpec, error) {
+	w.c.add("AddQueueGroup", 1)
+	return w.s.AddQueueGroup(ctx, name, group)
+}
+
+func (w *counting) AppendQueue(ctx context.Context, name string, events []driver.QueueEvent) ([]driver.QueueAppend, error) {
+	w.c.add("AppendQueue", 1)
+	return w.s.AppendQueue(ctx, name, events)
+}
+
+func (w *counting) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (driver.QueueRead, error) {
+	w.c.add("ReadQueue", 1)
+	return w.s.ReadQueue(ctx, name, p, from, max)
+}
+
+func (w *counting) AbortQueueSeq(ctx context.Context, name string, p int, seq uint64) (bool, error) {
+	w.c.add("AbortQueueSeq", 1)
+	return w.s.AbortQueueSeq(ctx, name, p, seq)
+}
+
+func (w *counting) QueueBounds(ctx context.Context, name string, ps []int) ([]driver.QueueBounds, error) {
+	w.c.add("QueueBounds", 1)
+	return w.s.QueueBounds(ctx, name, ps)
+}
+
+func (w *counting) ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (driver.QueueOffset, error) {
+	w.c.add("ClaimQueuePartition", 1)
+	return w.s.ClaimQueuePartition(ctx, name, group, p, token)
+}
+
+func (w *counting) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
+	w.c.add("CommitQueueOffset", 1)
+	return w.s.CommitQueueOffset(ctx, name, group, p, off)
+}
+
+func (w *counting) ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]driver.QueueOffset, error) {
+	w.c.add("ReadQueueOffsets", 1)
+	return w.s.ReadQueueOffsets(ctx, name, group, ps)
+}
+
+func (w *counting) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
+	w.c.add("TrimQueue", 1)
+	return w.s.TrimQueue(ctx, name, p, below)
+}
