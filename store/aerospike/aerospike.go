@@ -16,11 +16,14 @@
 // read sums): on a latch record OpsBin (for each recent writer, the sequence number of
 // its last update, so that an update whose first try was in doubt is never applied
 // twice), EndsBin (each cell's end), IdentityBin (whose latch the record is) and AtBin;
-// on a lock record OwnerBin, TokenBin, LeaseBin (only the owner refreshes or releases,
+// on a lock record OwnerBin, AcqBin, LeaseBin (only the owner refreshes or releases,
 // every acquisition carries a fencing token, and a lease ends to the ms) and
 // IdentityBin. Fencing tokens come from a never-expiring counter record in set
-// F#<lock set>, keyed by layout.IdentityKey of the lock (unambiguous), bin "fence"; no
-// Java set name starts with "F#".
+// F#<lock set>, keyed by layout.IdentityKey of the lock (unambiguous), bin "fence",
+// which also keeps the number each of the latest acquisitions got (AcqsBin, by the
+// lock record's AcqBin): an acquire is two round trips (take the lock record; number
+// the acquisition) and readers find the holder's token in the fence record. No Java set
+// name starts with "F#".
 //
 // # Latch lifetime
 //
@@ -101,9 +104,9 @@
 //
 // A try whose outcome is unknown can also reach the server late, after the retry and
 // after later writes. Every retried write is conditioned on the state it replaces, so
-// that it changes nothing then: a lock's token write on the record having no token yet,
-// a refresh on less than its TTL being left, updates and deletes of a latch on its
-// incarnation (the end of its cell or of the latch), an offset commit on a version
+// that it changes nothing then: a lock's fence increment on the acquisition having no
+// number yet, a refresh on less than its TTL being left, updates and deletes of a latch
+// on its incarnation (the end of its cell or of the latch), an offset commit on a version
 // above the stored one. docs/stores/aerospike.md ("Writes that land late") lists every
 // write and its condition.
 package aerospike
@@ -160,8 +163,16 @@ const (
 	AtBin = "dcsync_at"
 	// OwnerBin is the lock record's owner id (a string).
 	OwnerBin = "dcsync_owner"
-	// TokenBin is the lock record's fencing token (an integer).
+	// TokenBin is the lock record's fencing token (an integer), as versions before
+	// issue 15 wrote it; a lock record now carries AcqBin instead and its token is in
+	// the fence record (AcqsBin). A record with TokenBin is still read by it.
 	TokenBin = "dcsync_token"
+	// AcqBin is the lock record's acquisition id (a random integer, one per
+	// AcquireLock), the key of the acquisition's number in the fence record's AcqsBin.
+	AcqBin = "dcsync_acq"
+	// AcqsBin is the fence record's map from acquisition id (AcqBin) to the fencing
+	// token the acquisition got; it keeps the FencesKept latest.
+	AcqsBin = "dcsync_acqs"
 	// LeaseBin is the lock record's lease length in ms (an integer).
 	LeaseBin = "dcsync_lease"
 	// FenceBin is the fence record's counter (an integer).
