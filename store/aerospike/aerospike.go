@@ -552,9 +552,9 @@ func (w *writers) release(id opID) {
 // record's last-update time is already the write's own and since_update is 0; in a
 // filter or a read it is the record's stored one. Either way the sum is the server's
 // current time (checked on the real server, 8.1). Aerospike has no "now" expression.
-func serverNow() *as.Expression {
-	return as.ExpNumAdd(as.ExpNumDiv(as.ExpLastUpdate(), as.ExpIntVal(int64(time.Millisecond))), as.ExpSinceUpdate())
-}
+func serverNow() *as.Expression { return serverNowExp }
+
+var serverNowExp = prepack(as.ExpNumAdd(as.ExpNumDiv(as.ExpLastUpdate(), as.ExpIntVal(int64(time.Millisecond))), as.ExpSinceUpdate()))
 
 // ---- policies ----
 
