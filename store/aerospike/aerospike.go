@@ -586,7 +586,7 @@ func (s *Store) batchPolicy(ctx context.Context) *as.BatchPolicy {
 }
 
 func ownerIs(owner string) *as.Expression {
-	return as.ExpEq(as.ExpStringBin(OwnerBin), as.ExpStringVal(owner))
+	return as.ExpEq(ownerBinExp, as.ExpStringVal(owner))
 }
 
 // ---- errors and retries ----

@@ -92,17 +92,16 @@ const FencesKept = 16
 
 // unnumbered is true on a fence record that has given acq no number yet.
 func unnumbered(acq int64) *as.Expression {
-	return as.ExpOr(as.ExpNot(as.ExpBinExists(AcqsBin)),
-		as.ExpNot(as.ExpMapGetByKey(as.MapReturnType.EXISTS, as.ExpTypeBOOL, as.ExpIntVal(acq), as.ExpMapBin(AcqsBin))))
+	return as.ExpOr(as.ExpNot(hasAcqsExp),
+		as.ExpNot(as.ExpMapGetByKey(as.MapReturnType.EXISTS, as.ExpTypeBOOL, as.ExpIntVal(acq), acqsMapExp)))
 }
 
 // numberOps take the next number for acq: the counter plus one, entered in AcqsBin
 // (the expression reads the counter as the add left it, checked on the server, 8.1),
 // returned.
 func numberOps(acq int64) []*as.Operation {
-	m := as.ExpCond(as.ExpBinExists(AcqsBin), as.ExpMapBin(AcqsBin), as.ExpMapVal(map[any]any{}))
-	put := as.ExpMapPut(as.DefaultMapPolicy(), as.ExpIntVal(acq), as.ExpIntBin(FenceBin), m)
-	kept := as.ExpMapRemoveByRankRange(as.MapReturnType.NONE|as.MapReturnType.INVERTED, as.ExpIntVal(-FencesKept), put)
+	put := as.ExpMapPut(as.DefaultMapPolicy(), as.ExpIntVal(acq), fenceIntExp, acqsOrEmpty)
+	kept := as.ExpMapRemoveByRankRange(as.MapReturnType.NONE|as.MapReturnType.INVERTED, keptRankExp, put)
 	return []*as.Operation{as.AddOp(as.NewBin(FenceBin, 1)), as.ExpWriteOp(AcqsBin, kept, as.ExpWriteFlagDefault), as.GetBinOp(FenceBin)}
 }
 
@@ -124,14 +123,25 @@ func acqIs(acq int64) *as.Expression {
 // false for a Java lock (its first operand is), alive() true, and every owner check
 // (heldBy, releasable, abandon's ownerIs) filters a Java lock out: LockLost, the Java
 // lock untouched.
-func lapsed() *as.Expression {
-	return as.ExpAnd(as.ExpBinExists(LeaseBin), as.ExpGreaterEq(as.ExpSinceUpdate(), as.ExpIntBin(LeaseBin)))
-}
+func lapsed() *as.Expression { return lapsedExp }
 
 // alive is true for a Java lock (no lease bin) and for a dcsync lock whose lease runs.
-func alive() *as.Expression {
-	return as.ExpOr(as.ExpNot(as.ExpBinExists(LeaseBin)), as.ExpLess(as.ExpSinceUpdate(), as.ExpIntBin(LeaseBin)))
-}
+func alive() *as.Expression { return aliveExp }
+
+// The constant expressions of the lock operations, packed once (prepack).
+var (
+	lapsedExp = prepack(as.ExpAnd(as.ExpBinExists(LeaseBin), as.ExpGreaterEq(as.ExpSinceUpdate(), as.ExpIntBin(LeaseBin))))
+	aliveExp  = prepack(as.ExpOr(as.ExpNot(as.ExpBinExists(LeaseBin)), as.ExpLess(as.ExpSinceUpdate(), as.ExpIntBin(LeaseBin))))
+	// releasableExp is releasable without its owner check.
+	releasableExp = prepack(as.ExpAnd(as.ExpBinExists(LeaseBin),
+		as.ExpLess(as.ExpNumAdd(as.ExpSinceUpdate(), as.ExpIntVal(releaseGrace)), as.ExpIntBin(LeaseBin))))
+	hasAcqsExp  = prepack(as.ExpBinExists(AcqsBin))
+	acqsMapExp  = prepack(as.ExpMapBin(AcqsBin))
+	acqsOrEmpty = prepack(as.ExpCond(as.ExpBinExists(AcqsBin), as.ExpMapBin(AcqsBin), as.ExpMapVal(map[any]any{})))
+	fenceIntExp = prepack(as.ExpIntBin(FenceBin))
+	keptRankExp = prepack(as.ExpIntVal(-FencesKept))
+	ownerBinExp = prepack(as.ExpStringBin(OwnerBin))
+)
 
 func heldBy(owner string) *as.Expression { return as.ExpAnd(ownerIs(owner), alive()) }
 
@@ -143,10 +153,7 @@ func heldBy(owner string) *as.Expression { return as.ExpAnd(ownerIs(owner), aliv
 const releaseGrace = 5 // ms
 
 // releasable is true while owner holds the lock with more than releaseGrace left.
-func releasable(owner string) *as.Expression {
-	return as.ExpAnd(ownerIs(owner), as.ExpBinExists(LeaseBin),
-		as.ExpLess(as.ExpNumAdd(as.ExpSinceUpdate(), as.ExpIntVal(releaseGrace)), as.ExpIntBin(LeaseBin)))
-}
+func releasable(owner string) *as.Expression { return as.ExpAnd(ownerIs(owner), releasableExp) }
 
 func lockTTL(ttl time.Duration) uint32 { return ttlSeconds(ttl) + 1 }
 
