@@ -452,19 +452,25 @@ func (s *Store) latchKey(k dcsync.Key) (*as.Key, error) {
 }
 
 func (s *Store) lockKeys(k dcsync.Key) (lock, fence *as.Key, err error) {
-	set := s.lockSet(k)
-	user := layout.AerospikeLockKey(k.Client, k.Name)
-	lk, aerr := as.NewKey(s.cfg.Namespace, set, user)
-	if aerr != nil {
-		return nil, nil, driver.Errorf(dcsync.Internal, "aerospike.Key", "lock key: %w", aerr)
+	if lock, err = s.lockKey(k); err != nil {
+		return nil, nil, err
 	}
 	// The fence record's key is only dcsync's: unambiguous, so two locks whose Java keys
 	// collide still have fences of their own.
-	fk, aerr := as.NewKey(s.cfg.Namespace, FenceSetPrefix+set, layout.IdentityKey(k))
+	fk, aerr := as.NewKey(s.cfg.Namespace, FenceSetPrefix+s.lockSet(k), layout.IdentityKey(k))
 	if aerr != nil {
 		return nil, nil, driver.Errorf(dcsync.Internal, "aerospike.Key", "fence key: %w", aerr)
 	}
-	return lk, fk, nil
+	return lock, fk, nil
+}
+
+// lockKey is the key of k's lock record (the Java layout's).
+func (s *Store) lockKey(k dcsync.Key) (*as.Key, error) {
+	lk, aerr := as.NewKey(s.cfg.Namespace, s.lockSet(k), layout.AerospikeLockKey(k.Client, k.Name))
+	if aerr != nil {
+		return nil, driver.Errorf(dcsync.Internal, "aerospike.Key", "lock key: %w", aerr)
+	}
+	return lk, nil
 }
 
 // ttlSeconds rounds ttl up to whole seconds, as Aerospike keeps TTLs.

@@ -194,13 +194,13 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return driver.LockState{}, err
 	}
 	acq := mrand.Int64()
-	bins := as.BinMap{
-		layout.AerospikeLockDataBin(k.Farm): 1,
-		layout.AerospikeLockUATBin(k.Farm):  time.Now().UnixMilli(),
-		OwnerBin:                            owner,
-		LeaseBin:                            ceilMS(ttl),
-		IdentityBin:                         layout.IdentityKey(k),
-		AcqBin:                              acq,
+	bins := []*as.Bin{
+		as.NewBin(layout.AerospikeLockDataBin(k.Farm), 1),
+		as.NewBin(layout.AerospikeLockUATBin(k.Farm), time.Now().UnixMilli()),
+		as.NewBin(OwnerBin, owner),
+		as.NewBin(LeaseBin, ceilMS(ttl)),
+		as.NewBin(IdentityBin, layout.IdentityKey(k)),
+		as.NewBin(AcqBin, acq),
 	}
 
 	// 1. Take the lock record.
@@ -210,7 +210,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 	err = s.retry(ctx, op, true, func(a *attempt) error {
 		wp := s.writePolicy(ctx, lockTTL(ttl))
 		wp.GenerationPolicy, wp.Generation = as.EXPECT_GEN_EQUAL, 0
-		err := s.client.Put(wp, key, bins)
+		err := s.client.PutBins(wp, key, bins...)
 		if !hasCode(err, types.GENERATION_ERROR) {
 			return err
 		}
@@ -218,7 +218,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		wp = s.writePolicy(ctx, lockTTL(ttl))
 		wp.RecordExistsAction = as.REPLACE
 		wp.FilterExpression = lapsed()
-		err = s.client.Put(wp, key, bins)
+		err = s.client.PutBins(wp, key, bins...)
 		if !hasCode(err, types.FILTERED_OUT) {
 			return err
 		}
@@ -373,7 +373,7 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 	if err := s.checkLock(k, owner); err != nil {
 		return err
 	}
-	key, _, err := s.lockKeys(k)
+	key, err := s.lockKey(k)
 	if err != nil {
 		return err
 	}
