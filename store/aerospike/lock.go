@@ -121,8 +121,8 @@ func acqIs(acq int64) *as.Expression {
 // "unknown", which filters the record out (FILTERED_OUT), also under a not; and and or
 // evaluate left to right and stop at the first operand that decides. So lapsed() is
 // false for a Java lock (its first operand is), alive() true, and every owner check
-// (heldBy, releasable, abandon's ownerIs) filters a Java lock out: LockLost, the Java
-// lock untouched.
+// (heldBy, releasable) and abandon's acquisition check (acqIs) filter a Java lock out:
+// LockLost, the Java lock untouched.
 func lapsed() *as.Expression { return lapsedExp }
 
 // alive is true for a Java lock (no lease bin) and for a dcsync lock whose lease runs.
