@@ -16,11 +16,14 @@
 // read sums): on a latch record OpsBin (for each recent writer, the sequence number of
 // its last update, so that an update whose first try was in doubt is never applied
 // twice), EndsBin (each cell's end), IdentityBin (whose latch the record is) and AtBin;
-// on a lock record OwnerBin, TokenBin, LeaseBin (only the owner refreshes or releases,
+// on a lock record OwnerBin, AcqBin, LeaseBin (only the owner refreshes or releases,
 // every acquisition carries a fencing token, and a lease ends to the ms) and
 // IdentityBin. Fencing tokens come from a never-expiring counter record in set
-// F#<lock set>, keyed by layout.IdentityKey of the lock (unambiguous), bin "fence"; no
-// Java set name starts with "F#".
+// F#<lock set>, keyed by layout.IdentityKey of the lock (unambiguous), bin "fence",
+// which also keeps the number each of the latest acquisitions got (AcqsBin, by the
+// lock record's AcqBin): an acquire is two round trips (take the lock record; number
+// the acquisition) and readers find the holder's token in the fence record. No Java set
+// name starts with "F#".
 //
 // # Latch lifetime
 //
@@ -101,9 +104,9 @@
 //
 // A try whose outcome is unknown can also reach the server late, after the retry and
 // after later writes. Every retried write is conditioned on the state it replaces, so
-// that it changes nothing then: a lock's token write on the record having no token yet,
-// a refresh on less than its TTL being left, updates and deletes of a latch on its
-// incarnation (the end of its cell or of the latch), an offset commit on a version
+// that it changes nothing then: a lock's fence increment on the acquisition having no
+// number yet, a refresh on less than its TTL being left, updates and deletes of a latch
+// on its incarnation (the end of its cell or of the latch), an offset commit on a version
 // above the stored one. docs/stores/aerospike.md ("Writes that land late") lists every
 // write and its condition.
 package aerospike
@@ -160,8 +163,16 @@ const (
 	AtBin = "dcsync_at"
 	// OwnerBin is the lock record's owner id (a string).
 	OwnerBin = "dcsync_owner"
-	// TokenBin is the lock record's fencing token (an integer).
+	// TokenBin is the lock record's fencing token (an integer), as versions before
+	// issue 15 wrote it; a lock record now carries AcqBin instead and its token is in
+	// the fence record (AcqsBin). A record with TokenBin is still read by it.
 	TokenBin = "dcsync_token"
+	// AcqBin is the lock record's acquisition id (a random integer, one per
+	// AcquireLock), the key of the acquisition's number in the fence record's AcqsBin.
+	AcqBin = "dcsync_acq"
+	// AcqsBin is the fence record's map from acquisition id (AcqBin) to the fencing
+	// token the acquisition got; it keeps the FencesKept latest.
+	AcqsBin = "dcsync_acqs"
 	// LeaseBin is the lock record's lease length in ms (an integer).
 	LeaseBin = "dcsync_lease"
 	// FenceBin is the fence record's counter (an integer).
@@ -441,19 +452,25 @@ func (s *Store) latchKey(k dcsync.Key) (*as.Key, error) {
 }
 
 func (s *Store) lockKeys(k dcsync.Key) (lock, fence *as.Key, err error) {
-	set := s.lockSet(k)
-	user := layout.AerospikeLockKey(k.Client, k.Name)
-	lk, aerr := as.NewKey(s.cfg.Namespace, set, user)
-	if aerr != nil {
-		return nil, nil, driver.Errorf(dcsync.Internal, "aerospike.Key", "lock key: %w", aerr)
+	if lock, err = s.lockKey(k); err != nil {
+		return nil, nil, err
 	}
 	// The fence record's key is only dcsync's: unambiguous, so two locks whose Java keys
 	// collide still have fences of their own.
-	fk, aerr := as.NewKey(s.cfg.Namespace, FenceSetPrefix+set, layout.IdentityKey(k))
+	fk, aerr := as.NewKey(s.cfg.Namespace, FenceSetPrefix+s.lockSet(k), layout.IdentityKey(k))
 	if aerr != nil {
 		return nil, nil, driver.Errorf(dcsync.Internal, "aerospike.Key", "fence key: %w", aerr)
 	}
-	return lk, fk, nil
+	return lock, fk, nil
+}
+
+// lockKey is the key of k's lock record (the Java layout's).
+func (s *Store) lockKey(k dcsync.Key) (*as.Key, error) {
+	lk, aerr := as.NewKey(s.cfg.Namespace, s.lockSet(k), layout.AerospikeLockKey(k.Client, k.Name))
+	if aerr != nil {
+		return nil, driver.Errorf(dcsync.Internal, "aerospike.Key", "lock key: %w", aerr)
+	}
+	return lk, nil
 }
 
 // ttlSeconds rounds ttl up to whole seconds, as Aerospike keeps TTLs.
@@ -541,9 +558,9 @@ func (w *writers) release(id opID) {
 // record's last-update time is already the write's own and since_update is 0; in a
 // filter or a read it is the record's stored one. Either way the sum is the server's
 // current time (checked on the real server, 8.1). Aerospike has no "now" expression.
-func serverNow() *as.Expression {
-	return as.ExpNumAdd(as.ExpNumDiv(as.ExpLastUpdate(), as.ExpIntVal(int64(time.Millisecond))), as.ExpSinceUpdate())
-}
+func serverNow() *as.Expression { return serverNowExp }
+
+var serverNowExp = prepack(as.ExpNumAdd(as.ExpNumDiv(as.ExpLastUpdate(), as.ExpIntVal(int64(time.Millisecond))), as.ExpSinceUpdate()))
 
 // ---- policies ----
 
@@ -575,7 +592,7 @@ func (s *Store) batchPolicy(ctx context.Context) *as.BatchPolicy {
 }
 
 func ownerIs(owner string) *as.Expression {
-	return as.ExpEq(as.ExpStringBin(OwnerBin), as.ExpStringVal(owner))
+	return as.ExpEq(ownerBinExp, as.ExpStringVal(owner))
 }
 
 // ---- errors and retries ----

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	as "github.com/aerospike/aerospike-client-go/v8"
@@ -30,14 +31,23 @@ const maxRounds = 8
 
 // ---- expressions over a latch record, evaluated by the server ----
 
-func endsMap() *as.Expression { return as.ExpMapBin(EndsBin) }
-func hasEnds() *as.Expression { return as.ExpBinExists(EndsBin) }
+// The constant expressions below are packed once (prepack): a count-down builds and
+// packs only the parts that depend on its update.
+var (
+	endsMapExp    = prepack(as.ExpMapBin(EndsBin))
+	hasEndsExp    = prepack(as.ExpBinExists(EndsBin))
+	latchEndExp   = prepack(as.ExpMapGetByRank(as.MapReturnType.VALUE, as.ExpTypeINT, as.ExpIntVal(-1), as.ExpMapBin(EndsBin)))
+	hasOpsExp     = prepack(as.ExpBinExists(OpsBin))
+	opsMapExp     = prepack(as.ExpMapBin(OpsBin))
+	opsOrEmptyExp = prepack(as.ExpCond(as.ExpBinExists(OpsBin), as.ExpMapBin(OpsBin), as.ExpMapVal(map[any]any{})))
+)
+
+func endsMap() *as.Expression { return endsMapExp }
+func hasEnds() *as.Expression { return hasEndsExp }
 
 // latchEnd is the latest end of any cell: when the latch as a whole ends. Only valid
 // when hasEnds.
-func latchEnd() *as.Expression {
-	return as.ExpMapGetByRank(as.MapReturnType.VALUE, as.ExpTypeINT, as.ExpIntVal(-1), endsMap())
-}
+func latchEnd() *as.Expression { return latchEndExp }
 
 func hasEntry(farm string) *as.Expression {
 	return as.ExpMapGetByKey(as.MapReturnType.EXISTS, as.ExpTypeBOOL, as.ExpStringVal(farm), endsMap())
@@ -65,9 +75,35 @@ func entryAlive(farm string) *as.Expression {
 // latchAlive is true when any cell of the record is alive (the latch exists at level
 // XDC). Every cell dcsync writes has an entry and the latest entry's cell exists, so
 // that is: no EndsBin (a Java latch, alive while its record is), or latchEnd ahead.
-func latchAlive() *as.Expression {
-	return as.ExpOr(as.ExpNot(hasEnds()), as.ExpGreater(latchEnd(), serverNow()))
+func latchAlive() *as.Expression { return latchAliveExp }
+
+var latchAliveExp = prepack(as.ExpOr(as.ExpNot(hasEnds()), as.ExpGreater(latchEnd(), serverNow())))
+
+// dcUpdateAlive is cellAlive(farm) and sameIncarnation at level DC together, for a
+// latch whose incarnation (its cell's end, -1 for a record without EndsBin) is known to
+// be end: with the cell's end equal to end, the cell is alive when end is ahead of the
+// server's clock, a comparison with a constant instead of a second look into EndsBin.
+func dcUpdateAlive(farm, bin string, end int64) *as.Expression {
+	if end < 0 {
+		return as.ExpAnd(as.ExpNot(hasEnds()), as.ExpBinExists(bin))
+	}
+	return as.ExpAnd(as.ExpBinExists(bin), hasEnds(), as.ExpEq(cellEnd(farm), as.ExpIntVal(end)),
+		as.ExpGreater(as.ExpIntVal(end), serverNow()))
 }
+
+// cellEnd is latchIncarnation at level DC: farm's cell's end (its entry, or the
+// latch's end for a cell without one), packed once per farm.
+func cellEnd(farm string) *as.Expression {
+	if e, ok := cellEnds.Load(farm); ok {
+		return e.(*as.Expression)
+	}
+	e := prepack(as.ExpCond(hasEntry(farm), entry(farm), latchEnd()))
+	cellEnds.Store(farm, e)
+	return e
+}
+
+// cellEnds caches cellEnd by farm id (a deployment has a handful of farms).
+var cellEnds sync.Map
 
 // identityOK is true when the record has no identity (a Java client created it) or
 // has id.
@@ -79,9 +115,9 @@ func identityOK(id string) *as.Expression {
 // holds id's sequence number or a later one): an earlier, in-doubt try of it.
 func applied(id opID) *as.Expression {
 	w := as.ExpIntVal(id.writer)
-	entry := as.ExpMapGetByKey(as.MapReturnType.VALUE, as.ExpTypeLIST, w, as.ExpMapBin(OpsBin))
-	return as.ExpAnd(as.ExpBinExists(OpsBin),
-		as.ExpMapGetByKey(as.MapReturnType.EXISTS, as.ExpTypeBOOL, w, as.ExpMapBin(OpsBin)),
+	entry := as.ExpMapGetByKey(as.MapReturnType.VALUE, as.ExpTypeLIST, w, opsMapExp)
+	return as.ExpAnd(hasOpsExp,
+		as.ExpMapGetByKey(as.MapReturnType.EXISTS, as.ExpTypeBOOL, w, opsMapExp),
 		as.ExpGreaterEq(as.ExpListGetByIndex(as.ListReturnTypeValue, as.ExpTypeINT, as.ExpIntVal(1), entry), as.ExpIntVal(id.seq)))
 }
 
@@ -92,10 +128,9 @@ func applied(id opID) *as.Expression {
 // number). An entry is forgotten only after OpIDsKept other writers updated the record
 // since; no client clock is involved.
 func (s *Store) recordOp(id opID) *as.Operation {
-	m := as.ExpCond(as.ExpBinExists(OpsBin), as.ExpMapBin(OpsBin), as.ExpMapVal(map[any]any{}))
 	lp := as.DefaultListPolicy()
 	entry := as.ExpListAppend(lp, as.ExpIntVal(id.seq), as.ExpListAppend(lp, serverNow(), as.ExpListVal()))
-	put := as.ExpMapPut(as.DefaultMapPolicy(), as.ExpIntVal(id.writer), entry, m)
+	put := as.ExpMapPut(as.DefaultMapPolicy(), as.ExpIntVal(id.writer), entry, opsOrEmptyExp)
 	kept := as.ExpMapRemoveByRankRange(as.MapReturnType.NONE|as.MapReturnType.INVERTED,
 		as.ExpIntVal(-int64(s.cfg.OpIDsKept)), put)
 	return as.ExpWriteOp(OpsBin, kept, as.ExpWriteFlagDefault)
@@ -374,7 +409,9 @@ func (s *Store) EnsureLatch(ctx context.Context, k dcsync.Key, ttl time.Duration
 // The filter also requires the latch's incarnation (latchIncarnation: the end of the
 // caller's cell, DC, or of the latch, XDC) to be the one this Store last saw; it reads
 // it first (one more round trip) for a latch it has not seen, and keeps it from each
-// reply. So a try that lands late, after the latch was deleted and created again,
+// XDC reply (a DC update succeeds only on the incarnation it knows, so it keeps it). At
+// level DC, knowing the cell's end also makes the liveness check one comparison of that
+// constant with the server's clock (dcUpdateAlive). So a try that lands late, after the latch was deleted and created again,
 // changes nothing (the new record has no entry of this writer, so applied alone would
 // let it through). When the latch has another incarnation by now, the update reads it
 // and goes to the new latch, under the same id.
@@ -424,7 +461,8 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 	var alive *as.Expression
 	var ops []*as.Operation
 	if k.Level == dcsync.DC {
-		alive = as.ExpAnd(cellAlive(k.Farm), inRange)
+		// alive: dcUpdateAlive, which needs the incarnation (below). The reply needs no
+		// incarnation either: the filter required the one this Store knows.
 		ops = []*as.Operation{s.recordOp(id), as.AddOp(as.NewBin(bin, delta)), as.GetBinOp(bin)}
 	} else {
 		alive = as.ExpAnd(latchAlive(), as.ExpOr(as.ExpNot(cellAlive(k.Farm)), inRange))
@@ -440,9 +478,6 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 			as.ExpWriteOp(AtBin, serverNow(), as.ExpWriteFlagDefault),
 			as.GetOp(),
 		}
-	}
-	if k.Level == dcsync.DC {
-		ops = append(ops, incarnationOp(k)) // XDC: GetOp returns EndsBin
 	}
 	// The update is filtered on the latch's incarnation too (the end this Store last
 	// saw, read first when it has seen none), so that a try that lands late, after the
@@ -460,11 +495,16 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 			}
 			s.incs.put(ik, end)
 		}
-		incarnation := sameIncarnation(k, end)
+		var filter *as.Expression
+		if k.Level == dcsync.DC {
+			filter = as.ExpAnd(identityOK(ident), dcUpdateAlive(k.Farm, bin, end), inRange, as.ExpNot(applied(id)))
+		} else {
+			filter = as.ExpAnd(identityOK(ident), alive, as.ExpNot(applied(id)), sameIncarnation(k, end))
+		}
 		rec, code, err = s.write(ctx, op, func() *as.WritePolicy {
 			wp := s.writePolicy(ctx, as.TTLDontUpdate)
 			wp.RecordExistsAction = as.UPDATE_ONLY
-			wp.FilterExpression = as.ExpAnd(identityOK(ident), alive, as.ExpNot(applied(id)), incarnation)
+			wp.FilterExpression = filter
 			return wp
 		}, key, ops, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
 		if err != nil || code != types.FILTERED_OUT || round == maxRounds-1 {
@@ -480,14 +520,8 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 		end, known = now, true
 		s.incs.put(ik, end)
 	}
-	if code == types.OK && rec != nil {
-		if k.Level == dcsync.DC {
-			if n, ok := intOf(rec.Bins[rEnd]); ok {
-				s.incs.put(ik, n)
-			}
-		} else {
-			s.incs.put(ik, xdcIncarnation(rec.Bins))
-		}
+	if code == types.OK && rec != nil && k.Level == dcsync.XDC {
+		s.incs.put(ik, xdcIncarnation(rec.Bins))
 	}
 	switch {
 	case err != nil:
@@ -667,8 +701,10 @@ func xdcCount(k dcsync.Key, bins as.BinMap, now int64) driver.LatchCount {
 // A DC read is one read of the cell whose expression op tells, by the server's clock,
 // whether the cell has ended. An XDC read must see every count bin, also those a Java
 // client added, so it is a read-all, which cannot share a command with an expression
-// op: the batch carries a second read of the same record that returns the server's
-// time, and the cells are judged by it.
+// op; it is filtered on no cell having ended (allCellsAlive), and then every count bin
+// counts: one record read, as the Java library's. Only a record with an ended cell is
+// read again, by a batch of two reads (read-all, and the server's time, by which the
+// cells are judged).
 func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.LatchCount, error) {
 	const op = "aerospike.ReadLatches"
 	for _, k := range keys {
@@ -682,6 +718,27 @@ func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.La
 	return s.readLatches(ctx, op, keys)
 }
 
+// allCellsAlive is true on a latch record none of whose cells has ended by the server's
+// clock: it has no EndsBin (a Java latch: its cells live as long as it does), or the
+// earliest end in EndsBin is ahead. Every cell then counts (a cell without an end of its
+// own ends with the latch, at the latest end).
+func allCellsAlive() *as.Expression { return allCellsAliveExp }
+
+var allCellsAliveExp = prepack(as.ExpOr(as.ExpNot(hasEnds()),
+	as.ExpGreater(as.ExpMapGetByRank(as.MapReturnType.VALUE, as.ExpTypeINT, as.ExpIntVal(0), endsMap()), serverNow())))
+
+// prepack returns e packed once: a constant expression costs nothing to build or pack
+// per command.
+func prepack(e *as.Expression) *as.Expression {
+	b64, err := e.Base64()
+	if err == nil {
+		if p, err := as.ExpFromBase64(b64); err == nil {
+			return p
+		}
+	}
+	return e
+}
+
 func (s *Store) readLatches(ctx context.Context, op string, keys []dcsync.Key) ([]driver.LatchCount, error) {
 	out := make([]driver.LatchCount, len(keys))
 	if len(keys) == 0 {
@@ -690,74 +747,105 @@ func (s *Store) readLatches(ctx context.Context, op string, keys []dcsync.Key) (
 	if len(keys) == 1 && keys[0].Level == dcsync.DC {
 		return s.readDC(ctx, op, keys[0])
 	}
-	var reads []as.BatchRecordIfc
-	first := make([]int, len(keys)) // index of key i's first read in reads
+	lkeys := make([]*as.Key, len(keys))
 	for i, k := range keys {
 		key, err := s.latchKey(k)
 		if err != nil {
 			return nil, err
 		}
-		first[i] = len(reads)
-		if k.Level == dcsync.DC {
-			reads = append(reads, as.NewBatchReadOps(nil, key, dcReadOps(k.Farm)...))
-		} else {
-			reads = append(reads, as.NewBatchRead(nil, key, nil),
-				as.NewBatchReadOps(nil, key, as.ExpReadOp(rNow, serverNow(), as.ExpReadFlagDefault)))
-		}
+		lkeys[i] = key
 	}
-	err := s.retry(ctx, op, false, func(*attempt) error {
-		for _, r := range reads {
-			r.BatchRec().Record, r.BatchRec().Err, r.BatchRec().ResultCode = nil, nil, types.NO_RESPONSE
+	var again []int // XDC latches with a cell that has ended: judged by the server's time
+	if len(keys) == 1 {
+		done, err := s.readXDC(ctx, op, keys[0], lkeys[0], &out[0])
+		if err != nil || done {
+			return out, err
 		}
-		if err := s.client.BatchOperate(s.batchPolicy(ctx), reads); err != nil {
-			return err
-		}
-		bins := func(j int) (as.BinMap, error) {
-			br := reads[j].BatchRec()
-			switch {
-			case br.ResultCode == types.KEY_NOT_FOUND_ERROR:
-				return nil, nil
-			case br.ResultCode != types.OK:
-				if br.Err != nil {
-					return nil, br.Err
-				}
-				return nil, &as.AerospikeError{ResultCode: br.ResultCode}
-			case br.Record == nil:
-				return nil, nil
-			}
-			return br.Record.Bins, nil
-		}
+		again = []int{0}
+	} else {
+		alive := as.NewBatchReadPolicy()
+		alive.FilterExpression = allCellsAlive()
+		reads := make([]as.BatchRecordIfc, len(keys))
 		for i, k := range keys {
-			b, err := bins(first[i])
-			if err != nil {
-				return err
-			}
-			if b == nil {
-				out[i] = driver.LatchCount{}
-				continue
-			}
 			if k.Level == dcsync.DC {
-				out[i] = dcCount(k, b)
-				continue
+				reads[i] = as.NewBatchReadOps(nil, lkeys[i], dcReadOps(k.Farm)...)
+			} else {
+				reads[i] = as.NewBatchRead(alive, lkeys[i], nil)
 			}
-			probe, err := bins(first[i] + 1)
-			if err != nil {
-				return err
-			}
-			now, ok := intOf(probe[rNow])
-			if !ok {
-				// The record vanished between the two reads.
-				out[i] = driver.LatchCount{}
-				continue
-			}
-			out[i] = xdcCount(k, b, now)
 		}
-		return nil
-	})
-	if err != nil {
+		if err := s.runBatch(ctx, op, false, reads, nil, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT); err != nil {
+			return nil, err
+		}
+		again = s.countLatches(keys, reads, out)
+	}
+	if len(again) == 0 {
+		return out, nil
+	}
+	pairs := make([]as.BatchRecordIfc, 0, 2*len(again))
+	for _, i := range again {
+		pairs = append(pairs, as.NewBatchRead(nil, lkeys[i], nil),
+			as.NewBatchReadOps(nil, lkeys[i], as.ExpReadOp(rNow, serverNow(), as.ExpReadFlagDefault)))
+	}
+	if err := s.runBatch(ctx, op, false, pairs, nil, types.KEY_NOT_FOUND_ERROR); err != nil {
 		return nil, err
 	}
+	for j, i := range again {
+		all, probe := pairs[2*j].BatchRec(), pairs[2*j+1].BatchRec()
+		now, ok := int64(0), false
+		if probe.ResultCode == types.OK && probe.Record != nil {
+			now, ok = intOf(probe.Record.Bins[rNow])
+		}
+		if all.ResultCode != types.OK || all.Record == nil || !ok {
+			out[i] = driver.LatchCount{} // no record, or it vanished between the two reads
+			continue
+		}
+		out[i] = xdcCount(keys[i], all.Record.Bins, now)
+	}
 	return out, nil
+}
+
+// countLatches fills out from the replies of the first batch of readLatches and
+// returns the XDC latches filtered out (a cell has ended).
+func (s *Store) countLatches(keys []dcsync.Key, reads []as.BatchRecordIfc, out []driver.LatchCount) []int {
+	var again []int
+	for i, k := range keys {
+		br := reads[i].BatchRec()
+		switch {
+		case br.ResultCode == types.FILTERED_OUT:
+			again = append(again, i)
+		case br.ResultCode != types.OK || br.Record == nil:
+			out[i] = driver.LatchCount{}
+		case k.Level == dcsync.DC:
+			out[i] = dcCount(k, br.Record.Bins)
+		default:
+			out[i] = xdcCount(k, br.Record.Bins, math.MinInt64)
+		}
+	}
+	return again
+}
+
+// readXDC reads one XDC latch with a single read-all filtered on allCellsAlive, into
+// out; done is false when the record has an ended cell (filtered out): the caller reads
+// it again with the server's time.
+func (s *Store) readXDC(ctx context.Context, op string, k dcsync.Key, key *as.Key, out *driver.LatchCount) (done bool, err error) {
+	err = s.retry(ctx, op, false, func(*attempt) error {
+		p := s.readPolicy(ctx)
+		p.FilterExpression = allCellsAlive()
+		rec, err := s.client.Get(p, key)
+		switch {
+		case hasCode(err, types.KEY_NOT_FOUND_ERROR):
+			*out, done = driver.LatchCount{}, true
+			return nil
+		case hasCode(err, types.FILTERED_OUT):
+			done = false
+			return nil
+		case err != nil:
+			return err
+		}
+		*out, done = xdcCount(k, rec.Bins, math.MinInt64), true
+		return nil
+	})
+	return done, err
 }
 
 // readDC reads one DC latch with a single-record read: cheaper than a batch of one.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/layout"
 	"github.com/dcsync/dcsync/store/aerospike"
 )
 
@@ -115,32 +116,140 @@ func leaseEnd(t *testing.T, s *aerospike.Store, k dcsync.Key) time.Time {
 	return st.Expires
 }
 
-// TestLockLateTokenWrite: the first try of an acquire's token write (step 3, which
-// writes the lease left of the acquire's TTL) is held back; its retry lands, and the
-// holder refreshes its lease to 2 minutes; the held try is delivered last. Filtered on
-// the owner alone it applied and set the lease back to the 20 s it carried, so the
-// lease would end some 100 s before the deadline the refresh reported to the holder:
-// two holders. With "no token yet" in its filter it changes nothing.
-func TestLockLateTokenWrite(t *testing.T) {
+// fenceSet is the fence set of dc1Locks.
+const fenceSet = aerospike.FenceSetPrefix + dc1Locks
+
+// batches matches batch commands (a refresh is one: the lease write and the fence read).
+func batches(c command) bool { return c.Kind == "batch" }
+
+// fenceOf reads the fence record of k raw: its counter and its numbers by acquisition.
+func fenceOf(t *testing.T, c *as.Client, k dcsync.Key) (int, map[any]any) {
+	t.Helper()
+	rec, err := c.Get(nil, key(t, fenceSet, layout.IdentityKey(k)))
+	must(t, err, "raw get of the fence record")
+	m, _ := rec.Bins[aerospike.AcqsBin].(map[any]any)
+	n, _ := rec.Bins[aerospike.FenceBin].(int)
+	return n, m
+}
+
+// TestLockLateFenceIncrement: the first try of an acquire's fence increment is held
+// back; its retry lands and numbers the acquisition; the held try is delivered last.
+// Unconditioned, it added 1 again and entered the new number for the same acquisition,
+// so the holder's token (returned by the acquire) and the stored one (what InspectLock
+// and every reader see) differed. Conditioned on the acquisition having no number yet
+// it is filtered out.
+func TestLockLateFenceIncrement(t *testing.T) {
 	proxy := startProxy(t)
 	s, k := lateLockStore(t, proxy)
+	c := realClient(t)
 	ctx := ctxT(t)
-	proxy.HoldRequests(1, writesBin(dc1Locks, aerospike.TokenBin))
+	proxy.HoldRequests(1, writesTo(fenceSet))
 	st, err := s.AcquireLock(ctx, k, "me", 20*time.Second)
-	must(t, err, "acquire whose token write was held back")
-	if proxy.Held() != 1 || st.Token == 0 {
-		t.Fatalf("held %d requests; acquired %+v", proxy.Held(), st)
+	must(t, err, "acquire whose fence increment was held back")
+	if proxy.Held() != 1 || st.Token != 1 {
+		t.Fatalf("held %d requests; acquired %+v, want token 1", proxy.Held(), st)
 	}
-	ref, err := s.RefreshLock(ctx, k, "me", 2*time.Minute)
-	must(t, err, "refresh")
 	codes, err := proxy.Deliver()
 	must(t, err, "deliver")
-	t.Logf("the late token write was answered with result code %v (27: filtered out)", codes)
-	if end := leaseEnd(t, s, k); end.Before(ref.Expires.Add(-time.Second)) {
-		t.Fatalf("after the late token write the lease ends at %v, %v before the deadline the refresh reported",
-			end.Format(time.StampMilli), ref.Expires.Sub(end))
+	t.Logf("the late fence increment was answered with result code %v (27: filtered out)", codes)
+	got, err := s.InspectLock(ctx, k)
+	must(t, err, "inspect")
+	if got.Owner != "me" || got.Token != st.Token {
+		t.Fatalf("after the late fence increment the lock reads %+v, the holder has token %d", got, st.Token)
+	}
+	if n, m := fenceOf(t, c, k); n != 1 || len(m) != 1 {
+		t.Fatalf("fence record: counter %d, numbers %v; want 1 and one acquisition", n, m)
 	}
 	must(t, s.ReleaseLock(ctx, k, "me"), "release")
+}
+
+// TestLockFenceAfterLapse: every try of A's fence increment is held back until A's 1 s
+// lease has lapsed and B has taken the lock over (and its token); then they are
+// delivered, and A's increment lands after B's, with a larger number. A must not report
+// the lock acquired (its reply came after its lease could have lapsed): two holders,
+// and the later one with the smaller token. B keeps the lock and its token.
+func TestLockFenceAfterLapse(t *testing.T) {
+	proxy := startProxy(t)
+	s := newStore(t, dial(t, proxy.Addr()), aerospike.Config{Timeout: 300 * time.Millisecond, RetryDelay: 5 * time.Millisecond, Attempts: 1000})
+	direct := newStore(t, realClient(t), aerospike.Config{})
+	ctx := ctxT(t)
+	k := dcsync.Key{Level: dcsync.DC, Client: "late", Farm: "dc1", Name: unique("lapse")}
+	proxy.HoldRequests(1<<30, writesTo(fenceSet))
+	type result struct {
+		st  driver.LockState
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := s.AcquireLock(ctx, k, "a", time.Second)
+		done <- result{st, err}
+	}()
+	for proxy.Held() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	var b driver.LockState
+	for {
+		var err error
+		if b, err = direct.AcquireLock(ctx, k, "b", time.Minute); err == nil {
+			break
+		}
+		wantCode(t, err, dcsync.LockUnavailable, "B's acquire while A's lease runs")
+		time.Sleep(50 * time.Millisecond)
+	}
+	proxy.ClearDrops()
+	codes, err := proxy.Deliver()
+	must(t, err, "deliver")
+	t.Logf("A's held increments were answered with result codes %v", codes)
+	a := <-done
+	if a.err == nil {
+		t.Fatalf("A acquired %+v after its lease lapsed and B took the lock with token %d", a.st, b.Token)
+	}
+	wantCode(t, a.err, dcsync.LockUnavailable, "A's acquire")
+	got, err := direct.InspectLock(ctx, k)
+	must(t, err, "inspect")
+	if got.Owner != "b" || got.Token != b.Token {
+		t.Fatalf("after A's late increment the lock reads %+v, want B's owner and token %d", got, b.Token)
+	}
+	must(t, direct.ReleaseLock(ctx, k, "b"), "B's release")
+}
+
+// TestLockTokenAfterLateTake: every try of C's take (the put of the lock record) is
+// held back while A acquires and releases the lock; then they are delivered and C
+// takes it. C's token must be above A's: C takes its number only after its take landed.
+// Taking the number before the take (or beside it in one batch, unordered) gave C the
+// smaller number, for the later holding.
+func TestLockTokenAfterLateTake(t *testing.T) {
+	proxy := startProxy(t)
+	s := newStore(t, dial(t, proxy.Addr()), aerospike.Config{Timeout: 300 * time.Millisecond, RetryDelay: 5 * time.Millisecond, Attempts: 1000})
+	direct := newStore(t, realClient(t), aerospike.Config{})
+	ctx := ctxT(t)
+	k := dcsync.Key{Level: dcsync.DC, Client: "late", Farm: "dc1", Name: unique("take")}
+	proxy.HoldRequests(1<<30, writesTo(dc1Locks))
+	type result struct {
+		st  driver.LockState
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := s.AcquireLock(ctx, k, "c", time.Minute)
+		done <- result{st, err}
+	}()
+	for proxy.Held() == 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	a, err := direct.AcquireLock(ctx, k, "a", time.Minute)
+	must(t, err, "A's acquire while C's take is held")
+	must(t, direct.ReleaseLock(ctx, k, "a"), "A's release")
+	proxy.ClearDrops()
+	codes, err := proxy.Deliver()
+	must(t, err, "deliver")
+	t.Logf("C's held takes were answered with result codes %v", codes)
+	c := <-done
+	must(t, c.err, "C's acquire")
+	if c.st.Token <= a.Token {
+		t.Fatalf("C holds the lock after A with token %d, not above A's %d", c.st.Token, a.Token)
+	}
+	must(t, s.ReleaseLock(ctx, k, "c"), "C's release")
 }
 
 // TestLockLateRefresh: the first try of a 20 s refresh is held back; its retry lands,
@@ -154,7 +263,7 @@ func TestLockLateRefresh(t *testing.T) {
 	ctx := ctxT(t)
 	_, err := s.AcquireLock(ctx, k, "me", 10*time.Second)
 	must(t, err, "acquire")
-	proxy.HoldRequests(1, writesBin(dc1Locks, aerospike.LeaseBin))
+	proxy.HoldRequests(1, batches)
 	_, err = s.RefreshLock(ctx, k, "me", 20*time.Second)
 	must(t, err, "refresh whose first try was held back")
 	if proxy.Held() != 1 {

@@ -57,7 +57,8 @@ func (s *Store) scan(ctx context.Context, op, set string, fn func(*as.Record), b
 // ListLocks implements driver.LockLister. Lock records carry no user key (the Java
 // layout sends none) and lock sets are named per level and farm, so it scans every
 // set of the namespace for records whose IdentityBin names a lock of client, then
-// reads each one as InspectLock does for its exact lease. The cost is a scan of the
+// reads them all as InspectLock reads one (for the exact lease and the token), in one
+// batch. The cost is a scan of the
 // whole namespace: an operator's call, not one for a hot path. A lock a Java client
 // holds has no IdentityBin and is not listed.
 func (s *Store) ListLocks(ctx context.Context, client string) ([]driver.LockInfo, error) {
@@ -78,20 +79,26 @@ func (s *Store) ListLocks(ctx context.Context, client string) ([]driver.LockInfo
 	if err != nil {
 		return nil, err
 	}
+	ik := make([]dcsync.Key, len(keys))
+	for i, k := range keys {
+		ik[i] = k
+		if k.Level == dcsync.XDC {
+			ik[i].Farm = "-" // an XDC lock's record is the same for every farm
+		}
+	}
+	res, err := s.inspectLocks(ctx, op, ik)
+	if err != nil {
+		return nil, err
+	}
 	var out []driver.LockInfo
-	for _, k := range keys {
-		ik := k
-		if ik.Level == dcsync.XDC {
-			ik.Farm = "-" // an XDC lock's record is the same for every farm
-		}
-		st, err := s.InspectLock(ctx, ik)
+	for i, r := range res {
 		switch {
-		case dcsync.CodeOf(err) == dcsync.NotFound:
+		case dcsync.CodeOf(r.Err) == dcsync.NotFound:
 			continue // lapsed or released since the scan
-		case err != nil:
-			return nil, err
+		case r.Err != nil:
+			return nil, r.Err
 		}
-		out = append(out, driver.LockInfo{Key: k, LockState: st})
+		out = append(out, driver.LockInfo{Key: keys[i], LockState: r.State})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i].Key, out[j].Key

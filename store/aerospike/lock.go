@@ -2,6 +2,7 @@ package aerospike
 
 import (
 	"context"
+	mrand "math/rand/v2"
 	"time"
 
 	as "github.com/aerospike/aerospike-client-go/v8"
@@ -31,19 +32,27 @@ func (s *Store) checkLease(k dcsync.Key, owner string, ttl time.Duration) error 
 // lease by the server's clock, or -1 for a Java lock.
 const rLeft = "dcsync_r_left"
 
-// lockReadOps read what lockState needs: owner, token, and the lease left, computed by
-// the server (lease - since_update) so that it is exact to the ms.
+// lockReadOps read what lockState needs of a lock record: owner, acquisition id, token
+// (a record written before fence records numbered acquisitions), and the lease left,
+// computed by the server (lease - since_update) so that it is exact to the ms.
 func lockReadOps() []*as.Operation {
 	return []*as.Operation{
-		as.GetBinOp(OwnerBin), as.GetBinOp(TokenBin), as.GetBinOp(IdentityBin),
+		as.GetBinOp(OwnerBin), as.GetBinOp(AcqBin), as.GetBinOp(TokenBin), as.GetBinOp(IdentityBin),
 		as.ExpReadOp(rLeft, as.ExpCond(as.ExpBinExists(LeaseBin), as.ExpNumSub(as.ExpIntBin(LeaseBin), as.ExpSinceUpdate()),
 			as.ExpIntVal(-1)), as.ExpReadFlagDefault),
 	}
 }
 
-// lockState reads a lock record's state from the reply of lockReadOps; Owner is "" and
-// Token 0 for a Java lock, whose lease ends with the record (its TTL, whole seconds).
-func lockState(rec *as.Record, now time.Time) driver.LockState {
+// lockState reads a lock record's state from the reply of lockReadOps, and the token
+// from the fence record's bins (nil when not read): Owner is "" and Token 0 for a Java
+// lock, whose lease ends with the record (its TTL, whole seconds).
+//
+// The token is the number the fence record gave the record's acquisition (AcqBin, an
+// entry of the fence's AcqsBin), or the record's own TokenBin, which versions before
+// issue 15 wrote. It is 0 while the acquisition has no number yet (between its two
+// writes) and when the fence has forgotten it (FencesKept later acquisitions, which
+// can only happen after it lost the lock).
+func lockState(rec *as.Record, fence as.BinMap, now time.Time) driver.LockState {
 	st := driver.LockState{Owner: stringOf(rec.Bins[OwnerBin])}
 	if left, ok := intOf(rec.Bins[rLeft]); ok && left >= 0 {
 		st.Expires = now.Add(time.Duration(left) * time.Millisecond)
@@ -52,8 +61,53 @@ func lockState(rec *as.Record, now time.Time) driver.LockState {
 	}
 	if t, ok := intOf(rec.Bins[TokenBin]); ok && t > 0 {
 		st.Token = uint64(t)
+	} else if acq, ok := intOf(rec.Bins[AcqBin]); ok {
+		if t, ok := fenceToken(fence, acq); ok {
+			st.Token = uint64(t)
+		}
 	}
 	return st
+}
+
+// fenceToken returns the number the fence record (its bins) gave acquisition acq.
+func fenceToken(fence as.BinMap, acq int64) (int64, bool) {
+	m, _ := fence[AcqsBin].(map[any]any)
+	for k, v := range m {
+		if n, ok := intOf(k); ok && n == acq {
+			return intOf(v)
+		}
+	}
+	return 0, false
+}
+
+// The fence record numbers acquisitions. Its bins: FenceBin, the counter (the last
+// number given), and AcqsBin, a map from acquisition id (AcqBin of the lock record) to
+// the number it got, keeping the FencesKept highest numbers. One operate (numberOps)
+// adds 1 to the counter and enters the new number under the acquisition's id, on
+// condition that the id has no entry yet (unnumbered): so every try of it, however late
+// it lands, gives the acquisition at most one number (TestLockLateFenceIncrement).
+
+// FencesKept is how many acquisitions (the latest) a fence record keeps the number of.
+const FencesKept = 16
+
+// unnumbered is true on a fence record that has given acq no number yet.
+func unnumbered(acq int64) *as.Expression {
+	return as.ExpOr(as.ExpNot(hasAcqsExp),
+		as.ExpNot(as.ExpMapGetByKey(as.MapReturnType.EXISTS, as.ExpTypeBOOL, as.ExpIntVal(acq), acqsMapExp)))
+}
+
+// numberOps take the next number for acq: the counter plus one, entered in AcqsBin
+// (the expression reads the counter as the add left it, checked on the server, 8.1),
+// returned.
+func numberOps(acq int64) []*as.Operation {
+	put := as.ExpMapPut(as.DefaultMapPolicy(), as.ExpIntVal(acq), fenceIntExp, acqsOrEmpty)
+	kept := as.ExpMapRemoveByRankRange(as.MapReturnType.NONE|as.MapReturnType.INVERTED, keptRankExp, put)
+	return []*as.Operation{as.AddOp(as.NewBin(FenceBin, 1)), as.ExpWriteOp(AcqsBin, kept, as.ExpWriteFlagDefault), as.GetBinOp(FenceBin)}
+}
+
+// acqIs is true on a lock record of acquisition acq.
+func acqIs(acq int64) *as.Expression {
+	return as.ExpEq(as.ExpIntBin(AcqBin), as.ExpIntVal(acq))
 }
 
 // Lease bins and expressions. A dcsync lock record carries its lease length in ms
@@ -67,16 +121,27 @@ func lockState(rec *as.Record, now time.Time) driver.LockState {
 // "unknown", which filters the record out (FILTERED_OUT), also under a not; and and or
 // evaluate left to right and stop at the first operand that decides. So lapsed() is
 // false for a Java lock (its first operand is), alive() true, and every owner check
-// (heldBy, releasable, abandon's ownerIs) filters a Java lock out: LockLost, the Java
-// lock untouched.
-func lapsed() *as.Expression {
-	return as.ExpAnd(as.ExpBinExists(LeaseBin), as.ExpGreaterEq(as.ExpSinceUpdate(), as.ExpIntBin(LeaseBin)))
-}
+// (heldBy, releasable) and abandon's acquisition check (acqIs) filter a Java lock out:
+// LockLost, the Java lock untouched.
+func lapsed() *as.Expression { return lapsedExp }
 
 // alive is true for a Java lock (no lease bin) and for a dcsync lock whose lease runs.
-func alive() *as.Expression {
-	return as.ExpOr(as.ExpNot(as.ExpBinExists(LeaseBin)), as.ExpLess(as.ExpSinceUpdate(), as.ExpIntBin(LeaseBin)))
-}
+func alive() *as.Expression { return aliveExp }
+
+// The constant expressions of the lock operations, packed once (prepack).
+var (
+	lapsedExp = prepack(as.ExpAnd(as.ExpBinExists(LeaseBin), as.ExpGreaterEq(as.ExpSinceUpdate(), as.ExpIntBin(LeaseBin))))
+	aliveExp  = prepack(as.ExpOr(as.ExpNot(as.ExpBinExists(LeaseBin)), as.ExpLess(as.ExpSinceUpdate(), as.ExpIntBin(LeaseBin))))
+	// releasableExp is releasable without its owner check.
+	releasableExp = prepack(as.ExpAnd(as.ExpBinExists(LeaseBin),
+		as.ExpLess(as.ExpNumAdd(as.ExpSinceUpdate(), as.ExpIntVal(releaseGrace)), as.ExpIntBin(LeaseBin))))
+	hasAcqsExp  = prepack(as.ExpBinExists(AcqsBin))
+	acqsMapExp  = prepack(as.ExpMapBin(AcqsBin))
+	acqsOrEmpty = prepack(as.ExpCond(as.ExpBinExists(AcqsBin), as.ExpMapBin(AcqsBin), as.ExpMapVal(map[any]any{})))
+	fenceIntExp = prepack(as.ExpIntBin(FenceBin))
+	keptRankExp = prepack(as.ExpIntVal(-FencesKept))
+	ownerBinExp = prepack(as.ExpStringBin(OwnerBin))
+)
 
 func heldBy(owner string) *as.Expression { return as.ExpAnd(ownerIs(owner), alive()) }
 
@@ -88,20 +153,37 @@ func heldBy(owner string) *as.Expression { return as.ExpAnd(ownerIs(owner), aliv
 const releaseGrace = 5 // ms
 
 // releasable is true while owner holds the lock with more than releaseGrace left.
-func releasable(owner string) *as.Expression {
-	return as.ExpAnd(ownerIs(owner), as.ExpBinExists(LeaseBin),
-		as.ExpLess(as.ExpNumAdd(as.ExpSinceUpdate(), as.ExpIntVal(releaseGrace)), as.ExpIntBin(LeaseBin)))
-}
+func releasable(owner string) *as.Expression { return as.ExpAnd(ownerIs(owner), releasableExp) }
 
 func lockTTL(ttl time.Duration) uint32 { return ttlSeconds(ttl) + 1 }
 
-// AcquireLock takes the lock as the Java lock manager does, with a put of the Java bins
-// (plus owner and lease) that expects generation 0 (GENERATION_ERROR: held). When the
-// record exists but its dcsync lease has lapsed, a put that replaces the record on that
-// condition takes it over. As holder it then takes the next fencing token from the
-// never-expiring fence record and writes it into the lock record, on condition that it
-// still holds it. When a try was in doubt, the record's owner bin says whether the lock
-// is ours. When someone else holds the lock it returns their state and LockUnavailable.
+// AcquireLock takes the lock in two round trips (ReleaseLock is a third):
+//
+//  1. Take the lock record as the Java lock manager does, with a put of the Java bins
+//     (plus owner, lease, identity and a fresh random acquisition id, AcqBin) that
+//     expects generation 0 (GENERATION_ERROR: held). When the record exists but its
+//     dcsync lease has lapsed, a put that replaces the record on that condition takes
+//     it over. Only when both fail is the record read (with the fence record, in one
+//     batch): held by someone else, or ours (an in-doubt try landed: the record's
+//     acquisition id is ours).
+//  2. As the holder, take the next fencing token: one operate on the never-expiring
+//     fence record adds 1 to its counter and enters the new number under the
+//     acquisition id, on condition that the id has no number yet (unnumbered). A try
+//     filtered out by that condition reads the number an earlier try got. The lock
+//     record is not written again: readers find the token in the fence record.
+//
+// Tokens strictly increase: the increment is sent only after the take succeeded, so it
+// lands after the take, which comes after every earlier holder's lease ended (released
+// or lapsed), and so after every earlier holder's increment, since a holder reports
+// the lock acquired only if its increment's reply came back within its lease (the
+// server's lease starts at the put, after start, and ends no earlier than start+ttl).
+// An acquisition whose increment came back later reports LockUnavailable and deletes
+// its record if it is still its own. Sending the increment before the take, or in one
+// batch with it (whose parts are not ordered), would let a contender's increment land
+// before an earlier holder's: TestLockLateFenceIncrement and TestLockFenceAfterLapse
+// fail then.
+//
+// When someone else holds the lock it returns their state and LockUnavailable.
 func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	const op = "aerospike.AcquireLock"
 	if err := s.checkLease(k, owner, ttl); err != nil {
@@ -111,12 +193,14 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 	if err != nil {
 		return driver.LockState{}, err
 	}
-	bins := as.BinMap{
-		layout.AerospikeLockDataBin(k.Farm): 1,
-		layout.AerospikeLockUATBin(k.Farm):  time.Now().UnixMilli(),
-		OwnerBin:                            owner,
-		LeaseBin:                            ceilMS(ttl),
-		IdentityBin:                         layout.IdentityKey(k),
+	acq := mrand.Int64()
+	bins := []*as.Bin{
+		as.NewBin(layout.AerospikeLockDataBin(k.Farm), 1),
+		as.NewBin(layout.AerospikeLockUATBin(k.Farm), time.Now().UnixMilli()),
+		as.NewBin(OwnerBin, owner),
+		as.NewBin(LeaseBin, ceilMS(ttl)),
+		as.NewBin(IdentityBin, layout.IdentityKey(k)),
+		as.NewBin(AcqBin, acq),
 	}
 
 	// 1. Take the lock record.
@@ -126,7 +210,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 	err = s.retry(ctx, op, true, func(a *attempt) error {
 		wp := s.writePolicy(ctx, lockTTL(ttl))
 		wp.GenerationPolicy, wp.Generation = as.EXPECT_GEN_EQUAL, 0
-		err := s.client.Put(wp, key, bins)
+		err := s.client.PutBins(wp, key, bins...)
 		if !hasCode(err, types.GENERATION_ERROR) {
 			return err
 		}
@@ -134,27 +218,32 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		wp = s.writePolicy(ctx, lockTTL(ttl))
 		wp.RecordExistsAction = as.REPLACE
 		wp.FilterExpression = lapsed()
-		err = s.client.Put(wp, key, bins)
+		err = s.client.PutBins(wp, key, bins...)
 		if !hasCode(err, types.FILTERED_OUT) {
 			return err
 		}
-		rec, err := s.client.Operate(s.writePolicy(ctx, 0), key, lockReadOps()...)
+		recs := s.lockReads(key, fence, nil)
+		if err := s.client.BatchOperate(s.batchPolicy(ctx), recs); err != nil && recs[0].BatchRec().ResultCode == types.NO_RESPONSE {
+			return err
+		}
+		lr := recs[0].BatchRec()
 		switch {
-		case hasCode(err, types.KEY_NOT_FOUND_ERROR):
+		case lr.ResultCode == types.KEY_NOT_FOUND_ERROR:
 			// Released or expired between the put and the read: try again.
 			if a.n < s.cfg.Attempts {
 				return errTryAgain
 			}
 			held = &driver.LockState{}
 			return nil
-		case err != nil:
-			return err
+		case lr.ResultCode != types.OK:
+			return batchErr(lr)
 		}
-		st := lockState(rec, time.Now())
-		if st.Owner != owner {
-			held = &st
-			holderID = stringOf(rec.Bins[IdentityBin])
+		if got, ok := intOf(lr.Record.Bins[AcqBin]); ok && got == acq {
+			return nil // an in-doubt try of ours landed
 		}
+		st := lockState(lr.Record, fenceBins(recs[1]), time.Now())
+		held = &st
+		holderID = stringOf(lr.Record.Bins[IdentityBin])
 		return nil
 	})
 	if err != nil {
@@ -169,13 +258,26 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return *held, driver.Errorf(dcsync.LockUnavailable, op, "lock %s is held", k)
 	}
 
-	// 2. As the holder, take the next fencing token. A retry after an in-doubt try may
-	// skip a number; tokens still increase.
+	// 2. As the holder, number the acquisition.
 	var token int64
 	err = s.retry(ctx, op, true, func(*attempt) error {
 		wp := s.writePolicy(ctx, as.TTLDontExpire)
-		rec, err := s.client.Operate(wp, fence, as.AddOp(as.NewBin(FenceBin, 1)), as.GetBinOp(FenceBin))
-		if err != nil {
+		wp.FilterExpression = unnumbered(acq)
+		rec, err := s.client.Operate(wp, fence, numberOps(acq)...)
+		switch {
+		case hasCode(err, types.FILTERED_OUT):
+			// An earlier try landed: read the number it got.
+			rec, err = s.client.Operate(s.writePolicy(ctx, 0), fence, as.GetBinOp(AcqsBin))
+			if err != nil {
+				return err
+			}
+			n, ok := fenceToken(rec.Bins, acq)
+			if !ok {
+				return driver.Errorf(dcsync.Internal, op, "fence record of %s has no number for this acquisition, yet refused to give one: %v", k, rec.Bins)
+			}
+			token = n
+			return nil
+		case err != nil:
 			return err
 		}
 		n, ok := intOf(rec.Bins[FenceBin])
@@ -186,75 +288,53 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return nil
 	})
 	if err != nil {
-		s.abandon(key, owner)
+		s.abandon(key, acq)
 		return driver.LockState{}, err
 	}
-
-	// 3. Write the token into the lock record if we still hold it and it has no token
-	// yet. A write restarts the lease, so this one shortens it by the time spent since
-	// the first try of step 1: the lease then ends no earlier than start+ttl (our
-	// caller's view) and no later than that plus this write's one-way latency. The
-	// condition "no token yet" is the exact state this write replaces: a try that lands
-	// late, after a retry wrote the token and the holder refreshed its lease, would
-	// otherwise set the lease back to the shorter one it carries, ending it before the
-	// holder's deadline (TestLockLateTokenWrite). A filtered retry reads the record: our
-	// owner with our token means an earlier try landed.
-	var st driver.LockState
-	lost := false
-	err = s.retry(ctx, op, true, func(*attempt) error {
-		left := ttl - time.Since(start)
-		if left <= 0 {
-			lost = true
-			return nil
-		}
-		wp := s.writePolicy(ctx, lockTTL(left))
-		wp.RecordExistsAction = as.UPDATE_ONLY
-		wp.FilterExpression = as.ExpAnd(heldBy(owner), as.ExpNot(as.ExpBinExists(TokenBin)))
-		_, err := s.client.Operate(wp, key, as.PutOp(as.NewBin(TokenBin, token)),
-			as.PutOp(as.NewBin(LeaseBin, ceilMS(left))))
-		switch {
-		case hasCode(err, types.KEY_NOT_FOUND_ERROR):
-			lost = true
-			return nil
-		case hasCode(err, types.FILTERED_OUT):
-			rp := s.writePolicy(ctx, 0)
-			rp.FilterExpression = heldBy(owner)
-			rec, err := s.client.Operate(rp, key, lockReadOps()...)
-			switch {
-			case hasCode(err, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT):
-				lost = true
-				return nil
-			case err != nil:
-				return err
-			}
-			if t, _ := intOf(rec.Bins[TokenBin]); t != token {
-				lost = true
-				return nil
-			}
-		case err != nil:
-			return err
-		}
-		st = driver.LockState{Owner: owner, Token: uint64(token), Expires: start.Add(ttl)}
-		return nil
-	})
-	if err != nil {
-		s.abandon(key, owner)
-		return driver.LockState{}, err
-	}
-	if lost {
+	if time.Since(start) >= ttl {
+		// The lease may have lapsed before the number was taken: a later holder may
+		// hold a smaller one.
+		s.abandon(key, acq)
 		return driver.LockState{}, driver.Errorf(dcsync.LockUnavailable, op,
-			"lock %s lapsed or was taken over while it was being acquired", k)
+			"lock %s: its lease of %v ran out while it was being acquired", k, ttl)
 	}
-	return st, nil
+	return driver.LockState{Owner: owner, Token: uint64(token), Expires: start.Add(ttl)}, nil
 }
 
-// abandon deletes a lock record that owner took but could not finish acquiring. Best
-// effort: when it fails the lease runs out.
-func (s *Store) abandon(key *as.Key, owner string) {
+// lockReads are the batch reads of a lock record (lockReadOps, filtered by filter when
+// not nil) and of its fence record (AcqsBin).
+func (s *Store) lockReads(key, fence *as.Key, filter *as.Expression) []as.BatchRecordIfc {
+	var p *as.BatchReadPolicy
+	if filter != nil {
+		p = as.NewBatchReadPolicy()
+		p.FilterExpression = filter
+	}
+	return []as.BatchRecordIfc{as.NewBatchReadOps(p, key, lockReadOps()...), as.NewBatchReadOps(nil, fence, as.GetBinOp(AcqsBin))}
+}
+
+// fenceBins returns the bins a fence read found (nil when the record does not exist).
+func fenceBins(r as.BatchRecordIfc) as.BinMap {
+	if br := r.BatchRec(); br.ResultCode == types.OK && br.Record != nil {
+		return br.Record.Bins
+	}
+	return nil
+}
+
+// batchErr is the error of a batch record that failed.
+func batchErr(br *as.BatchRecord) error {
+	if br.Err != nil {
+		return br.Err
+	}
+	return &as.AerospikeError{ResultCode: br.ResultCode}
+}
+
+// abandon deletes a lock record that acquisition acq took but could not finish
+// acquiring. Best effort: when it fails the lease runs out.
+func (s *Store) abandon(key *as.Key, acq int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 	defer cancel()
 	wp := s.writePolicy(ctx, 0)
-	wp.FilterExpression = ownerIs(owner)
+	wp.FilterExpression = acqIs(acq)
 	wp.DurableDelete = s.cfg.DurableDelete
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -273,58 +353,14 @@ func (s *Store) abandon(key *as.Key, owner string) {
 // either moves the end later (still the holder's, never reused: the holder's deadline
 // holds) or is filtered out; it can never end the lease before the deadline a later
 // refresh reported (TestLockLateRefresh). A refresh filtered because more than ttl is
-// left reports success without writing (the lease already ends after now+ttl).
+// left reports success without writing (the lease already ends after now+ttl). The
+// write and a read of the fence record (for the token) go in one batch: one round trip.
 func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
-	const op = "aerospike.RefreshLock"
-	if err := s.checkLease(k, owner, ttl); err != nil {
-		return driver.LockState{}, err
-	}
-	key, _, err := s.lockKeys(k)
+	res, err := s.refreshLocks(ctx, "aerospike.RefreshLock", []driver.LockRefresh{{Key: k, Owner: owner, TTL: ttl}})
 	if err != nil {
 		return driver.LockState{}, err
 	}
-	var st driver.LockState
-	lost := false
-	err = s.retry(ctx, op, true, func(*attempt) error {
-		sent := time.Now()
-		wp := s.writePolicy(ctx, lockTTL(ttl))
-		wp.RecordExistsAction = as.UPDATE_ONLY
-		wp.FilterExpression = as.ExpAnd(heldBy(owner),
-			as.ExpLess(as.ExpNumSub(as.ExpIntBin(LeaseBin), as.ExpSinceUpdate()), as.ExpIntVal(ceilMS(ttl))))
-		rec, err := s.client.Operate(wp, key, as.PutOp(as.NewBin(LeaseBin, ceilMS(ttl))), as.GetBinOp(TokenBin))
-		switch {
-		case hasCode(err, types.KEY_NOT_FOUND_ERROR):
-			lost = true
-			return nil
-		case hasCode(err, types.FILTERED_OUT):
-			// Not ours, lapsed, or more than ttl left: read which.
-			rp := s.writePolicy(ctx, 0)
-			rp.FilterExpression = heldBy(owner)
-			rec, err = s.client.Operate(rp, key, lockReadOps()...)
-			switch {
-			case hasCode(err, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT):
-				lost = true
-				return nil
-			case err != nil:
-				return err
-			}
-			if left, ok := intOf(rec.Bins[rLeft]); !ok || left < ceilMS(ttl) {
-				return errTryAgain // less than ttl left by now: write it
-			}
-		case err != nil:
-			return err
-		}
-		st = lockState(rec, time.Now())
-		st.Owner, st.Expires = owner, sent.Add(ttl)
-		return nil
-	})
-	if err != nil {
-		return driver.LockState{}, err
-	}
-	if lost {
-		return driver.LockState{}, driver.Errorf(dcsync.LockLost, op, "%s does not hold lock %s", owner, k)
-	}
-	return st, nil
+	return res[0].State, res[0].Err
 }
 
 // ReleaseLock deletes the lock record if its owner bin is owner and the lease has more
@@ -337,7 +373,7 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 	if err := s.checkLock(k, owner); err != nil {
 		return err
 	}
-	key, _, err := s.lockKeys(k)
+	key, err := s.lockKey(k)
 	if err != nil {
 		return err
 	}
@@ -366,42 +402,14 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 	return nil
 }
 
-// InspectLock reads the lock record: the holder's owner and token (empty and 0 for a
-// lock a Java client holds) and when its lease ends. NotFound when the lock is free:
-// no record, or a dcsync lease that has lapsed.
+// InspectLock reads the lock record and its fence record in one batch: the holder's
+// owner and token (empty and 0 for a lock a Java client holds; token 0 for a lock whose
+// acquisition has not taken its number yet) and when its lease ends. NotFound when the
+// lock is free: no record, or a dcsync lease that has lapsed.
 func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockState, error) {
-	const op = "aerospike.InspectLock"
-	if err := driver.ValidateKey("lock", k); err != nil {
-		return driver.LockState{}, err
-	}
-	if err := s.checkKey(k); err != nil {
-		return driver.LockState{}, err
-	}
-	key, _, err := s.lockKeys(k)
+	res, err := s.inspectLocks(ctx, "aerospike.InspectLock", []dcsync.Key{k})
 	if err != nil {
 		return driver.LockState{}, err
 	}
-	var st driver.LockState
-	found := false
-	err = s.retry(ctx, op, false, func(*attempt) error {
-		wp := s.writePolicy(ctx, 0)
-		wp.FilterExpression = alive()
-		rec, err := s.client.Operate(wp, key, lockReadOps()...)
-		switch {
-		case hasCode(err, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT):
-			found = false
-			return nil
-		case err != nil:
-			return err
-		}
-		st, found = lockState(rec, time.Now()), true
-		return nil
-	})
-	if err != nil {
-		return driver.LockState{}, err
-	}
-	if !found {
-		return driver.LockState{}, driver.Errorf(dcsync.NotFound, op, "lock %s is free", k)
-	}
-	return st, nil
+	return res[0].State, res[0].Err
 }

@@ -491,18 +491,3 @@ func parseCommand(frame []byte) command {
 func writesTo(set string) func(command) bool {
 	return func(c command) bool { return c.Kind == "write" && c.Set == set }
 }
-
-// writesBin matches single-record writes to set with an op on bin.
-func writesBin(set, bin string) func(command) bool {
-	return func(c command) bool {
-		if c.Kind != "write" || c.Set != set {
-			return false
-		}
-		for _, b := range c.Bins {
-			if b == bin {
-				return true
-			}
-		}
-		return false
-	}
-}

@@ -267,8 +267,9 @@ func TestJavaLayoutLockInterop(t *testing.T) {
 		if rec.Bins["dc1##data"] != 1 || int64(uat) < before || int64(uat) > time.Now().UnixMilli() {
 			t.Fatalf("%v lock bins = %v, want dc1##data=1 and dc1##uat=now", tc.level, rec.Bins)
 		}
-		if rec.Bins["dcsync_owner"] != l.Owner() || rec.Bins["dcsync_token"] != int(l.Token()) {
-			t.Fatalf("%v lock bins = %v, want owner %s token %d", tc.level, rec.Bins, l.Owner(), l.Token())
+		acq, _ := rec.Bins[aerospike.AcqBin].(int)
+		if rec.Bins["dcsync_owner"] != l.Owner() || acq == 0 {
+			t.Fatalf("%v lock bins = %v, want owner %s and an acquisition id", tc.level, rec.Bins, l.Owner())
 		}
 		if err := javaAcquire(c, gk, "dc2"); rc(err) != types.GENERATION_ERROR {
 			t.Fatalf("Java acquire of a dcsync lock = %v, want GENERATION_ERROR", err)
@@ -276,8 +277,10 @@ func TestJavaLayoutLockInterop(t *testing.T) {
 		lk := dcsync.Key{Level: tc.level, Client: client, Farm: "dc1", Name: gname}
 		fence, err := c.Get(nil, key(t, "F#"+tc.set, layout.IdentityKey(lk)))
 		must(t, err, "raw get of the fence record")
-		if fence.Bins["fence"] != int(l.Token()) || fence.Expiration != as.TTLDontExpire {
-			t.Fatalf("fence record = %v (ttl %d), want fence=%d, never expiring", fence.Bins, fence.Expiration, l.Token())
+		numbers, _ := fence.Bins[aerospike.AcqsBin].(map[any]any)
+		if fence.Bins["fence"] != int(l.Token()) || numbers[acq] != int(l.Token()) || fence.Expiration != as.TTLDontExpire {
+			t.Fatalf("fence record = %v (ttl %d), want fence=%d and that number for acquisition %d, never expiring",
+				fence.Bins, fence.Expiration, l.Token(), acq)
 		}
 		must(t, l.Release(ctx), "Release")
 		must(t, javaAcquire(c, gk, "dc2"), "Java acquire after dcsync released")
@@ -367,12 +370,15 @@ func TestInDoubtLock(t *testing.T) {
 	name := unique("l")
 	k := dcsync.Key{Level: dcsync.DC, Client: client, Farm: "dc1", Name: name}
 	rk := key(t, dc1Locks, client+"#"+name)
-	for i, drop := range []func(command) bool{
-		writesTo(dc1Locks),                  // the gen-0 put
-		writesTo("F#" + dc1Locks),           // the fence increment
-		writesBin(dc1Locks, "dcsync_token"), // the token write
+	for i, drop := range []struct {
+		n     int
+		match func(command) bool
+	}{
+		{1, writesTo(dc1Locks)},        // the gen-0 put
+		{1, writesTo("F#" + dc1Locks)}, // the fence increment: the retry is filtered and reads the number
+		{2, writesTo("F#" + dc1Locks)}, // twice
 	} {
-		p.DropResponses(1, drop)
+		p.DropResponses(drop.n, drop.match)
 		st, err := s.AcquireLock(ctx, k, "owner-a", time.Minute)
 		must(t, err, "AcquireLock with a lost reply")
 		got, err := s.InspectLock(ctx, k)
@@ -390,8 +396,8 @@ func TestInDoubtLock(t *testing.T) {
 		}
 		wantCode(t, s.ReleaseLock(ctx, k, "owner-a"), dcsync.LockLost, "second release")
 	}
-	if d := p.Stats().Dropped; d != 6 {
-		t.Fatalf("proxy dropped %d replies, want 6", d)
+	if d := p.Stats().Dropped; d != 7 {
+		t.Fatalf("proxy dropped %d replies, want 7", d)
 	}
 	// Tokens kept increasing through it all.
 	st, err := s.AcquireLock(ctx, k, "owner-c", time.Minute)
