@@ -228,6 +228,7 @@ func TestKeepAliveStartedLateRenewsAtOnce(t *testing.T) {
 	l := f.acquire(t, 3*time.Second)
 	f.clk.advance(2500 * time.Millisecond) // past 2/3 of the lease, before its end
 	kctx := l.KeepAlive(ctx)
+	f.clk.advance(0) // the renewer's timer is due now
 	f.gate.waitCall(t, "KeepAlive started at 2.5s of a 3s lease must renew at once")
 	f.settle(t) // renewed; the renewer waits for the next renewal
 	f.clk.advance(time.Second)

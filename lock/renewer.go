@@ -76,26 +76,22 @@ func (m *Manager) renewer() *renewer {
 // retryAfter is how soon a renewal that failed for a passing reason is tried again.
 func retryAfter(lease time.Duration) time.Duration { return max(lease/10, 100*time.Millisecond) }
 
-// add schedules k, a new KeepAlive of k.l. A lease due already is renewed at once.
+// add schedules k, a new KeepAlive of k.l. A lease due already is renewed at once: the
+// timer is armed for now (so that KeepAlives started together late make one tick).
 func (r *renewer) add(k *keeper) {
 	l := k.l
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	if k.halted {
-		l.mu.Unlock()
 		return
 	}
 	now := r.m.clk.now()
 	left := l.leftLocked(now)
 	wait := left - (l.lease - l.lease/3)
-	busy := l.renewing != nil // the round of an earlier KeepAlive is out: it ticks when back
 	r.mu.Lock()
 	r.keepers[k] = struct{}{}
 	r.armLocked(now.mono + max(min(wait, left, l.lease/10), 0))
 	r.mu.Unlock()
-	l.mu.Unlock()
-	if (wait <= 0 || left <= 0) && !busy {
-		r.tick()
-	}
 }
 
 // halt takes k out of the schedule: its context has ended (Release, loss, or its ctx).
