@@ -43,6 +43,9 @@ type callCounter struct {
 	single  atomic.Int64 // RefreshLock calls
 	batches atomic.Int64 // RefreshLocks calls
 	leases  atomic.Int64 // leases renewed by RefreshLocks calls
+
+	mu    sync.Mutex
+	times []time.Time // of the RefreshLocks calls
 }
 
 func (c *callCounter) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
@@ -54,6 +57,20 @@ func (c *callCounter) reset() {
 	c.single.Store(0)
 	c.batches.Store(0)
 	c.leases.Store(0)
+	c.mu.Lock()
+	c.times = nil
+	c.mu.Unlock()
+}
+
+// maxGap returns the longest time between two RefreshLocks calls since the reset.
+func (c *callCounter) maxGap() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var gap time.Duration
+	for i := 1; i < len(c.times); i++ {
+		gap = max(gap, c.times[i].Sub(c.times[i-1]))
+	}
+	return gap
 }
 
 // batchCounter is a callCounter over a store with driver.LockBatcher, which it offers
@@ -66,6 +83,9 @@ type batchCounter struct {
 func (c *batchCounter) RefreshLocks(ctx context.Context, reqs []driver.LockRefresh) ([]driver.LockResult, error) {
 	c.batches.Add(1)
 	c.leases.Add(int64(len(reqs)))
+	c.mu.Lock()
+	c.times = append(c.times, time.Now())
+	c.mu.Unlock()
 	return c.b.RefreshLocks(ctx, reqs)
 }
 
@@ -133,8 +153,8 @@ func TestRenewalScale(t *testing.T) {
 				s := st.open(t)
 				defer s.Close()
 				f := measureRenewals(t, s, n, ttl, 3)
-				t.Logf("| %s | %d | %s | %d | %.2f | %.1f | %.0f | %.0f | %.0f | %d | %d |", st.name, n, f.mode, f.calls, f.perInterval,
-					f.callsPerSec, f.cpuPerLock, f.heapPerLock, f.keepAlivePerLock, f.goroutines, f.lost)
+				t.Logf("| %s | %d | %s | %d | %.2f | %.2f | %.1f | %.0f | %.0f | %d | %d |", st.name, n, f.mode, f.calls, f.perInterval,
+					f.maxGap, f.callsPerSec, f.cpuPerLock, f.heapPerLock, f.goroutines, f.lost)
 				if full || !f.batcher {
 					return
 				}
@@ -150,18 +170,18 @@ func TestRenewalScale(t *testing.T) {
 }
 
 type renewalFigures struct {
-	batcher          bool
-	mode             string
-	calls            int64 // renewal store calls in the window
-	single, leases   int64
-	intervals        float64 // the window, in renewal intervals
-	perInterval      float64 // store calls per renewal interval
-	callsPerSec      float64
-	cpuPerLock       float64 // ns of client CPU per second per held lock
-	heapPerLock      float64 // bytes of heap per held lock (Lock, KeepAlive and, for an in-process store, its record)
-	keepAlivePerLock float64 // bytes of heap KeepAlive adds per lock
-	goroutines       int     // goroutines KeepAlive added, at rest
-	lost             int     // leases lost while held
+	batcher        bool
+	mode           string
+	calls          int64 // renewal store calls in the window
+	single, leases int64
+	intervals      float64 // the window, in renewal intervals
+	perInterval    float64 // store calls per renewal interval
+	callsPerSec    float64
+	cpuPerLock     float64 // ns of client CPU per second per held lock
+	heapPerLock    float64 // bytes of heap per held lock (Lock, KeepAlive and, for an in-process store, its record)
+	goroutines     int     // goroutines KeepAlive added, at rest
+	lost           int     // leases lost while held
+	maxGap         float64 // the longest time between two rounds, in intervals
 }
 
 func cpuTime() time.Duration {
@@ -235,6 +255,7 @@ func measureRenewals(t *testing.T, s driver.Store, n int, ttl time.Duration, int
 		f.mode = "RefreshLock per lock (fallback)"
 	}
 	f.intervals = float64(elapsed) / float64(every)
+	f.maxGap = float64(c.maxGap()) / float64(every)
 	f.perInterval = float64(f.calls) / f.intervals
 	f.callsPerSec = float64(f.calls) / elapsed.Seconds()
 	f.cpuPerLock = float64(cpu) / elapsed.Seconds() / float64(n)
@@ -248,12 +269,7 @@ func measureRenewals(t *testing.T, s driver.Store, n int, ttl time.Duration, int
 	if f.lost > 0 {
 		t.Errorf("%d of %d leases lost while held, the first: %v", f.lost, n, context.Cause(kctxs[0]))
 	}
-	stopKeepAlives()
-	for _, k := range kctxs {
-		<-k.Done()
-	}
-	time.Sleep(every / 10) // the KeepAlives' rounds come back
-	f.keepAlivePerLock = float64(int64(h2)-int64(heap())) / float64(n)
+
 	parallel(n, func(i int) {
 		if err := locks[i].Release(ctx); err != nil {
 			t.Error(err)
