@@ -255,7 +255,8 @@ func (l *Lock) lostCause(err error) error {
 // it, so others need not wait for the lease to end, and returns LockLost all the same:
 // the protected work outlived the lease this process could vouch for. When ctx ends
 // while a KeepAlive renewal is still in a store call, Release returns a Connection error
-// matching ctx's error and leaves the lock to expire.
+// matching ctx's error and leaves the lock to expire. That call renews the leases of
+// other KeepAlives of the Manager too: it is cancelled once all of them have stopped.
 func (l *Lock) Release(ctx context.Context) (err error) {
 	ctx, span := l.m.tel.Start(ctx, "lock.release", l.key)
 	defer func() { telemetry.End(span, err) }()

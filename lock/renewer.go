@@ -34,7 +34,8 @@ import (
 //     KeepAlive only (TestKeepAliveBatchLosesOnlyTheLostLease); a failure that may pass
 //     is retried for that lease until its deadline.
 //   - At most one round renews a lock at a time; Release waits for it (or for its ctx),
-//     and the round's store call is cancelled once every KeepAlive in it has stopped.
+//     and the round's store call is cancelled once every KeepAlive in it has stopped,
+//     not before (TestReleaseCancelsTheRoundOnlyWithItsLastKeepAlive).
 //
 // Lock order: renewer.tickMu, then Lock.mu, then renewer.mu.
 

@@ -270,3 +270,40 @@ func TestKeepAliveHangingBatchEndsEveryContextAtItsDeadline(t *testing.T) {
 		}
 	}
 }
+
+// Release waits for the round renewing its lock; the round's store call is cancelled
+// once every KeepAlive in it has stopped, not before: releasing one lock of a hanging
+// round gives up when its ctx ends (Connection), releasing the last one cancels the call.
+func TestReleaseCancelsTheRoundOnlyWithItsLastKeepAlive(t *testing.T) {
+	ctx := context.Background()
+	f, b := newBatchFixture(t)
+	b.mu.Lock()
+	b.hook = func(ctx context.Context) { <-ctx.Done() } // hangs until cancelled
+	b.mu.Unlock()
+	a, c := f.acquireNamed(t, "job-a", 10*time.Second), f.acquireNamed(t, "job-c", 10*time.Second)
+	a.KeepAlive(ctx)
+	c.KeepAlive(ctx)
+	f.clk.advance(a.lease / 3)
+	for end := time.Now().Add(10 * time.Second); !b.blocked(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("no round was sent")
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := a.Release(short); dcsync.CodeOf(err) != dcsync.Connection || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Release of one lock of a hanging round: %v, want Connection matching the ctx's deadline", err)
+	}
+	if !b.blocked() {
+		t.Fatal("releasing one lock of the round cancelled the round of the other")
+	}
+	bounded, cancel2 := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel2()
+	b.mu.Lock()
+	b.hook = nil
+	b.mu.Unlock()
+	if err := c.Release(bounded); err != nil {
+		t.Fatalf("Release of the round's last lock: %v, want the round cancelled and the lock released", err)
+	}
+	f.settle(t)
+}
