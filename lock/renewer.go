@@ -16,7 +16,8 @@ import (
 // This file holds the renewer: the one scheduler of a Manager that renews the leases of
 // all its running KeepAlives and declares them lost at their deadlines. It has one timer
 // and no goroutine of its own; a renewal round is one goroutine making one store call
-// (driver.LockBatcher.RefreshLocks) for every lease renewed in it, whatever their number.
+// (driver.LockBatcher.RefreshLocks) for every lease renewed in it, whatever their number
+// (on a store without LockBatcher, one RefreshLock per lease, fallbackCalls at a time).
 //
 // Invariants (each checked by the test named):
 //
@@ -46,17 +47,16 @@ const fallbackCalls = 256
 
 // renewer schedules the renewals of a Manager's running KeepAlives.
 type renewer struct {
-	m      *Manager
-	tickMu sync.Mutex // serialises ticks; guards scratch
-	out    atomic.Int64
+	m       *Manager
+	out     atomic.Int64 // rounds out (sent and not yet ticked after)
+	tickMu  sync.Mutex   // serialises ticks; guards scratch
+	scratch []*keeper    // tick's copy of keepers
 
 	mu      sync.Mutex // guards the fields below
 	keepers map[*keeper]struct{}
 	timer   stopper       // nil when none is armed
 	at      time.Duration // when timer fires, on the monotonic clock
 	gen     uint64        // of the armed timer
-
-	scratch []*keeper
 }
 
 // renewal is one round: the leases it renews and the store call's context.
