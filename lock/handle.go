@@ -64,9 +64,11 @@ type Lock struct {
 	sent     stamp     // when the acquisition or the latest successful refresh was sent
 	lost     error     // why the lease was declared lost (LockLost), nil while held
 	released bool
-	ended    bool    // the lease was declared lost or released: it ended at end
-	end      stamp   // when it ended, if ended
-	ka       *keeper // the latest KeepAlive, nil if none was started
+	ended    bool      // the lease was declared lost or released: it ended at end
+	end      stamp     // when it ended, if ended
+	ka       *keeper   // the latest KeepAlive, nil if none was started
+	renewing *renewal  // the renewal round out with this lease, nil if none
+	idleWait []*keeper // halted KeepAlives whose done closes when renewing comes back
 }
 
 func newLock(m *Manager, k dcsync.Key, ttl time.Duration, st driver.LockState, sent stamp) *Lock {
@@ -199,6 +201,14 @@ func (l *Lock) Refresh(ctx context.Context) (err error) {
 		}
 		return err
 	}
+	return l.applyRenewal("lock.Refresh", sent, st)
+}
+
+// applyRenewal applies a successful renewal sent at sent (by Refresh, or by a KeepAlive
+// round) whose store call returned st: the lease is extended only if the reply came
+// before the deadline and the lease was neither declared lost nor released meanwhile;
+// otherwise it returns LockLost.
+func (l *Lock) applyRenewal(op string, sent stamp, st driver.LockState) error {
 	l.mu.Lock()
 	if l.lost != nil {
 		// KeepAlive gave the lease up while this call was out: the work was told to
@@ -208,7 +218,7 @@ func (l *Lock) Refresh(ctx context.Context) (err error) {
 	}
 	if l.released {
 		defer l.mu.Unlock()
-		return driver.Errorf(dcsync.LockLost, "lock.Refresh", "%s was released while the refresh was out", l.key)
+		return driver.Errorf(dcsync.LockLost, op, "%s was released while the refresh was out", l.key)
 	}
 	if l.expiredLocked(l.m.clk.now()) {
 		// The deadline passed while this call was out: the lease is over, and a late
@@ -245,7 +255,8 @@ func (l *Lock) lostCause(err error) error {
 // it, so others need not wait for the lease to end, and returns LockLost all the same:
 // the protected work outlived the lease this process could vouch for. When ctx ends
 // while a KeepAlive renewal is still in a store call, Release returns a Connection error
-// matching ctx's error and leaves the lock to expire.
+// matching ctx's error and leaves the lock to expire. That call renews the leases of
+// other KeepAlives of the Manager too: it is cancelled once all of them have stopped.
 func (l *Lock) Release(ctx context.Context) (err error) {
 	ctx, span := l.m.tel.Start(ctx, "lock.release", l.key)
 	defer func() { telemetry.End(span, err) }()
@@ -255,7 +266,8 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	k := l.ka
 	l.mu.Unlock()
 	if k != nil {
-		k.stop()
+		k.cancel(nil)
+		k.halt()
 		select {
 		case <-k.done:
 		case <-ctx.Done():
@@ -280,20 +292,21 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	return err
 }
 
-// keeper is one run of KeepAlive.
+// keeper is one run of KeepAlive, scheduled by its Manager's renewer.
 type keeper struct {
-	ctx      context.Context // what KeepAlive returns
-	cancel   context.CancelCauseFunc
-	stopLoop context.CancelFunc
-	done     chan struct{} // closed when the renewal goroutine has exited
-	watchdog stopper       // guarded by Lock.mu; nil once stopped
-	stopped  bool          // guarded by Lock.mu
-}
+	l      *Lock
+	r      *renewer        // nil for a run that was over when it started
+	ctx    context.Context // what KeepAlive returns
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed once halted and no renewal round of l is out
 
-// stop ends the run on Release: the context is cancelled with cause context.Canceled.
-func (k *keeper) stop() {
-	k.stopLoop()
-	k.cancel(nil)
+	// Guarded by l.mu.
+	halted   bool          // out of the schedule: its context has ended
+	unhook   func() bool   // stops the context.AfterFunc that halts it
+	failed   bool          // the latest renewal failed for a passing reason
+	failedAt time.Duration // the lease's send time (monotonic) when it failed
+	retryAt  time.Duration // when to retry it (monotonic)
+	batch    *renewal      // the round out with it, nil if none
 }
 
 // KeepAlive renews the lease until Release, until ctx ends, or until the lease is lost,
@@ -303,10 +316,15 @@ func (k *keeper) stop() {
 //
 // Renewals are scheduled against the lease's deadline (see the package doc), not
 // against the call: the first one is sent at once when KeepAlive starts after a third
-// of the lease has passed. A renewal that fails for a passing reason (a store outage)
-// is retried until the deadline. The lease is declared lost at the deadline by a timer
-// of its own, whether or not a renewal is still waiting on the store, and at once when a
-// renewal returns LockLost.
+// of the lease has passed. The KeepAlives of one Manager are renewed together: one
+// scheduler per Manager renews every lease that is due, and those due within the next
+// half of their renewal interval, in one store call (one batch on a store that
+// implements driver.LockBatcher), so that a process holding any number of locks makes
+// one renewal call per interval. A renewal that fails for a passing reason (a store
+// outage) is retried until the deadline. The lease is declared lost at the deadline by
+// the scheduler's timer, whether or not a renewal is still waiting on the store, and at
+// once when the store answers LockLost for it; the other leases of the call are not
+// affected.
 //
 // Called at or after Deadline (the lease is over), KeepAlive declares the lease lost
 // then and there and returns a context already cancelled with a LockLost cause: it
@@ -326,60 +344,41 @@ func (l *Lock) KeepAlive(ctx context.Context) context.Context {
 		return kctx
 	}
 	if l.lost == nil && l.expiredLocked(l.m.clk.now()) {
-		// Over already: the watchdog of a running KeepAlive may not have fired yet,
-		// and a new one would fire only after this call returned. Declare it here.
+		// Over already: the scheduler may not have looked at a running KeepAlive yet,
+		// and would look at a new one only after this call returned. Declare it here.
 		l.mu.Unlock()
 		l.lose(l.errRanOut())
 		l.mu.Lock()
 	}
-	defer l.mu.Unlock()
 	prev := l.ka
 	if prev != nil && (prev.ctx.Err() == nil || l.lost != nil) {
+		l.mu.Unlock()
 		return prev.ctx
 	}
 	kctx, cancel := context.WithCancelCause(ctx)
+	k := &keeper{l: l, ctx: kctx, cancel: cancel, done: make(chan struct{})}
+	l.ka = k
 	if l.lost != nil {
 		// Declared lost before any KeepAlive ran (by this call, Refresh, or a store's
 		// LockLost): later calls return this same context.
 		cancel(l.lost)
-		done := make(chan struct{})
-		close(done)
-		l.ka = &keeper{ctx: kctx, cancel: cancel, stopLoop: func() {}, done: done, stopped: true}
+		k.halted = true
+		close(k.done)
+		l.mu.Unlock()
 		return kctx
 	}
-	loopCtx, stopLoop := context.WithCancel(kctx)
-	k := &keeper{ctx: kctx, cancel: cancel, stopLoop: stopLoop, done: make(chan struct{})}
-	l.ka = k
-	l.armLocked(k)
-	go l.keepAlive(loopCtx, k, prev)
-	return kctx
-}
-
-// armLocked sets k's watchdog to look at the deadline when it is due, and at least
-// every tenth of the lease (to see wall-clock steps). l.mu must be held.
-func (l *Lock) armLocked(k *keeper) {
-	if k.stopped {
-		return
-	}
-	wait := max(min(l.leftLocked(l.m.clk.now()), l.lease/10), 0)
-	k.watchdog = l.m.clk.afterFunc(wait, func() { l.watch(k) })
-}
-
-// watch is k's watchdog: it declares the lease lost once its deadline has passed, and
-// otherwise looks again later. It never waits for a renewal in progress.
-func (l *Lock) watch(k *keeper) {
-	l.mu.Lock()
-	if k.stopped {
-		l.mu.Unlock()
-		return
-	}
-	if !l.expiredLocked(l.m.clk.now()) {
-		l.armLocked(k)
-		l.mu.Unlock()
-		return
-	}
+	k.r = l.m.renewer()
 	l.mu.Unlock()
-	l.lose(l.errRanOut())
+	k.r.add(k)
+	unhook := context.AfterFunc(kctx, k.halt) // ctx ended, Release, or the lease lost
+	l.mu.Lock()
+	halted := k.halted
+	k.unhook = unhook
+	l.mu.Unlock()
+	if halted {
+		unhook()
+	}
+	return kctx
 }
 
 // lose declares the lease lost with cause err (code LockLost) and ends a running
@@ -397,91 +396,12 @@ func (l *Lock) lose(err error) {
 	l.mu.Unlock()
 	if k != nil {
 		k.cancel(err)
+		k.halt()
 	}
 	if first {
 		l.m.tel.LeaseLost(context.Background(), l.key.Level)
 		l.m.log.Warn("dcsync lock: lease lost", telemetry.LogStore, l.m.tel.Store, telemetry.LogOperation, "lock.keep_alive",
 			telemetry.LogKey, l.key.String(), telemetry.LogOwner, l.owner, telemetry.LogToken, l.token, telemetry.LogErr, err)
 		l.m.freed(l.key, l)
-	}
-}
-
-// keepAlive is k's renewal goroutine. It waits for prev's goroutine first, so that at
-// most one renews at a time and Release, waiting for k, waits for both.
-func (l *Lock) keepAlive(ctx context.Context, k *keeper, prev *keeper) {
-	defer close(k.done)
-	defer func() {
-		l.mu.Lock()
-		k.stopped = true
-		if k.watchdog != nil {
-			k.watchdog.Stop()
-			k.watchdog = nil
-		}
-		l.mu.Unlock()
-	}()
-	if prev != nil {
-		<-prev.done // its context has ended: its store call, if any, is being cancelled
-	}
-	clk := l.m.clk
-	retry := max(l.lease/10, 100*time.Millisecond)
-	wake := make(chan struct{}, 1)
-	var failedAt stamp // the send time of the lease when a renewal last failed
-	var retryAt time.Duration
-	failed := false
-	for {
-		l.mu.Lock()
-		sent := l.sent
-		now := clk.now()
-		left := l.leftLocked(now)
-		l.mu.Unlock()
-		if left <= 0 {
-			l.lose(l.errRanOut())
-			return
-		}
-		if failed && sent.mono != failedAt.mono {
-			failed = false // a Refresh by the caller renewed the lease meanwhile
-		}
-		// Renew once a third of the lease has passed since the last send (at once if
-		// that is already past); after a failure, retry soon, but never past the end.
-		wait := left - (l.lease - l.lease/3)
-		if failed {
-			wait = min(retryAt-now.mono, left)
-		}
-		if wait > 0 {
-			t := clk.afterFunc(wait, func() {
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
-			})
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return
-			case <-wake:
-			}
-			continue // look at the lease again: it may have been renewed or run out
-		}
-		if ctx.Err() != nil {
-			return
-		}
-		// A renewal is pointless past the deadline; the watchdog ends the lease there
-		// whether or not this call has returned.
-		rctx, cancel := clk.withTimeout(ctx, left)
-		err := l.Refresh(rctx)
-		cancel()
-		switch {
-		case err == nil:
-			failed = false
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, dcsync.ErrLockLost):
-			l.lose(err)
-			return
-		default:
-			failed, failedAt, retryAt = true, sent, clk.now().mono+retry
-			l.m.log.Warn("dcsync lock: renewal failed; retrying", telemetry.LogStore, l.m.tel.Store, telemetry.LogOperation, "lock.refresh",
-				telemetry.LogKey, l.key.String(), telemetry.LogOwner, l.owner, telemetry.LogToken, l.token, telemetry.LogErr, err)
-		}
 	}
 }

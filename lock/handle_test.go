@@ -24,6 +24,10 @@ type fakeClock struct {
 	mono   time.Duration
 	wall   time.Time
 	timers []*fakeTimer
+	// after, when set, runs after each timer advance fires (outside the clock's lock):
+	// the batch tests settle the renewer there, so that every round comes back before
+	// the clock moves on.
+	after func()
 }
 
 type fakeTimer struct {
@@ -83,8 +87,12 @@ func (c *fakeClock) advance(d time.Duration) {
 			c.wall = c.wall.Add(t.at - c.mono)
 			c.mono = t.at
 		}
+		after := c.after
 		c.mu.Unlock()
 		t.f()
+		if after != nil {
+			after()
+		}
 		c.mu.Lock()
 	}
 	c.wall = c.wall.Add(target - c.mono)
@@ -99,18 +107,24 @@ func (c *fakeClock) stepWall(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// waitTimers waits until at least n timers are set: the renewal goroutine has parked.
-func (c *fakeClock) waitTimers(t *testing.T, n int) {
+// settle waits until no renewal round of m is out: each round's outcome is applied and
+// the renewer's timer armed for what comes next (KeepAlive arms it before it returns).
+func settle(t *testing.T, m *Manager) {
 	t.Helper()
-	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(time.Millisecond) {
-		c.mu.Lock()
-		k := len(c.timers)
-		c.mu.Unlock()
-		if k >= n {
+	if m.rn == nil {
+		return
+	}
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Microsecond) {
+		if m.rn.out.Load() == 0 {
 			return
 		}
 	}
-	t.Fatalf("fewer than %d timers set after 10s", n)
+	t.Fatal("a renewal round was still out after 10s")
+}
+
+func (f *fixture) settle(t *testing.T) {
+	t.Helper()
+	settle(t, f.m)
 }
 
 // gate wraps a store and controls RefreshLock: each call is announced on calls, then
@@ -214,8 +228,9 @@ func TestKeepAliveStartedLateRenewsAtOnce(t *testing.T) {
 	l := f.acquire(t, 3*time.Second)
 	f.clk.advance(2500 * time.Millisecond) // past 2/3 of the lease, before its end
 	kctx := l.KeepAlive(ctx)
+	f.clk.advance(0) // the renewer's timer is due now
 	f.gate.waitCall(t, "KeepAlive started at 2.5s of a 3s lease must renew at once")
-	f.clk.waitTimers(t, 2) // renewed; the goroutine sleeps until the next renewal
+	f.settle(t) // renewed; the renewer waits for the next renewal
 	f.clk.advance(time.Second)
 	wantLive(t, kctx, "at 3.5s")
 	other, _ := New(f.store, "billing", "dc1")
@@ -235,7 +250,7 @@ func TestKeepAliveRenewsAThirdIntoTheLease(t *testing.T) {
 	l := f.acquire(t, 3*time.Second)
 	f.clk.advance(500 * time.Millisecond)
 	kctx := l.KeepAlive(ctx)
-	f.clk.waitTimers(t, 2)
+	f.settle(t)
 	f.clk.advance(l.lease/3 - 500*time.Millisecond - time.Millisecond)
 	select {
 	case <-f.gate.calls:
@@ -263,7 +278,7 @@ func TestKeepAliveLossDoesNotWaitForBlockedRefresh(t *testing.T) {
 	})
 	l := f.acquire(t, 3*time.Second)
 	kctx := l.KeepAlive(ctx)
-	f.clk.waitTimers(t, 2)
+	f.settle(t)
 	f.clk.advance(l.lease / 3)
 	f.gate.waitCall(t, "a third into the lease")
 	f.clk.advance(l.lease - l.lease/3 - time.Millisecond)
@@ -287,7 +302,7 @@ func TestLeaseEndsBeforeTheStoredLease(t *testing.T) {
 		t.Fatalf("lease counted locally %v, want %v", l.lease, want)
 	}
 	kctx := l.KeepAlive(ctx)
-	f.clk.waitTimers(t, 2)
+	f.settle(t)
 	f.clk.advance(l.lease - time.Millisecond)
 	wantLive(t, kctx, "1ms before the local deadline")
 	f.clk.advance(time.Millisecond)
@@ -361,7 +376,7 @@ func TestWallClockSteps(t *testing.T) {
 		f.gate.set(failWith(errOutage))
 		l := f.acquire(t, 10*time.Second)
 		kctx := l.KeepAlive(ctx)
-		f.clk.waitTimers(t, 2)
+		f.settle(t)
 		f.clk.stepWall(-time.Hour)
 		f.clk.advance(l.lease - time.Millisecond)
 		wantLive(t, kctx, "1ms before the deadline")
@@ -374,7 +389,7 @@ func TestWallClockSteps(t *testing.T) {
 		f.gate.set(failWith(errOutage))
 		l := f.acquire(t, 10*time.Second)
 		kctx := l.KeepAlive(ctx)
-		f.clk.waitTimers(t, 2)
+		f.settle(t)
 		f.clk.advance(time.Second)
 		f.clk.stepWall(l.lease - time.Second) // the wall clock now says the lease is over
 		f.clk.advance(l.lease / 10)           // the watchdog looks at least this often
@@ -414,7 +429,7 @@ func TestSecondKeepAlive(t *testing.T) {
 
 	// The store says the lease is gone: both see LockLost, and so does a third call.
 	f.gate.set(failWith(driver.Errorf(dcsync.LockLost, "test", "injected")))
-	f.clk.waitTimers(t, 2)
+	f.settle(t)
 	f.clk.advance(l.lease / 3)
 	<-k1.Done()
 	wantLost(t, k1, "after the store said lost")
@@ -443,13 +458,13 @@ func TestKeepAliveRestartAndRelease(t *testing.T) {
 	k1 := l.KeepAlive(pctx)
 	first := l.ka
 	cancel()
-	<-first.done // its timers are gone
+	<-first.done // out of the schedule
 	k2 := l.KeepAlive(ctx)
 	if k2 == k1 {
 		t.Fatal("KeepAlive after its ctx ended returned the ended context")
 	}
 	wantLive(t, k2, "restarted KeepAlive")
-	f.clk.waitTimers(t, 2)
+	f.settle(t)
 	f.clk.advance(l.lease / 3)
 	f.gate.waitCall(t, "restarted KeepAlive renews")
 	if err := l.Release(ctx); err != nil {

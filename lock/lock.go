@@ -27,9 +27,15 @@
 //
 // KeepAlive renews when a third of the lease (TTL minus the margin) has passed since the
 // last send, as etcd's client renews at a third of the TTL; it renews at once when it is
-// started later than that. It retries failed renewals until the deadline and declares
-// the lease lost AT the deadline, by a timer of its own, even while a renewal is still
-// blocked in the store. Run the protected work under KeepAlive's context and stop it
+// started later than that. The KeepAlives of one Manager are renewed together, in one
+// store call (a driver.LockBatcher batch, on a store that has it): a lease that would be
+// due within the next half of its renewal interval is renewed early, with one that is
+// due, so that a process holding any number of locks makes one renewal call per
+// interval, as etcd's one session keep-alive covers all its locks; no lease is renewed
+// later than a third into it. It retries failed renewals until the deadline and declares
+// the lease lost AT the deadline, by the Manager's scheduler, even while a renewal is
+// still blocked in the store; a lease the store answers LockLost for ends its own
+// KeepAlive only. Run the protected work under KeepAlive's context and stop it
 // when that context ends: while clocks keep within the margin, the store still holds the
 // lease then, for about the margin. Deadline tells when that will be.
 //
@@ -115,6 +121,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -166,6 +173,8 @@ type Manager struct {
 	mp         metric.MeterProvider
 	tp         trace.TracerProvider
 	tel        telemetry.Scope
+	rnOnce     sync.Once
+	rn         *renewer // renews the leases of its KeepAlives; made on first use
 }
 
 // Option configures a Manager.

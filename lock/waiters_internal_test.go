@@ -43,7 +43,7 @@ func TestKeepAliveLossWakesWaiters(t *testing.T) {
 		t.Fatal(err)
 	}
 	kctx := l.KeepAlive(ctx)
-	f.clk.waitTimers(t, 2)
+	settle(t, holder)
 
 	type res struct {
 		l   *Lock

@@ -35,6 +35,15 @@ func (s *stalling) RefreshLock(ctx context.Context, k dcsync.Key, owner string, 
 	return s.Store.RefreshLock(ctx, k, owner, ttl)
 }
 
+// RefreshLocks fails while stalled too: KeepAlive renews through it on a store with
+// driver.LockBatcher, as memory is.
+func (s *stalling) RefreshLocks(ctx context.Context, reqs []driver.LockRefresh) ([]driver.LockResult, error) {
+	if s.stalled.Load() {
+		return nil, driver.Errorf(dcsync.Connection, "test", "stalled")
+	}
+	return s.Store.RefreshLocks(ctx, reqs)
+}
+
 // A consumer whose lease runs out while it holds unacked messages: its partitions move
 // to the other consumer, which gets the same events with a greater token; the zombie's
 // late ack is refused with LockLost and changes no offset.

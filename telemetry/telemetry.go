@@ -38,7 +38,8 @@
 // (KeepAlive's deadline passed, or the store answered LockLost). Renewals are the
 // Refresh calls, KeepAlive's included. The store metrics time every call the lock and
 // latch packages make to a store; their dcsync.operation is the store method in
-// snake case: "acquire_lock", "refresh_lock", "release_lock", "inspect_lock",
+// snake case: "acquire_lock", "refresh_lock", "refresh_locks" (KeepAlive's batched
+// renewals, on a store with driver.LockBatcher), "release_lock", "inspect_lock",
 // "create_latch", "ensure_latch", "add_latch", "read_latches". The watcher's batch size
 // is the number of latches one pass reads in one call, its reads are its ReadLatches
 // calls (so rate(dcsync_latch_watcher_reads_total) is reads per second), and the wake-up

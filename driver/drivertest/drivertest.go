@@ -12,6 +12,11 @@
 //	Listing          ListLocks, ListLatches and DeleteLatch, when the store implements
 //	                 driver.LockLister, driver.LatchLister and driver.LatchDeleter
 //	                 (found by type assertion on a store Harness.Open returns)
+//	LockBatch        RefreshLocks and InspectLocks, when the store implements
+//	                 driver.LockBatcher: each lock's outcome that of the single op
+//	                 (held, lost to another owner, free, released, lapsed), a batch
+//	                 failing validation writes nothing, no lease ends before an end
+//	                 a refresh reported
 //	Queue            the driver.QueueStore contract (Queue/Spec, Queue/Append, ...),
 //	                 package queue on top of it (Queue/Front) and its exactly-once
 //	                 guarantees across owners (Queue/AcrossOwners)
@@ -118,6 +123,14 @@ func Run(t *testing.T, h Harness) {
 			t.Skip("store does not implement driver.LockLister, driver.LatchLister and driver.LatchDeleter")
 		}
 		runListing(t, s)
+	})
+	t.Run("LockBatch", func(t *testing.T) {
+		s := h.open(t)
+		b, ok := s.(driver.LockBatcher)
+		if !ok {
+			t.Skip("store does not implement driver.LockBatcher")
+		}
+		runLockBatch(t, h, s, b)
 	})
 	t.Run("Queue", func(t *testing.T) { runQueue(t, h) })
 }

@@ -175,6 +175,23 @@ func (e earlyStore) RefreshLock(ctx context.Context, k dcsync.Key, owner string,
 	return st, err
 }
 
+// RefreshLocks halves each lease as RefreshLock does: KeepAlive renews through it on a
+// store with driver.LockBatcher, as memory is.
+func (e earlyStore) RefreshLocks(ctx context.Context, reqs []driver.LockRefresh) ([]driver.LockResult, error) {
+	half := make([]driver.LockRefresh, len(reqs))
+	for i, r := range reqs {
+		half[i] = r
+		half[i].TTL = r.TTL / 2
+	}
+	res, err := e.Store.RefreshLocks(ctx, half)
+	for i := range res {
+		if res[i].Err == nil {
+			res[i].State.Expires = res[i].State.Expires.Add(reqs[i].TTL - reqs[i].TTL/2)
+		}
+	}
+	return res, err
+}
+
 // Issue 14: three holds in four claimed only in their first ~120 ms of a lease of at
 // least 1 s, so a store whose leases end at half their TTL passed. Every hold now claims
 // until its lease's end, and the checker sees the overlap.

@@ -123,7 +123,12 @@ func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return driver.LockState{}, err
 	}
 	defer s.mu.Unlock()
-	id, now := toLockID(k), s.now()
+	return s.refreshLocked(k, owner, ttl, s.now())
+}
+
+// refreshLocked extends owner's lease of k to ttl from now. s.mu must be held.
+func (s *Store) refreshLocked(k dcsync.Key, owner string, ttl time.Duration, now time.Time) (driver.LockState, error) {
+	id := toLockID(k)
 	e, ok := s.liveLock(id, now)
 	if !ok || e.Owner != owner {
 		return driver.LockState{}, driver.Errorf(dcsync.LockLost, "memory.RefreshLock", "%s is not held by %s", k, owner)
@@ -154,7 +159,12 @@ func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockState
 		return driver.LockState{}, err
 	}
 	defer s.mu.Unlock()
-	e, ok := s.liveLock(toLockID(k), s.now())
+	return s.inspectLocked(k, s.now())
+}
+
+// inspectLocked returns the state of k's holder at now, or NotFound. s.mu must be held.
+func (s *Store) inspectLocked(k dcsync.Key, now time.Time) (driver.LockState, error) {
+	e, ok := s.liveLock(toLockID(k), now)
 	if !ok {
 		return driver.LockState{}, driver.Errorf(dcsync.NotFound, "memory.InspectLock", "%s is free", k)
 	}

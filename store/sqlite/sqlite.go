@@ -479,15 +479,30 @@ func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl
 	var st driver.LockState
 	err := s.write(ctx, "sqlite.RefreshLock", func(tx *sql.Tx) error {
 		now := s.now()
-		exp := now.Add(ttl).UnixMilli()
-		err := tx.QueryRowContext(ctx, `UPDATE dcsync_locks SET expires_ms = ? WHERE `+lockWhere+` AND owner = ? AND expires_ms > ?
-			RETURNING owner, token`, append(append([]any{exp}, lockArgs(k)...), owner, now.UnixMilli())...).Scan(&st.Owner, &st.Token)
-		if errors.Is(err, sql.ErrNoRows) {
-			return driver.Errorf(dcsync.LockLost, "sqlite.RefreshLock", "%s is not held by %s", k, owner)
-		}
-		st.Expires = time.UnixMilli(exp)
+		var err error
+		st, err = refreshed(tx.QueryRowContext(ctx, refreshSQL, refreshArgs(k, owner, ttl, now)...), k, owner, ttl, now)
 		return err
 	})
+	return st, err
+}
+
+// refreshSQL extends a lease its owner holds and has not let lapse (refreshArgs).
+const refreshSQL = `UPDATE dcsync_locks SET expires_ms = ? WHERE ` + lockWhere + ` AND owner = ? AND expires_ms > ?
+	RETURNING owner, token`
+
+func refreshArgs(k dcsync.Key, owner string, ttl time.Duration, now time.Time) []any {
+	return append(append([]any{now.Add(ttl).UnixMilli()}, lockArgs(k)...), owner, now.UnixMilli())
+}
+
+// refreshed reads the outcome of refreshSQL: the new state, LockLost when owner does not
+// hold k (nothing changed), or the database's error.
+func refreshed(row *sql.Row, k dcsync.Key, owner string, ttl time.Duration, now time.Time) (driver.LockState, error) {
+	var st driver.LockState
+	err := row.Scan(&st.Owner, &st.Token)
+	if errors.Is(err, sql.ErrNoRows) {
+		return driver.LockState{}, driver.Errorf(dcsync.LockLost, "sqlite.RefreshLock", "%s is not held by %s", k, owner)
+	}
+	st.Expires = time.UnixMilli(now.Add(ttl).UnixMilli())
 	return st, err
 }
 
