@@ -13,7 +13,8 @@ import (
 	"github.com/dcsync/dcsync/store/memory"
 )
 
-// inspectCounting counts single and batched lock inspections.
+// inspectCounting counts the locks inspected, one at a time or in batches (the memory
+// store is a driver.LockBatcher: both must be counted).
 type inspectCounting struct {
 	*memory.Store
 	single atomic.Int64
@@ -22,6 +23,11 @@ type inspectCounting struct {
 func (s *inspectCounting) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockState, error) {
 	s.single.Add(1)
 	return s.Store.InspectLock(ctx, k)
+}
+
+func (s *inspectCounting) InspectLocks(ctx context.Context, keys []dcsync.Key) ([]driver.LockResult, error) {
+	s.single.Add(int64(len(keys)))
+	return s.Store.InspectLocks(ctx, keys)
 }
 
 func memberTestQueue(t *testing.T, s driver.Store, parts int) (*Queue, *Consumer) {
