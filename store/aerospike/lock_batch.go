@@ -94,7 +94,7 @@ func (s *Store) refreshLocks(ctx context.Context, op string, reqs []driver.LockR
 			wp.FilterExpression = refreshFilter(r.Owner, r.TTL)
 			recs = append(recs,
 				as.NewBatchWrite(wp, locks[i], as.PutOp(as.NewBin(LeaseBin, ceilMS(r.TTL))), as.GetBinOp(AcqBin), as.GetBinOp(TokenBin)),
-				as.NewBatchReadOps(nil, fences[i], as.GetBinOp(AcqsBin)))
+				as.NewBatchReadOps(nil, fences[i], fenceReadOps()...))
 		}
 		sent := time.Now()
 		err := s.runBatch(ctx, op, true, recs, nil, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)

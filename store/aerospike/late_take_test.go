@@ -9,16 +9,15 @@ import (
 	"github.com/dcsync/dcsync/store/aerospike"
 )
 
-// TestLockLateTakeAfterReleaseReusesToken (review of issue 15): the first try of A's
-// take (the gen-0 put of the lock record, acquisition id a) is held back; its retry
-// lands, A gets number 1, releases; B acquires (number 2) and releases; then A's held
-// first try is delivered. The record is absent, so the gen-0 put creates it: a holding
-// of owner A with acquisition id a, which the fence record still maps to number 1.
-// InspectLock (and A's RefreshLock) then report a lock held with token 1 after token 2
-// was issued: the token went back. Before issue 15 the late record had no TokenBin
-// (token 0, "no number yet"); a late take must either change nothing or be numbered
-// above every earlier acquisition.
-func TestLockLateTakeAfterReleaseReusesToken(t *testing.T) {
+// TestLockLateTakeAfterRelease: the first try of A's take (the gen-0 put of the lock
+// record, acquisition id a) is held back; its retry lands, A gets number 1, releases; B
+// acquires (number 2) and releases; then A's held first try is delivered. The record is
+// absent, so the gen-0 put creates it: a holding of owner A with acquisition id a, which
+// the fence record still maps to number 1. Readers (InspectLock, A's RefreshLock) must
+// not report it held with token 1 after token 2 was issued: a token seen never goes
+// back. A reader shows a number only when it is the fence's latest, so the late record
+// reads token 0 (unknown), as a record without a number did before issue 15.
+func TestLockLateTakeAfterRelease(t *testing.T) {
 	proxy := startProxy(t)
 	s := newStore(t, dial(t, proxy.Addr()), aerospike.Config{Timeout: 300 * time.Millisecond, RetryDelay: 5 * time.Millisecond})
 	direct := newStore(t, realClient(t), aerospike.Config{})
