@@ -372,7 +372,7 @@ func (s *Store) abandon(key *as.Key, acq int64) {
 // left reports success without writing (the lease already ends after now+ttl). The
 // write and a read of the fence record (for the token) go in one batch: one round trip.
 func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
-	res, err := s.refreshLocks(ctx, "aerospike.RefreshLock", []driver.LockRefresh{{Key: k, Owner: owner, TTL: ttl}})
+	res, err := s.refreshLocks(ctx, "aerospike.RefreshLock", []driver.LockRefresh{{Key: k, Owner: owner, TTL: ttl}}, true)
 	if err != nil {
 		return driver.LockState{}, err
 	}
