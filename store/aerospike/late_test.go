@@ -167,7 +167,9 @@ func TestLockLateFenceIncrement(t *testing.T) {
 // lease has lapsed and B has taken the lock over (and its token); then they are
 // delivered, and A's increment lands after B's, with a larger number. A must not report
 // the lock acquired (its reply came after its lease could have lapsed): two holders,
-// and the later one with the smaller token. B keeps the lock and its token.
+// and the later one with the smaller token. B keeps the lock; its number is no longer
+// the fence's latest, so readers see its token as 0 (unknown), never A's number, until
+// the next acquisition, whose token is above A's and reads right.
 func TestLockFenceAfterLapse(t *testing.T) {
 	proxy := startProxy(t)
 	s := newStore(t, dial(t, proxy.Addr()), aerospike.Config{Timeout: 300 * time.Millisecond, RetryDelay: 5 * time.Millisecond, Attempts: 1000})
@@ -207,10 +209,22 @@ func TestLockFenceAfterLapse(t *testing.T) {
 	wantCode(t, a.err, dcsync.LockUnavailable, "A's acquire")
 	got, err := direct.InspectLock(ctx, k)
 	must(t, err, "inspect")
-	if got.Owner != "b" || got.Token != b.Token {
-		t.Fatalf("after A's late increment the lock reads %+v, want B's owner and token %d", got, b.Token)
+	if got.Owner != "b" || (got.Token != b.Token && got.Token != 0) {
+		t.Fatalf("after A's late increment the lock reads %+v, want B's owner and token %d or 0 (unknown)", got, b.Token)
 	}
 	must(t, direct.ReleaseLock(ctx, k, "b"), "B's release")
+	last, _ := fenceOf(t, realClient(t), k) // A's late number: above B's
+	c, err := direct.AcquireLock(ctx, k, "c", time.Minute)
+	must(t, err, "C's acquire")
+	if c.Token <= uint64(last) {
+		t.Fatalf("C's token %d not above the fence's last number %d (A's late one)", c.Token, last)
+	}
+	got, err = direct.InspectLock(ctx, k)
+	must(t, err, "inspect")
+	if got.Owner != "c" || got.Token != c.Token {
+		t.Fatalf("the lock reads %+v, want C's owner and token %d", got, c.Token)
+	}
+	must(t, direct.ReleaseLock(ctx, k, "c"), "C's release")
 }
 
 // TestLockTokenAfterLateTake: every try of C's take (the put of the lock record) is

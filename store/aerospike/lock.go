@@ -44,14 +44,23 @@ func lockReadOps() []*as.Operation {
 }
 
 // lockState reads a lock record's state from the reply of lockReadOps, and the token
-// from the fence record's bins (nil when not read): Owner is "" and Token 0 for a Java
-// lock, whose lease ends with the record (its TTL, whole seconds).
+// from the fence record's bins (fenceReadOps; nil when not read): Owner is "" and Token
+// 0 for a Java lock, whose lease ends with the record (its TTL, whole seconds).
 //
-// The token is the number the fence record gave the record's acquisition (AcqBin, an
-// entry of the fence's AcqsBin), or the record's own TokenBin, which versions before
-// issue 15 wrote. It is 0 while the acquisition has no number yet (between its two
-// writes) and when the fence has forgotten it (FencesKept later acquisitions, which
-// can only happen after it lost the lock).
+// The token is the record's own TokenBin, which versions before issue 15 wrote, or else
+// the number the fence record gave the record's acquisition (AcqBin, an entry of the
+// fence's AcqsBin) when that number is the fence's latest (FenceBin, the counter); 0
+// (unknown) otherwise. So every token a reader sees is the highest number given when
+// it read, and tokens seen only go up, also for a record a late try of a take wrote:
+// the take's gen-0 put, held back, can land after its acquisition was numbered and
+// released and later ones numbered, and recreate the record with the old acquisition
+// id, whose old number must not be shown after the later ones
+// (TestLockLateTakeAfterRelease). The token is 0 while the acquisition has no number
+// yet (between its two writes), when the fence has forgotten it (FencesKept later
+// acquisitions), and for a holder whose number was followed by the number of an
+// acquisition that gave up (its increment landed after its lease ran out, see
+// AcquireLock) until the next acquisition: the holder's own AcquireLock reported its
+// token, and only readers see 0.
 func lockState(rec *as.Record, fence as.BinMap, now time.Time) driver.LockState {
 	st := driver.LockState{Owner: stringOf(rec.Bins[OwnerBin])}
 	if left, ok := intOf(rec.Bins[rLeft]); ok && left >= 0 {
@@ -62,15 +71,22 @@ func lockState(rec *as.Record, fence as.BinMap, now time.Time) driver.LockState 
 	if t, ok := intOf(rec.Bins[TokenBin]); ok && t > 0 {
 		st.Token = uint64(t)
 	} else if acq, ok := intOf(rec.Bins[AcqBin]); ok {
-		if t, ok := fenceToken(fence, acq); ok {
+		last, _ := intOf(fence[FenceBin])
+		if t, ok := acqNumber(fence, acq); ok && t == last {
 			st.Token = uint64(t)
 		}
 	}
 	return st
 }
 
-// fenceToken returns the number the fence record (its bins) gave acquisition acq.
-func fenceToken(fence as.BinMap, acq int64) (int64, bool) {
+// fenceReadOps read what lockState needs of a fence record: the numbers it gave and
+// its counter.
+func fenceReadOps() []*as.Operation {
+	return []*as.Operation{as.GetBinOp(AcqsBin), as.GetBinOp(FenceBin)}
+}
+
+// acqNumber returns the number the fence record (its bins) gave acquisition acq.
+func acqNumber(fence as.BinMap, acq int64) (int64, bool) {
 	m, _ := fence[AcqsBin].(map[any]any)
 	for k, v := range m {
 		if n, ok := intOf(k); ok && n == acq {
@@ -271,7 +287,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 			if err != nil {
 				return err
 			}
-			n, ok := fenceToken(rec.Bins, acq)
+			n, ok := acqNumber(rec.Bins, acq)
 			if !ok {
 				return driver.Errorf(dcsync.Internal, op, "fence record of %s has no number for this acquisition, yet refused to give one: %v", k, rec.Bins)
 			}
@@ -302,14 +318,14 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 }
 
 // lockReads are the batch reads of a lock record (lockReadOps, filtered by filter when
-// not nil) and of its fence record (AcqsBin).
+// not nil) and of its fence record (fenceReadOps).
 func (s *Store) lockReads(key, fence *as.Key, filter *as.Expression) []as.BatchRecordIfc {
 	var p *as.BatchReadPolicy
 	if filter != nil {
 		p = as.NewBatchReadPolicy()
 		p.FilterExpression = filter
 	}
-	return []as.BatchRecordIfc{as.NewBatchReadOps(p, key, lockReadOps()...), as.NewBatchReadOps(nil, fence, as.GetBinOp(AcqsBin))}
+	return []as.BatchRecordIfc{as.NewBatchReadOps(p, key, lockReadOps()...), as.NewBatchReadOps(nil, fence, fenceReadOps()...)}
 }
 
 // fenceBins returns the bins a fence read found (nil when the record does not exist).
@@ -356,7 +372,7 @@ func (s *Store) abandon(key *as.Key, acq int64) {
 // left reports success without writing (the lease already ends after now+ttl). The
 // write and a read of the fence record (for the token) go in one batch: one round trip.
 func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
-	res, err := s.refreshLocks(ctx, "aerospike.RefreshLock", []driver.LockRefresh{{Key: k, Owner: owner, TTL: ttl}})
+	res, err := s.refreshLocks(ctx, "aerospike.RefreshLock", []driver.LockRefresh{{Key: k, Owner: owner, TTL: ttl}}, true)
 	if err != nil {
 		return driver.LockState{}, err
 	}
@@ -403,8 +419,9 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 }
 
 // InspectLock reads the lock record and its fence record in one batch: the holder's
-// owner and token (empty and 0 for a lock a Java client holds; token 0 for a lock whose
-// acquisition has not taken its number yet) and when its lease ends. NotFound when the
+// owner and token (empty and 0 for a lock a Java client holds; token 0 when unknown: the
+// acquisition has no number yet, or its number is not the fence's latest, see
+// lockState) and when its lease ends. NotFound when the
 // lock is free: no record, or a dcsync lease that has lapsed.
 func (s *Store) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockState, error) {
 	res, err := s.inspectLocks(ctx, "aerospike.InspectLock", []dcsync.Key{k})

@@ -16,18 +16,38 @@ var _ driver.LockBatcher = (*Store)(nil)
 // RefreshLocks implements driver.LockBatcher: every lease of reqs is refreshed as
 // RefreshLock refreshes one (the same filtered write, so the same late-write
 // guarantees), all in one BatchOperate, which the client splits into one command per
-// server node (of at most 1,000 records each; every lock costs two: its write and a read
-// of its fence record for the token). Locks whose write was filtered out are read in one
-// more batch, as RefreshLock reads one; a lock lost in the batch changes nothing for the
-// others.
+// server node: one record per lock, its write. Unlike RefreshLock it does not read the
+// fence record, so a result's Token is 0 (the holder knows its token), except for a
+// record written before issue 15, which carries its own. Commands are bounded by bytes
+// (lockBatchBytes), not by a count of records: the server (8.1) sets no limit by
+// default (service batch-max-requests 0), and one that sets one is answered by halving
+// (runBatchUpTo), so 10,000 locks on one node are one command. Locks whose write was
+// filtered out are read in one more batch, as RefreshLock reads one; a lock lost in the
+// batch changes nothing for the others.
 func (s *Store) RefreshLocks(ctx context.Context, reqs []driver.LockRefresh) ([]driver.LockResult, error) {
-	return s.refreshLocks(ctx, "aerospike.RefreshLocks", reqs)
+	return s.refreshLocks(ctx, "aerospike.RefreshLocks", reqs, false)
 }
 
 // InspectLocks implements driver.LockBatcher: every lock of keys is read as InspectLock
-// reads one (its lock record and its fence record), all in one BatchOperate.
+// reads one (its lock record and its fence record), all in one BatchOperate: two
+// records per lock, in commands bounded by bytes as RefreshLocks'.
 func (s *Store) InspectLocks(ctx context.Context, keys []dcsync.Key) ([]driver.LockResult, error) {
 	return s.inspectLocks(ctx, "aerospike.InspectLocks", keys)
+}
+
+// lockBatchRecordBytes is a bound on the size of one record of a lock batch (key
+// digest, filter expression, operations) beside the owner id; lockBatchBytes bounds
+// one command (the client takes up to 120 MiB).
+const (
+	lockBatchRecordBytes = 256
+	lockBatchBytes       = queueBatchBytes
+)
+
+// runLockBatch runs recs as runBatchUpTo does, in commands of at most lockBatchBytes,
+// owner(i) being the owner id in record i (or "").
+func (s *Store) runLockBatch(ctx context.Context, op string, write bool, recs []as.BatchRecordIfc, owner func(int) string) error {
+	size := func(i int) int { return lockBatchRecordBytes + len(owner(i)) }
+	return s.runBatchUpTo(ctx, op, write, recs, 0, size, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
 }
 
 // refreshFilter is true while owner holds the lock with less than ttl left: the state a
@@ -54,7 +74,9 @@ func final(br *as.BatchRecord) bool {
 	return false
 }
 
-func (s *Store) refreshLocks(ctx context.Context, op string, reqs []driver.LockRefresh) ([]driver.LockResult, error) {
+// refreshLocks refreshes reqs; withToken also reads each lock's fence record, for the
+// token (RefreshLock), in the same batch.
+func (s *Store) refreshLocks(ctx context.Context, op string, reqs []driver.LockRefresh, withToken bool) ([]driver.LockResult, error) {
 	locks := make([]*as.Key, len(reqs))
 	fences := make([]*as.Key, len(reqs))
 	for i, r := range reqs {
@@ -69,9 +91,20 @@ func (s *Store) refreshLocks(ctx context.Context, op string, reqs []driver.LockR
 	if err := ctx.Err(); err != nil {
 		return nil, driver.Errorf(dcsync.Connection, op, "%w", err)
 	}
+	per := 1 // records per lock in a batch
+	if withToken {
+		per = 2
+	}
 	out := make([]driver.LockResult, len(reqs))
 	lost := func(i int) {
 		out[i].Err = driver.Errorf(dcsync.LockLost, op, "%s does not hold lock %s", reqs[i].Owner, reqs[i].Key)
+	}
+	// fence returns the fence bins read for the j-th lock of recs (nil without token).
+	fence := func(recs []as.BatchRecordIfc, j int) (as.BinMap, bool) {
+		if !withToken {
+			return nil, true
+		}
+		return fenceBins(recs[per*j+1]), final(recs[per*j+1].BatchRec())
 	}
 	pending := make([]int, len(reqs))
 	for i := range pending {
@@ -85,31 +118,33 @@ func (s *Store) refreshLocks(ctx context.Context, op string, reqs []driver.LockR
 			}
 			break
 		}
-		recs := make([]as.BatchRecordIfc, 0, 2*len(pending))
+		recs := make([]as.BatchRecordIfc, 0, per*len(pending))
 		for _, i := range pending {
 			r := reqs[i]
 			wp := as.NewBatchWritePolicy()
 			wp.RecordExistsAction = as.UPDATE_ONLY
 			wp.Expiration = lockTTL(r.TTL)
 			wp.FilterExpression = refreshFilter(r.Owner, r.TTL)
-			recs = append(recs,
-				as.NewBatchWrite(wp, locks[i], as.PutOp(as.NewBin(LeaseBin, ceilMS(r.TTL))), as.GetBinOp(AcqBin), as.GetBinOp(TokenBin)),
-				as.NewBatchReadOps(nil, fences[i], as.GetBinOp(AcqsBin)))
+			recs = append(recs, as.NewBatchWrite(wp, locks[i], as.PutOp(as.NewBin(LeaseBin, ceilMS(r.TTL))), as.GetBinOp(AcqBin), as.GetBinOp(TokenBin)))
+			if withToken {
+				recs = append(recs, as.NewBatchReadOps(nil, fences[i], fenceReadOps()...))
+			}
 		}
 		sent := time.Now()
-		err := s.runBatch(ctx, op, true, recs, nil, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
+		err := s.runLockBatch(ctx, op, true, recs, func(j int) string { return reqs[pending[j/per]].Owner })
 		var check []int
 		for j, i := range pending {
-			w, f := recs[2*j].BatchRec(), recs[2*j+1].BatchRec()
+			w := recs[per*j].BatchRec()
+			fb, fok := fence(recs, j)
 			switch {
-			case !final(w) || !final(f):
+			case !final(w) || !fok:
 				out[i].Err = failed(op, err)
 			case w.ResultCode == types.KEY_NOT_FOUND_ERROR:
 				lost(i)
 			case w.ResultCode == types.FILTERED_OUT:
 				check = append(check, i) // not ours, lapsed, or more than ttl left: read which
 			default:
-				st := lockState(w.Record, fenceBins(recs[2*j+1]), sent)
+				st := lockState(w.Record, fb, sent)
 				st.Owner, st.Expires = reqs[i].Owner, sent.Add(reqs[i].TTL)
 				out[i].State = st
 			}
@@ -118,16 +153,23 @@ func (s *Store) refreshLocks(ctx context.Context, op string, reqs []driver.LockR
 		if len(check) == 0 {
 			break
 		}
-		reads := make([]as.BatchRecordIfc, 0, 2*len(check))
+		reads := make([]as.BatchRecordIfc, 0, per*len(check))
 		for _, i := range check {
-			reads = append(reads, s.lockReads(locks[i], fences[i], heldBy(reqs[i].Owner))...)
+			if withToken {
+				reads = append(reads, s.lockReads(locks[i], fences[i], heldBy(reqs[i].Owner))...)
+				continue
+			}
+			p := as.NewBatchReadPolicy()
+			p.FilterExpression = heldBy(reqs[i].Owner)
+			reads = append(reads, as.NewBatchReadOps(p, locks[i], lockReadOps()...))
 		}
-		err = s.runBatch(ctx, op, false, reads, nil, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
+		err = s.runLockBatch(ctx, op, false, reads, func(int) string { return "" })
 		now := time.Now()
 		for j, i := range check {
-			l, f := reads[2*j].BatchRec(), reads[2*j+1].BatchRec()
+			l := reads[per*j].BatchRec()
+			fb, fok := fence(reads, j)
 			switch {
-			case !final(l) || !final(f):
+			case !final(l) || !fok:
 				out[i].Err = failed(op, err)
 			case l.ResultCode != types.OK:
 				lost(i)
@@ -136,7 +178,7 @@ func (s *Store) refreshLocks(ctx context.Context, op string, reqs []driver.LockR
 					pending = append(pending, i) // less than ttl left by now: write it
 					continue
 				}
-				st := lockState(l.Record, fenceBins(reads[2*j+1]), now)
+				st := lockState(l.Record, fb, now)
 				st.Owner, st.Expires = reqs[i].Owner, sent.Add(reqs[i].TTL)
 				out[i].State = st
 			}
@@ -164,7 +206,7 @@ func (s *Store) inspectLocks(ctx context.Context, op string, keys []dcsync.Key) 
 		return nil, driver.Errorf(dcsync.Connection, op, "%w", err)
 	}
 	out := make([]driver.LockResult, len(keys))
-	err := s.runBatch(ctx, op, false, recs, nil, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
+	err := s.runLockBatch(ctx, op, false, recs, func(int) string { return "" })
 	now := time.Now()
 	for i, k := range keys {
 		l, f := recs[2*i].BatchRec(), recs[2*i+1].BatchRec()

@@ -54,6 +54,7 @@ type command struct {
 
 type dropRule struct {
 	remaining int
+	code      byte // the result code a refusing rule answers
 	match     func(command) bool
 }
 
@@ -163,11 +164,11 @@ func (p *faultProxy) requests(pc *proxyConn, s net.Conn) {
 		}
 		cmd := parseCommand(frame)
 		p.count(cmd)
-		if p.match(&p.busy, cmd) {
+		if d := p.matchRule(&p.busy, cmd); d != nil {
 			// Not forwarded: nothing is applied, as when the server refuses a write to
-			// a record with too many writes queued.
+			// a record with too many writes queued (or a batch with too many records).
 			p.stBusy.Add(1)
-			if err := pc.write(keyBusyReply); err != nil {
+			if err := pc.write(errorReply(d.code)); err != nil {
 				return
 			}
 			continue
@@ -211,15 +212,15 @@ func (p *faultProxy) replies(s net.Conn, pc *proxyConn) {
 	}
 }
 
-// keyBusyReply is an AS_MSG reply with result code 14 (KEY_BUSY) and nothing else:
-// an 8-byte proto header (version 2, type 3, size 22), then the 22-byte message header
-// (header size 22, info3 LAST, result code 14).
-var keyBusyReply = func() []byte {
+// errorReply is an AS_MSG reply with result code code and nothing else: an 8-byte
+// proto header (version 2, type 3, size 22), then the 22-byte message header (header
+// size 22, info3 LAST, the result code).
+func errorReply(code byte) []byte {
 	b := make([]byte, 8+msgHeaderLen)
 	binary.BigEndian.PutUint64(b, 2<<56|protoMessage<<48|msgHeaderLen)
-	b[8], b[8+3], b[8+5] = msgHeaderLen, 1, 14
+	b[8], b[8+3], b[8+5] = msgHeaderLen, 1, code
 	return b
-}()
+}
 
 func (p *faultProxy) count(cmd command) {
 	switch cmd.Kind {
@@ -238,8 +239,13 @@ func (p *faultProxy) count(cmd command) {
 
 // match reports whether a rule of rules matches cmd, and counts that rule down.
 func (p *faultProxy) match(rules *[]*dropRule, cmd command) bool {
+	return p.matchRule(rules, cmd) != nil
+}
+
+// matchRule returns the rule of rules that matches cmd (nil: none), counted down.
+func (p *faultProxy) matchRule(rules *[]*dropRule, cmd command) *dropRule {
 	if cmd.Kind == "info" {
-		return false
+		return nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -249,10 +255,10 @@ func (p *faultProxy) match(rules *[]*dropRule, cmd command) bool {
 			if d.remaining == 0 {
 				*rules = append((*rules)[:i], (*rules)[i+1:]...)
 			}
-			return true
+			return d
 		}
 	}
-	return false
+	return nil
 }
 
 // DropResponses makes the proxy forward, but not answer, the next n commands for which
@@ -273,7 +279,16 @@ func (p *faultProxy) DropResponses(n int, match func(command) bool) {
 func (p *faultProxy) BusyResponses(n int, match func(command) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.busy = append(p.busy, &dropRule{remaining: n, match: match})
+	p.busy = append(p.busy, &dropRule{remaining: n, match: match, code: 14})
+}
+
+// RefuseResponses makes the proxy answer the next n commands for which match is true
+// with result code code itself, without forwarding them (nothing is applied). Rules
+// accumulate with BusyResponses'.
+func (p *faultProxy) RefuseResponses(n int, code byte, match func(command) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.busy = append(p.busy, &dropRule{remaining: n, match: match, code: code})
 }
 
 // HoldRequests makes the proxy hold back the next n commands for which match is true:

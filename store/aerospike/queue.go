@@ -305,6 +305,14 @@ func (s *Store) queueDedup(ctx context.Context, op, name string) (time.Duration,
 // outcome: OK or a result code in expect. Records that failed transiently are sent
 // again, the others not, under the store's retry rules (write: the records write).
 func (s *Store) runBatch(ctx context.Context, op string, write bool, recs []as.BatchRecordIfc, size func(int) int, expect ...types.ResultCode) error {
+	return s.runBatchUpTo(ctx, op, write, recs, queueBatchRecords, size, expect...)
+}
+
+// runBatchUpTo is runBatch with commands of at most maxRecords records (0: bounded by
+// bytes only). A command the server refuses as too many records for one node (its
+// service setting batch-max-requests; 0, no limit, by default on 8.1) is sent again in
+// halves when none of its records got an outcome (nothing of it ran).
+func (s *Store) runBatchUpTo(ctx context.Context, op string, write bool, recs []as.BatchRecordIfc, maxRecords int, size func(int) int, expect ...types.ResultCode) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -317,7 +325,7 @@ func (s *Store) runBatch(ctx context.Context, op string, write bool, recs []as.B
 		errs := make(map[int]error)
 		for start := 0; start < len(pending); {
 			end, bytes := start, 0
-			for end < len(pending) && end-start < queueBatchRecords {
+			for end < len(pending) && (maxRecords <= 0 || end-start < maxRecords) {
 				if size != nil {
 					n := size(pending[end]) + 64
 					if end > start && bytes+n > queueBatchBytes {
@@ -335,6 +343,10 @@ func (s *Store) runBatch(ctx context.Context, op string, write bool, recs []as.B
 			}
 			if err := s.client.BatchOperate(s.batchPolicy(ctx), chunk); err != nil {
 				rc, hasRC := resultCode(err)
+				if hasRC && rc == types.BATCH_MAX_REQUESTS_EXCEEDED && len(chunk) > 1 && noOutcome(chunk) {
+					maxRecords = len(chunk) / 2 // and send this chunk again, in halves
+					continue
+				}
 				for _, i := range pending[start:end] {
 					br := recs[i].BatchRec()
 					if br.ResultCode != types.NO_RESPONSE {
@@ -375,6 +387,16 @@ func (s *Store) runBatch(ctx context.Context, op string, write bool, recs []as.B
 		pending = next
 		return first
 	})
+}
+
+// noOutcome reports whether no record of recs got an outcome from the server.
+func noOutcome(recs []as.BatchRecordIfc) bool {
+	for _, r := range recs {
+		if r.BatchRec().ResultCode != types.NO_RESPONSE {
+			return false
+		}
+	}
+	return true
 }
 
 // ---- spec ----

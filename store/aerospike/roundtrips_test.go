@@ -110,8 +110,8 @@ func TestLockBatcher(t *testing.T) {
 		res, err := s.RefreshLocks(ctx, reqs)
 		must(t, err, "RefreshLocks")
 		for i, r := range res {
-			if r.Err != nil || r.State.Token != tokens[i] {
-				t.Errorf("refresh of lock %d = %+v, %v", i, r.State, r.Err)
+			if r.Err != nil || r.State.Owner != reqs[i].Owner || r.State.Token != 0 {
+				t.Errorf("refresh of lock %d = %+v, %v; want its owner and token 0 (the batch reads no fence record)", i, r.State, r.Err)
 			}
 		}
 	}), 0, 0, 0, 1)
@@ -125,19 +125,20 @@ func TestLockBatcher(t *testing.T) {
 	must(t, s.ReleaseLock(ctx, keys[free], reqs[free].Owner), "release")
 
 	// The batch with a lost lock: its write is filtered out, and it is read, as
-	// RefreshLock reads it, in a second batch.
+	// RefreshLock reads it, in a second command (one record: the client sends it as a
+	// plain read).
 	wantTrips(t, "RefreshLocks with a lost lock", trips(t, p, func() {
 		res, err = s.RefreshLocks(ctx, reqs)
 		must(t, err, "RefreshLocks")
-	}), 0, 0, 0, 2)
+	}), 1, 0, 0, 1)
 	for i, r := range res {
 		switch i {
 		case lost, free:
 			wantCode(t, r.Err, dcsync.LockLost, fmt.Sprintf("refresh of lock %d", i))
 		default:
-			if r.Err != nil || r.State.Owner != reqs[i].Owner || r.State.Token != tokens[i] ||
+			if r.Err != nil || r.State.Owner != reqs[i].Owner || r.State.Token != 0 ||
 				time.Until(r.State.Expires) < 50*time.Second {
-				t.Errorf("refresh of lock %d = %+v, %v; want owner %s, token %d, a minute", i, r.State, r.Err, reqs[i].Owner, tokens[i])
+				t.Errorf("refresh of lock %d = %+v, %v; want owner %s, token 0, a minute", i, r.State, r.Err, reqs[i].Owner)
 			}
 		}
 	}
@@ -154,8 +155,11 @@ func TestLockBatcher(t *testing.T) {
 	}), 0, 0, 0, 2)
 	for i, r := range res {
 		single, serr := s.RefreshLock(ctx, short[i].Key, short[i].Owner, short[i].TTL)
-		if dcsync.CodeOf(r.Err) != dcsync.CodeOf(serr) || r.State.Owner != single.Owner || r.State.Token != single.Token {
+		if dcsync.CodeOf(r.Err) != dcsync.CodeOf(serr) || r.State.Owner != single.Owner {
 			t.Errorf("lock %d: batch %+v %v, single %+v %v", i, r.State, r.Err, single, serr)
+		}
+		if serr == nil && single.Token != tokens[i] {
+			t.Errorf("lock %d: RefreshLock's token %d, want %d (it reads the fence record)", i, single.Token, tokens[i])
 		}
 	}
 
@@ -196,6 +200,78 @@ func TestLockBatcher(t *testing.T) {
 		case free:
 		default:
 			must(t, s.ReleaseLock(ctx, keys[i], reqs[i].Owner), "release")
+		}
+	}
+}
+
+// TestLockBatcherTenThousand: RefreshLocks and InspectLocks of 10,000 locks (some held,
+// the others free) are one batch command each on a one-node cluster: a refresh sends
+// one record per lock (no fence read) and an inspect two, and neither is cut into
+// commands of a fixed number of records (the server sets no limit by default); a
+// command the server refuses as too large is sent again in halves.
+func TestLockBatcherTenThousand(t *testing.T) {
+	p := startProxy(t)
+	s := newStore(t, dial(t, p.Addr()), aerospike.Config{Timeout: 10 * time.Second})
+	ctx := ctxT(t)
+	const n, held = 10000, 20
+	base := unique("tenk")
+	keys := make([]dcsync.Key, n)
+	reqs := make([]driver.LockRefresh, n)
+	tokens := make([]uint64, held)
+	for i := range keys {
+		keys[i] = dcsync.Key{Level: dcsync.DC, Client: client, Farm: "dc1", Name: fmt.Sprintf("%s-%d", base, i)}
+		reqs[i] = driver.LockRefresh{Key: keys[i], Owner: fmt.Sprintf("owner-%d", i), TTL: time.Minute}
+		if i%(n/held) == 0 {
+			st, err := s.AcquireLock(ctx, keys[i], reqs[i].Owner, 20*time.Second)
+			must(t, err, "acquire")
+			tokens[i/(n/held)] = st.Token
+		}
+	}
+	// A server whose batch-max-requests is below 10,000 refuses the command
+	// (BATCH_MAX_REQUESTS_EXCEEDED, nothing applied): it is sent again in halves.
+	p.RefuseResponses(1, 151, func(c command) bool { return c.Kind == "batch" })
+	var res []driver.LockResult
+	wantTrips(t, "RefreshLocks of 10,000 locks, the first command refused as too large", trips(t, p, func() {
+		var err error
+		res, err = s.RefreshLocks(ctx, reqs)
+		must(t, err, "RefreshLocks")
+	}), 0, 0, 0, 3)
+	for i, r := range res {
+		if i%(n/held) == 0 {
+			if r.Err != nil || r.State.Owner != reqs[i].Owner {
+				t.Errorf("refresh of held lock %d = %+v, %v", i, r.State, r.Err)
+			}
+		} else if dcsync.CodeOf(r.Err) != dcsync.LockLost {
+			t.Fatalf("refresh of free lock %d = %+v, %v; want LockLost", i, r.State, r.Err)
+		}
+	}
+	wantTrips(t, "RefreshLocks of 10,000 locks", trips(t, p, func() {
+		var err error
+		res, err = s.RefreshLocks(ctx, reqs)
+		must(t, err, "RefreshLocks")
+	}), 0, 0, 0, 1)
+	for i, r := range res {
+		if i%(n/held) == 0 {
+			if r.Err != nil || r.State.Owner != reqs[i].Owner {
+				t.Errorf("refresh of held lock %d = %+v, %v", i, r.State, r.Err)
+			}
+		} else if dcsync.CodeOf(r.Err) != dcsync.LockLost {
+			t.Fatalf("refresh of free lock %d = %+v, %v; want LockLost", i, r.State, r.Err)
+		}
+	}
+	wantTrips(t, "InspectLocks of 10,000 locks", trips(t, p, func() {
+		var err error
+		res, err = s.InspectLocks(ctx, keys)
+		must(t, err, "InspectLocks")
+	}), 0, 0, 0, 1)
+	for i, r := range res {
+		if i%(n/held) == 0 {
+			if r.Err != nil || r.State.Owner != reqs[i].Owner || r.State.Token != tokens[i/(n/held)] {
+				t.Errorf("inspect of held lock %d = %+v, %v; want token %d", i, r.State, r.Err, tokens[i/(n/held)])
+			}
+			must(t, s.ReleaseLock(ctx, keys[i], reqs[i].Owner), "release")
+		} else if dcsync.CodeOf(r.Err) != dcsync.NotFound {
+			t.Fatalf("inspect of free lock %d = %+v, %v; want NotFound", i, r.State, r.Err)
 		}
 	}
 }
