@@ -3,11 +3,14 @@
 # shellcheck shell=bash
 # Env: DCSYNC_ASD (the asd binary), DCSYNC_AEROSPIKE_CLUSTER_RUN_DIR (default
 # testenv/aerospike/run-cluster), DCSYNC_AEROSPIKE_CLUSTER_NODES (2),
-# DCSYNC_AEROSPIKE_CLUSTER_PORT (37900: node i, from 1, has service port PORT+10(i-1),
-# fabric +1, heartbeat +2), DCSYNC_AEROSPIKE_UP_TIMEOUT (60 s).
+# DCSYNC_AEROSPIKE_CLUSTER_PORT (27900: node i, from 1, has service port PORT+10(i-1),
+# fabric +1, heartbeat +2; keep them below the kernel's ephemeral range, 32768 and up by
+# default: a client reconnecting to a node that is down can otherwise be given the node's
+# own port as its local port, connect to itself, and hold the port the node needs), DCSYNC_AEROSPIKE_UP_TIMEOUT (180 s: a node started again may
+# wait up to a minute for its service port, held in TIME_WAIT by its old connections).
 AC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 AC_RUN="${DCSYNC_AEROSPIKE_CLUSTER_RUN_DIR:-$AC_DIR/run-cluster}"
-AC_WAIT="${DCSYNC_AEROSPIKE_UP_TIMEOUT:-60}"
+AC_WAIT="${DCSYNC_AEROSPIKE_UP_TIMEOUT:-180}"
 # The layout of the first start is kept in RUN/cluster.env, so that every later call
 # (a node's restart, down-cluster) finds the same nodes and ports.
 if [[ -f "$AC_RUN/cluster.env" ]]; then
@@ -15,7 +18,7 @@ if [[ -f "$AC_RUN/cluster.env" ]]; then
   source "$AC_RUN/cluster.env"
 else
   AC_NODES="${DCSYNC_AEROSPIKE_CLUSTER_NODES:-2}"
-  AC_PORT="${DCSYNC_AEROSPIKE_CLUSTER_PORT:-37900}"
+  AC_PORT="${DCSYNC_AEROSPIKE_CLUSTER_PORT:-27900}"
 fi
 
 ac_fail() {
