@@ -3,7 +3,7 @@ package aerospike_test
 // The probe of the cluster tests: store operations in a loop while a node leaves and
 // rejoins, each one's start, latency and error code recorded, summed up per phase of the
 // run (before, during each event, after). store/hbase has the same probe for its region
-// moves and region-server restarts (its clusterprobe_test.go): test files cannot share
+// moves and region-server restarts (its cluster_probe_test.go): test files cannot share
 // code across packages.
 
 import (
@@ -133,8 +133,11 @@ type probePhase struct {
 	ops      int
 	p50, p99 time.Duration
 	max      time.Duration
-	errors   map[dcsync.Code]int
+	errors   map[string]int // by "kind: code"
+	codes    map[dcsync.Code]int
 	hung     int
+	// lastErr is how long after the phase's start its last failed operation ended.
+	lastErr time.Duration
 	// recovered is, for a phase with errors, how long after its start the first success
 	// after its last error ended (0 when nothing failed).
 	recovered time.Duration
@@ -143,19 +146,19 @@ type probePhase struct {
 func (ph probePhase) String() string {
 	var errs []string
 	for c, n := range ph.errors {
-		errs = append(errs, fmt.Sprintf("%s=%d", c, n))
+		errs = append(errs, fmt.Sprintf("%s %d", c, n))
 	}
 	slices.Sort(errs)
 	e := "none"
 	if len(errs) > 0 {
-		e = strings.Join(errs, " ")
+		e = strings.Join(errs, ", ")
 	}
 	rec := "-"
 	if ph.recovered > 0 {
-		rec = ph.recovered.Round(time.Millisecond).String()
+		rec = fmt.Sprintf("%.1f s / %.1f s", ph.lastErr.Seconds(), ph.recovered.Seconds())
 	}
 	return fmt.Sprintf("| %s | %.1f s | %d | %v | %v | %v | %s | %s |", ph.name, ph.to.Sub(ph.from).Seconds(), ph.ops,
-		ph.p50.Round(10*time.Microsecond), ph.p99.Round(10*time.Microsecond), ph.max.Round(time.Millisecond), e, rec)
+		ph.p50.Round(10*time.Microsecond), ph.p99.Round(time.Millisecond), ph.max.Round(time.Millisecond), e, rec)
 }
 
 // phases splits the samples at the events: before the first, then one phase per event
@@ -171,7 +174,7 @@ func (p *clusterProbe) phases() []probePhase {
 		if i+1 < len(bounds) {
 			to = bounds[i+1].at
 		}
-		ph := probePhase{name: b.name, from: b.at, to: to, errors: map[dcsync.Code]int{}}
+		ph := probePhase{name: b.name, from: b.at, to: to, errors: map[string]int{}, codes: map[dcsync.Code]int{}}
 		var lat []time.Duration
 		var lastErr time.Time
 		for _, s := range p.samples {
@@ -184,7 +187,8 @@ func (p *clusterProbe) phases() []probePhase {
 				ph.hung++
 			}
 			if s.code != 0 {
-				ph.errors[s.code]++
+				ph.errors[s.kind+": "+s.code.String()]++
+				ph.codes[s.code]++
 				if end := s.start.Add(s.dur); end.After(lastErr) {
 					lastErr = end
 				}
@@ -199,6 +203,7 @@ func (p *clusterProbe) phases() []probePhase {
 					first = end
 				}
 			}
+			ph.lastErr = lastErr.Sub(b.at)
 			if !first.IsZero() {
 				ph.recovered = first.Sub(b.at)
 			}
@@ -221,14 +226,14 @@ func (p *clusterProbe) phases() []probePhase {
 func (p *clusterProbe) report(t *testing.T) []probePhase {
 	t.Helper()
 	phases := p.phases()
-	t.Log("| phase | length | ops | p50 | p99 | max | errors by code | first success after the last error |")
+	t.Log("| phase (from the event) | length | ops | p50 | p99 | max | errors (op: code count) | last error ended / first success after it (from the event) |")
 	t.Log("|---|---|---|---|---|---|---|---|")
 	for _, ph := range phases {
 		t.Log(ph.String())
 		if ph.hung > 0 {
 			t.Errorf("phase %s: %d operations hung for %v", ph.name, ph.hung, probeOpTimeout)
 		}
-		for c, n := range ph.errors {
+		for c, n := range ph.codes {
 			if c != dcsync.Connection && c != dcsync.RetriesExhausted {
 				t.Errorf("phase %s: %d operations failed with code %v (want Connection or RetriesExhausted)", ph.name, n, c)
 			}
