@@ -17,6 +17,7 @@ import (
 	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/driver/drivertest"
 	"github.com/dcsync/dcsync/internal/chaos"
+	"github.com/dcsync/dcsync/lock"
 	"github.com/dcsync/dcsync/store/aerospike"
 )
 
@@ -215,4 +216,56 @@ func TestClusterConformance(t *testing.T) {
 		},
 		Holes: true,
 	})
+}
+
+// TestClusterBothNodesLostBreaksLocks shows what docs/clusters.md says of AP mode when
+// both copies of the records are lost (both nodes killed with SIGKILL, namespace in
+// memory): lock workers recorded as in the chaos runs, with 10 s leases, find after the
+// restart no lock records and no fence counters, so a new acquirer gets a lock whose
+// holder's lease is still running, with a token from a counter started again at 1. The
+// lock checker must find the history not linearizable; the test fails if it does not.
+// It runs only with DCSYNC_CLUSTER_LOSS_TEST=1 (it empties the cluster's namespace).
+func TestClusterBothNodesLostBreaksLocks(t *testing.T) {
+	if os.Getenv("DCSYNC_CLUSTER_LOSS_TEST") != "1" {
+		t.Skip("DCSYNC_CLUSTER_LOSS_TEST=1 runs it (it kills both nodes: the namespace is emptied)")
+	}
+	c := clusterUnderTest(t)
+	s := clusterStore(t, c, 3)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var log chaos.Log
+	name := unique("bothlost")
+	names := make([]string, 8)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%d", name, i)
+	}
+	var wg sync.WaitGroup
+	for i := 1; i <= 12; i++ {
+		m, err := lock.New(s, "cluster", "dc1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			chaos.LockWorker{Client: i, Locks: m, Names: names, TTL: 10 * time.Second, Slice: 100 * time.Millisecond,
+				Retry: 300 * time.Millisecond, Out: log.Add}.Run(ctx)
+		}()
+	}
+	time.Sleep(8 * time.Second)
+	for _, args := range [][]string{{"kill", "1"}, {"kill", "2"}, {"start", "1"}, {"start", "2"}} {
+		if err := nodeCommand(t, args...); err != nil {
+			cancel()
+			wg.Wait()
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(15 * time.Second)
+	cancel()
+	wg.Wait()
+	res := chaos.CheckLock(log.Records(), time.Minute)
+	t.Logf("lock history after losing both nodes: %v", res)
+	if res.Failed < 0 {
+		t.Fatal("the lock history stayed linearizable although both copies of every record were lost")
+	}
 }
