@@ -14,6 +14,7 @@ import java.util.ArrayList;
 import java.util.EnumSet;
 import java.util.List;
 import java.util.Set;
+import java.util.TimerTask;
 import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
 
@@ -70,6 +71,14 @@ public final class LocalHBaseMulti {
   private final int rsPort;
   private Connection conn;
   private AsyncConnection asyncConn;
+
+  /** Replaces the region server's abort-timeout task (which exits the JVM): it logs. */
+  public static final class AbortTimeoutLogged extends TimerTask {
+    @Override
+    public void run() {
+      System.err.println("LocalHBaseMulti: a region server's abort timed out (the process stays up)");
+    }
+  }
 
   private LocalHBaseMulti(Configuration conf, int n, int rsPort) throws Exception {
     this.conf = conf;
@@ -321,6 +330,12 @@ public final class LocalHBaseMulti {
     // A region server that loses its master or ZooKeeper session gives up soon, and the
     // master declares a crashed one dead as soon as its ZooKeeper node goes.
     conf.setInt("zookeeper.session.timeout", 10_000);
+    // An aborting region server schedules a task that ends the whole process when the
+    // abort has not finished within hbase.regionserver.abort.timeout (20 min): the
+    // timer outlives an abort that did finish, and in this JVM it would take the master
+    // and the other region server down 20 minutes after an `abort` command (seen). The
+    // task is replaced by one that only logs.
+    conf.set("hbase.regionserver.abort.timeout.task", AbortTimeoutLogged.class.getName());
 
     // Several region servers in one JVM register the same metrics sources: allowed in
     // mini-cluster mode (what HMasterCommandLine sets for a local cluster too).
