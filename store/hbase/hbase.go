@@ -288,7 +288,8 @@ type Store struct {
 	locks      lazyTable // the lock table, created on first use
 	latches    lazyTable // the latch table, created on first use
 	qstate     *queueState
-	held       heldLocks // the locks this store holds, as its acquires and refreshes left them
+	held       heldLocks    // the locks this store holds, as its acquires and refreshes left them
+	latchMem   knownLatches // the DC latch cells this store updated (latch_known.go)
 	log        *slog.Logger
 	closed     atomic.Bool
 	closeOnce  sync.Once
