@@ -88,6 +88,15 @@ func (kl *knownLatches) put(row, qual []byte, l knownLatch) {
 		kl.m = map[string]knownLatch{}
 	}
 	k := string(row) + "\x00" + string(qual)
+	if _, ok := kl.m[k]; !ok && len(kl.m) >= maxKnownLatches {
+		// Full: drop the latches that have ended.
+		now := time.Now().UnixMilli()
+		for key, e := range kl.m {
+			if e.endsMs <= now {
+				delete(kl.m, key)
+			}
+		}
+	}
 	if _, ok := kl.m[k]; ok || len(kl.m) < maxKnownLatches {
 		kl.m[k] = l
 	}

@@ -350,7 +350,7 @@ func (s *Store) moveFence(ctx context.Context, k dcsync.Key, row []byte, owner s
 	}
 }
 
-// abandon ends an acquire whose step 2 failed with err. When ctx has ended, the outcome
+// abandon ends an acquire whose take failed with err. When ctx has ended, the outcome
 // may still be unknown, so the row is read back on a short deadline of its own: a lock
 // this acquire took after all is released at once (rather than blocking everyone for
 // the lease), and a lock someone else holds is reported as LockUnavailable, wrapping

@@ -29,7 +29,8 @@ import (
 // by parts per million; NTP slews by at most 500 ppm): the cells never end before the
 // lease reported, and end after it by at most the acquire's latency plus that margin.
 
-// maxHeld bounds the locks a store remembers; beyond, releases and refreshes read first.
+// maxHeld bounds the locks a store remembers; beyond (once the ended leases are
+// dropped), releases and refreshes read first.
 const maxHeld = 1 << 16
 
 // driftMargin is the fraction of the time since an anchor added to a refreshed lease's
@@ -71,6 +72,16 @@ func (h *heldLocks) remember(row []byte, owner string, l heldLock) {
 		h.m = map[string]heldLock{}
 	}
 	k := heldKey(row, owner)
+	if _, ok := h.m[k]; !ok && len(h.m) >= maxHeld {
+		// Full: drop the leases that have ended (locks lost, or given up without a
+		// release through this store).
+		now := time.Now()
+		for key, e := range h.m {
+			if !now.Before(e.r.expires) {
+				delete(h.m, key)
+			}
+		}
+	}
 	if _, ok := h.m[k]; ok || len(h.m) < maxHeld {
 		h.m[k] = l
 	}
