@@ -107,6 +107,7 @@ type Client struct {
 	nonceGroup uint64
 
 	metaScans atomic.Int64 // hbase:meta lookups made (for tests and debugging)
+	calls     sync.Map     // method -> *atomic.Int64: RPCs sent (Calls)
 
 	// Test hooks.
 	dropResponse func(method string) bool // see rpcConn.dropResponse
@@ -290,7 +291,25 @@ func (c *Client) rpc(ctx context.Context, addr, service, method string, req, res
 	if err != nil {
 		return err
 	}
+	n, ok := c.calls.Load(method)
+	if !ok {
+		n, _ = c.calls.LoadOrStore(method, new(atomic.Int64))
+	}
+	n.(*atomic.Int64).Add(1)
 	return rc.call(ctx, method, req, resp, c.cfg.RPCTimeout)
+}
+
+// Calls returns how many RPCs the client has sent since it was dialed, by method of
+// the protocol ("Get", "Mutate", "Multi", "Scan", ...; hbase:meta lookups included):
+// each is one round trip to a server. Counting costs no lock; tests and benchmarks
+// take differences of two snapshots.
+func (c *Client) Calls() map[string]int64 {
+	out := map[string]int64{}
+	c.calls.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
 }
 
 // retry runs attempt until it succeeds, fails for good, runs out of attempts, or

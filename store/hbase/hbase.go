@@ -64,15 +64,26 @@
 //	D:L  "M"                       the Java marker
 //	D:O  owner id                  only this owner refreshes or releases the lock
 //	D:E  expiry, epoch ms          8-byte big-endian (HBase does not return cell TTLs)
-//	D:T  fencing token             8-byte big-endian
+//	D:F  fencing counter           8-byte big-endian, no TTL, version >= 2^62
 //
-// Fencing tokens come from a counter that never expires, in row Salt("F#" +
-// layout.IdentityKey(key)), cell D:F, bumped with HBase's nonce'd Increment once the
-// lock is held and recorded in D:T by a check-and-mutate "D:O is ours": every holder
-// bumps it while it holds the lock, so each acquisition's token is larger than every
-// earlier one's, also after a lease lapsed. No Java lock row starts with "F#", a Java
-// release (a row delete) cannot touch it, and two keys that share a Java lock row have
-// counters of their own.
+// Fencing tokens come from the counter D:F of the lock row itself, bumped by an
+// Increment in the same atomic check-and-mutate that takes the row ("D:L absent": Put
+// L, O, E; Increment D:F): a take that is not applied bumps nothing, and each applied
+// take bumps it while the row is free of any other holder, so each acquisition's
+// token is larger than every earlier one's, also after a lease lapsed, and the holder
+// learns it in the same call. The counter's version is above fenceBase (2^62 ms): a
+// delete marker hides only versions at or before its own timestamp, so a Java release
+// (a row delete stamped with the server's time) never hides it, and HBase stamps each
+// increment max(server time, previous version + 1), so it stays there. A Java client
+// ignores the cell. The first acquire of a row (by this layout) puts the counter there,
+// starting above the key's counter of the earlier layout, the row Salt("F#" +
+// layout.IdentityKey(key)), cell D:F, so tokens keep increasing across the upgrade
+// (processes of the earlier layout must not keep acquiring the same keys alongside:
+// they bump the old counter only). A key that shares its Java lock row with another
+// (layout.AmbiguousLockKey) keeps that earlier layout: its own counter in its own row,
+// bumped with a nonce'd Increment once the lock is held, and recorded in
+// D:T  (fencing token, 8-byte big-endian) by a check-and-mutate "D:O is ours and D:E
+// unchanged", so that keys of one row have counters of their own.
 //
 // # Timestamps of lock cells, and releases without delete markers
 //
@@ -84,11 +95,12 @@
 // clock is behind the server's (or in the same millisecond), is hidden: the Java client
 // believes it holds a lock that everyone else sees free.
 //
-// dcsync stamps its releases at the version of the cells it owns, read just before,
-// and writes no marker at all: an acquire's Put is stamped by the server, the token
-// and every refresh are written at that same version (a refresh with a new TTL), and a
-// release (also the release of a half-taken lock) overwrites the holder's cells at
-// that version with empty values, conditional on "D:O is ours and D:E unchanged". HBase
+// dcsync stamps its releases at the version of the cells it owns (read back by the
+// acquire, or just before), and writes no marker at all: an acquire's Put is stamped
+// by the server, a D:T token and every refresh are written at that same version (a
+// refresh with a new TTL), and a release (also the release of a half-taken lock)
+// overwrites the holder's cells at that version with empty values, conditional on
+// "D:O is ours, D:E and the token unchanged" (the fencing counter is left alone). HBase
 // returns the latest write of a cell version, and its check "D:L absent" (dcsync's and
 // the Java acquire's) takes an empty D:L as absent, so the lock is free at once. Such a
 // release hides nothing written after it, not a Put of the same millisecond (the later
@@ -231,7 +243,9 @@ var (
 )
 
 // FencePrefix is prepended to a lock's logical key (before salting) to name the row of
-// its fencing counter.
+// its fencing counter in the earlier layout: still used by keys that share a Java lock
+// row with another (layout.AmbiguousLockKey), and read once by the first acquire of any
+// other row, whose counter now lives in the lock row (D:F) and starts above it.
 const FencePrefix = "F#"
 
 // maxTries bounds the rounds of an operation that must start over: an acquire that found
@@ -262,6 +276,7 @@ type ops interface {
 	CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error)
 	CheckAndMutateRead(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, cols ...hbaserpc.Column) (bool, []hbaserpc.Cell, []hbaserpc.Cell, error)
 	GetWithClock(ctx context.Context, table string, row, probeFamily []byte, cols ...hbaserpc.Column) ([]hbaserpc.Cell, int64, error)
+	MultiMutate(ctx context.Context, table string, actions []hbaserpc.Action) ([]hbaserpc.ActionResult, error)
 }
 
 // Store is a driver.Store on an HBase cluster. It is safe for concurrent use.
@@ -274,6 +289,8 @@ type Store struct {
 	locks      lazyTable // the lock table, created on first use
 	latches    lazyTable // the latch table, created on first use
 	qstate     *queueState
+	held       heldLocks    // the locks this store holds, as its acquires and refreshes left them
+	latchMem   knownLatches // the DC latch cells this store updated (latch_known.go)
 	log        *slog.Logger
 	closed     atomic.Bool
 	closeOnce  sync.Once

@@ -100,7 +100,7 @@ func TestInDoubtLock(t *testing.T) {
 	ctx := ctxT(t, time.Minute)
 	for _, tc := range []struct {
 		name string
-		plan []fault // acquire: step 1, step 3
+		plan []fault // acquire: the take, then the move of the row's fencing counter (its first acquire)
 	}{
 		{"TakeLost", []fault{lostAck}},
 		{"TakeNotSent", []fault{notSent}},

@@ -348,6 +348,10 @@ func (s *Store) create(ctx context.Context, op string, k dcsync.Key, count int64
 //     extends it, as it does for Java. It is conditional on a count cell of the latch
 //     being present.
 //
+// A DC update of a cell this store updated last (and whose row no other latch can
+// share) skips the read: one call, the write planned from what the store remembers,
+// checked against the Increment's result (latch_known.go).
+//
 // Every Increment carries a nonce and is retried with it when an attempt's outcome is
 // unknown, so it is applied at most once. At level DC AddLatch returns the Increment's
 // result. At level XDC the same call to the server reads the row right after the
@@ -367,11 +371,29 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 	row := layout.HBaseLatchRow(k.Client, k.Name)
 	q := layout.HBaseLatchQualifier(k.Farm)
 	notFound := func() error { return driver.Errorf(dcsync.NotFound, op, "latch %s does not exist", k) }
+	oneCall := k.Level == dcsync.DC && !layout.AmbiguousHBaseLatchRow(k.Client, k.Name)
+	if l, ok := s.latchMem.get(row, q); oneCall && ok && time.Since(l.anchorR) < maxAnchorAge {
+		if _, err := driver.AddCount(op, l.val, delta); err == nil {
+			own, done, err := s.addKnown(ctx, op, row, q, l, delta)
+			if err != nil {
+				return 0, wrap(err, op)
+			}
+			if done {
+				if pre := own - delta; delta > 0 && pre > own || delta < 0 && pre < own {
+					cond := hbaserpc.IfEquals(famLatch, l.marker, zero8)
+					return 0, s.takeBack(ctx, op, k, row, cond, timedWrite(q, delta, l.endsMs, l.lower(time.Now()), 0)[:1], delta, "farm "+k.Farm+"'s count")
+				}
+				return own, nil
+			}
+		}
+	}
 	for try := 0; try < maxTries; try++ {
+		sent := time.Now()
 		cells, now, err := s.db.GetWithClock(ctx, s.latchTable, row, famLatch, hbaserpc.Column{Family: famLatch})
 		if err != nil {
 			return 0, wrap(err, op)
 		}
+		anchorR := time.Now()
 		r := parseLatchView(cells)
 		if err := r.collision(op, k); err != nil {
 			return 0, err
@@ -439,6 +461,12 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 			return 0, s.takeBack(ctx, op, k, row, cond, muts, delta, "farm "+k.Farm+"'s count")
 		}
 		if k.Level == dcsync.DC {
+			m, marked := r.markerOf(k.Farm)
+			if _, hasOwn := r.counts[k.Farm]; oneCall && marked && hasOwn {
+				c, _ := cellOf(res, q)
+				s.latchMem.put(row, q, knownLatch{marker: m.qual, endsMs: m.endsMs, ts: c.Timestamp, val: own,
+					anchorS: now, anchorR: anchorR, anchorRTT: anchorR.Sub(sent)})
+			}
 			return own, nil
 		}
 		vals, err := cellValues(op, after)

@@ -38,29 +38,38 @@ func TestLockLateRefresh(t *testing.T) {
 	must(t, s.ReleaseLock(ctx, k, "me"), "release")
 }
 
-// TestLockLateTokenWrite: the first try of an acquire's token write (step 3, which puts
-// T with the acquire's TTL) is held back; its resend lands and the holder refreshes its
-// lease to 2 minutes; the held try is delivered last. Conditioned on the owner alone it
-// was applied, rewriting T with the acquire's 20 s TTL under the refreshed lease;
-// conditioned on the expiry step 1 recorded, it is not applied.
+// TestLockLateTokenWrite: the first try of an acquire's second conditional write is
+// held back: on a key of its own, the move of the row's fencing counter (the first
+// acquire of the row); on a key that shares its Java row with another, the token write
+// (which puts T with the acquire's TTL). Its resend lands and the holder refreshes its
+// lease to 2 minutes; the held try is delivered last. Conditioned on the owner alone
+// the token write was applied, rewriting T with the acquire's 20 s TTL under the
+// refreshed lease; conditioned on the expiry the take recorded, neither is applied.
 func TestLockLateTokenWrite(t *testing.T) {
-	s := openStore(t)
-	l := holdWrites(t, s, false)
-	ctx := ctxT(t, time.Minute)
-	k := key(dcsync.DC, "dc1")
-	l.holdAfter(1, nil) // the first conditional write is step 1's: the second is step 3's
-	st, err := s.AcquireLock(ctx, k, "me", 20*time.Second)
-	must(t, err, "acquire whose token write was held back")
-	ref, err := s.RefreshLock(ctx, k, "me", 2*time.Minute)
-	must(t, err, "refresh")
-	applied := l.deliver(t)
-	if len(applied) != 1 || applied[0] {
-		t.Errorf("the late token write was applied: %v", applied)
+	for _, sharedRow := range []bool{false, true} {
+		t.Run(map[bool]string{false: "own-row", true: "shared-row"}[sharedRow], func(t *testing.T) {
+			s := openStore(t)
+			l := holdWrites(t, s, false)
+			ctx := ctxT(t, time.Minute)
+			k := key(dcsync.DC, "dc1")
+			if sharedRow {
+				k.Client += "#x"
+			}
+			l.holdAfter(1, nil) // the first conditional write is the take: the second is held
+			st, err := s.AcquireLock(ctx, k, "me", 20*time.Second)
+			must(t, err, "acquire whose second write was held back")
+			ref, err := s.RefreshLock(ctx, k, "me", 2*time.Minute)
+			must(t, err, "refresh")
+			applied := l.deliver(t)
+			if len(applied) != 1 || applied[0] {
+				t.Errorf("the late write was applied: %v", applied)
+			}
+			in, err := s.InspectLock(ctx, k)
+			must(t, err, "inspect")
+			if in.Owner != "me" || in.Token != st.Token || in.Expires.UnixMilli() < ref.Expires.UnixMilli() {
+				t.Fatalf("after the late write the lock is %+v; acquired %+v, refreshed %+v", in, st, ref)
+			}
+			must(t, s.ReleaseLock(ctx, k, "me"), "release")
+		})
 	}
-	in, err := s.InspectLock(ctx, k)
-	must(t, err, "inspect")
-	if in.Owner != "me" || in.Token != st.Token || in.Expires.UnixMilli() < ref.Expires.UnixMilli() {
-		t.Fatalf("after the late token write the lock is %+v; acquired %+v, refreshed %+v", in, st, ref)
-	}
-	must(t, s.ReleaseLock(ctx, k, "me"), "release")
 }

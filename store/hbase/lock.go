@@ -15,10 +15,16 @@ import (
 type lockRow struct {
 	held    bool   // D:L exists
 	owner   string // D:O, "" for a Java-held lock
-	token   uint64 // D:T, 0 when absent
+	token   uint64 // the holder's fencing token (D:T, or D:F for a hold that took it), 0 when unknown
 	expires time.Time
 	expRaw  []byte // D:E as stored
-	ts      int64  // the latest timestamp of the row's cells: the version of the holder's cells
+	ts      int64  // the latest timestamp of the row's lock cells: the version of the holder's cells
+	// tokenQual is the cell token was read from (qualToken or qualFence), nil when 0:
+	// ownedBy conditions on it, so that a write meant for one acquisition never lands
+	// on another of the same owner.
+	tokenQual []byte
+	fence     uint64 // D:F, the row's fencing counter
+	fenceTs   int64  // its version: at or after fenceBase once it holds tokens
 	// javaHidden: the row also hides a Java hold (lock_masked.go); set by casTake only.
 	javaHidden bool
 }
@@ -27,17 +33,34 @@ func (r lockRow) state() driver.LockState {
 	return driver.LockState{Owner: r.owner, Token: r.token, Expires: r.expires}
 }
 
-// fenceRow returns the row of k's fencing counter: Salt("F#" + IdentityKey(k)). The
-// identity key is unambiguous, so two keys that share a Java lock row ("a#b"+"c" and
-// "a"+"b#c") still have counters of their own; no Java lock row starts with "F#".
+// fenceBase is the version of a lock row's fencing counter D:F (epoch ms, about 146
+// million years from now). A delete marker hides only the versions at or before its
+// own timestamp, and a Java release is a row delete stamped with the server's time,
+// so it never hides the counter; HBase stamps each increment of it max(server time,
+// previous version + 1), so it stays above fenceBase. See the package doc.
+const fenceBase = int64(1) << 62
+
+// fenceRow returns the row of k's fencing counter before the counter moved into the lock
+// row (and, for a key that shares its Java lock row with another, still):
+// Salt("F#" + IdentityKey(k)). The identity key is unambiguous, so two keys that share
+// a Java lock row ("a#b"+"c" and "a"+"b#c") have counters of their own; no Java lock
+// row starts with "F#".
 func fenceRow(k dcsync.Key) []byte {
 	return layout.Salt(FencePrefix + layout.IdentityKey(k))
 }
 
 func parseLock(cells []hbaserpc.Cell) lockRow {
 	var r lockRow
+	var tokT []byte
+	var tokTs int64
 	for _, c := range cells {
 		if !bytes.Equal(c.Family, famLock) {
+			continue
+		}
+		if bytes.Equal(c.Qualifier, qualFence) {
+			if len(c.Value) == 8 {
+				r.fence, r.fenceTs = uint64(int64FromBE(c.Value)), c.Timestamp
+			}
 			continue
 		}
 		r.ts = max(r.ts, c.Timestamp)
@@ -48,7 +71,7 @@ func parseLock(cells []hbaserpc.Cell) lockRow {
 			r.owner = string(c.Value)
 		case bytes.Equal(c.Qualifier, qualToken):
 			if len(c.Value) == 8 {
-				r.token = uint64(int64FromBE(c.Value))
+				tokT, tokTs = c.Value, c.Timestamp
 			}
 		case bytes.Equal(c.Qualifier, qualExpiry):
 			if len(c.Value) == 8 {
@@ -58,7 +81,17 @@ func parseLock(cells []hbaserpc.Cell) lockRow {
 		}
 	}
 	if !r.held {
-		return lockRow{}
+		return lockRow{fence: r.fence, fenceTs: r.fenceTs}
+	}
+	switch {
+	case tokT != nil && tokTs == r.ts:
+		// Written by the holder's acquire (a key sharing its Java row with another, or a
+		// version of dcsync before the counter moved into the lock row).
+		r.token, r.tokenQual = uint64(int64FromBE(tokT)), qualToken
+	case r.owner != "" && r.fenceTs >= fenceBase:
+		// Bumped by the holder's acquire, in the same atomic write that took the row:
+		// no other acquire can bump it while the row is held.
+		r.token, r.tokenQual = r.fence, qualFence
 	}
 	return r
 }
@@ -72,18 +105,6 @@ func (s *Store) readLock(ctx context.Context, row []byte) (lockRow, error) {
 }
 
 func int64FromBE(b []byte) int64 { v, _ := hbaserpc.Int64(b); return v }
-
-// lockPut writes every lock cell, L, O, E and T, in one Put at version ts (a refresh
-// passes the version of the cells it renews, so they keep their timestamp; see the
-// package doc) with cell TTL ttl.
-func lockPut(owner string, expires time.Time, token uint64, ttl time.Duration, ts int64) *hbaserpc.Put {
-	return &hbaserpc.Put{Values: []hbaserpc.Value{
-		{Family: famLock, Qualifier: qualLock, Value: lockMarker},
-		{Family: famLock, Qualifier: qualOwner, Value: []byte(owner)},
-		{Family: famLock, Qualifier: qualExpiry, Value: be64(uint64(expires.UnixMilli()))},
-		{Family: famLock, Qualifier: qualToken, Value: be64(token)},
-	}, TTL: ttl, Timestamp: ts}
-}
 
 // releaseMargin is how much longer than the holder's recorded expiry the empty cells of
 // a release live: they must outlive the cells they replace (see ownedRelease), whose
@@ -114,12 +135,17 @@ func ownedRelease(r lockRow) *hbaserpc.Put {
 }
 
 // ownedBy is the condition that r is still the row read: the same owner, with the same
-// recorded expiry (a refresh of that owner changes it).
+// recorded expiry (a refresh of that owner changes it) and the same token (a new
+// acquisition changes it, also by the same owner).
 func ownedBy(owner string, r lockRow) hbaserpc.Condition {
 	if len(r.expRaw) != 8 {
 		return hbaserpc.IfEquals(famLock, qualOwner, []byte(owner))
 	}
-	return hbaserpc.IfAll(hbaserpc.IfEquals(famLock, qualOwner, []byte(owner)), hbaserpc.IfEquals(famLock, qualExpiry, r.expRaw))
+	conds := []hbaserpc.Condition{hbaserpc.IfEquals(famLock, qualOwner, []byte(owner)), hbaserpc.IfEquals(famLock, qualExpiry, r.expRaw)}
+	if r.tokenQual != nil {
+		conds = append(conds, hbaserpc.IfEquals(famLock, r.tokenQual, be64(r.token)))
+	}
+	return hbaserpc.IfAll(conds...)
 }
 
 func holder(r lockRow) string {
@@ -137,35 +163,40 @@ func lost(op string, k dcsync.Key, owner string) error {
 	return driver.Errorf(dcsync.LockLost, op, "%s is not held by owner %s", k, owner)
 }
 
-// AcquireLock takes the lock at k for owner with a lease of ttl, in three calls:
+// AcquireLock takes the lock at k for owner with a lease of ttl, in one call:
 //
-//  1. check-and-mutate "D:L absent": put L, O and E, stamped by the server, with the
-//     lease as cell TTL (the Java acquire, HBaseStore.java:78-82, plus dcsync's
-//     cells), and read the row back in the same call to the server. The read shows
-//     the holder: another holder means LockUnavailable (Owner "" and Token 0 for a
-//     Java holder), at the cost of this one call. Applied but not visible means a
-//     delete marker of the same millisecond or later hides our cells (a Java release:
-//     dcsync's releases write no marker): the acquire starts over, so dcsync never
-//     reports a lock it cannot be seen to hold. The same call also reads the row raw:
-//     a Java hold hidden by a Java release (lock_masked.go) means the row just taken
-//     is given back and LockUnavailable.
-//  2. Increment the fencing counter (nonce'd, so a retried Increment counts once): the
-//     token. It is bumped only once the lock is held, so it is larger than the token
-//     of every earlier holder (each bumped while it held the lock), also when a step 1
-//     reached the server late.
-//  3. check-and-mutate "D:O == owner and D:E as step 1 wrote it": put T at the version
-//     of the cells of step 1, with the same TTL (it ends with them). Not applied: the
-//     lease lapsed during steps 1-2 and someone else may hold the lock:
-//     LockUnavailable, never success. The expiry in the condition makes a try that
-//     lands late, after the holder's first refresh, change nothing (it would put T
-//     again with the acquire's shorter TTL).
+//   - check-and-mutate "D:L absent", applying atomically a Put of L, O and E, stamped
+//     by the server, with the lease as cell TTL (the Java acquire, HBaseStore.java:78-82,
+//     plus dcsync's cells), and an Increment of the row's fencing counter D:F (no TTL;
+//     its version is above fenceBase, so no delete marker hides it): the token. Not
+//     applied, nothing is written and the counter is not bumped. Applied, the token is
+//     larger than every earlier holder's: each took the row, and bumped the counter, in
+//     one atomic write while the row was free of any other holder.
+//   - in the same call to the server, a Get of the row after the write. It shows the
+//     holder: another holder means LockUnavailable (Owner "" and Token 0 for a Java
+//     holder). Applied but not visible means a delete marker of the same millisecond or
+//     later hides our cells (a Java release: dcsync's releases write no marker): the
+//     acquire starts over, so dcsync never reports a lock it cannot be seen to hold. The
+//     same call also reads the row raw: a Java hold hidden by a Java release
+//     (lock_masked.go) means the row just taken is given back and LockUnavailable.
 //
-// When the outcome of step 1 or 3 is unknown, the row is read back: our owner id in D:O
-// means step 1 took effect (and, with the token in D:T, step 3); an absent lock means
-// it did not, and the step is sent again (at most a few times); another holder means
+// The row state read back is remembered (lock_held.go), so the release and refreshes
+// of this acquisition need no read first.
+//
+// The first acquire of a row whose counter is not yet above fenceBase (a row no dcsync
+// acquire has taken since the counter moved into the lock row) finds the counter the
+// Increment created at the server's time; it reads the key's counter of the earlier
+// layout (fenceRow) and puts max(that, the counter) + 1 at version fenceBase, conditioned
+// on the row still being ours (ownedBy): two more calls, once per row. A key that shares
+// its Java lock row with another (layout.AmbiguousLockKey) keeps the earlier layout:
+// acquireShared.
+//
+// When the outcome of the write is unknown, the row is read back: our owner id in D:O
+// means it took effect (with the token, in the same write); an absent lock means it
+// did not, and the write is sent again (at most a few times); another holder means
 // LockUnavailable. A resend that finds the lock held by our own owner id (an earlier
 // attempt that reached the server late) goes on as if it had been applied. When ctx
-// ends during step 1, see abandon.
+// ends during the write, see abandon.
 func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	const op = "hbase.AcquireLock"
 	if err := driver.CheckLease(k, owner, ttl); err != nil {
@@ -181,6 +212,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 	if err := s.hiddenJavaHoldFirst(ctx, op, k, row); err != nil {
 		return driver.LockState{}, err
 	}
+	shared := layout.AmbiguousLockKey(k)
 	var last error
 	for try := 0; try < maxTries; try++ {
 		if try > 1 {
@@ -190,10 +222,11 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 				return driver.LockState{}, ctxErr(ctx, op)
 			}
 		}
-		// Step 1. The lease runs from before the write is sent: every cell written here
-		// expires by then (plus the write's own latency), not later.
-		expires := time.Now().Add(ttl)
-		applied, r, err := s.casTake(ctx, row, owner, expires, ttl)
+		// The lease runs from before the write is sent: every cell written here expires
+		// by then (plus the write's own latency), not later.
+		sent := time.Now()
+		expires := sent.Add(ttl)
+		applied, r, err := s.casTake(ctx, row, owner, expires, ttl, !shared)
 		if err != nil {
 			return s.abandon(ctx, op, k, row, owner, err)
 		}
@@ -210,32 +243,114 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		case r.javaHidden:
 			return s.yieldToHiddenJava(op, k, row, owner, r)
 		case r.token != 0:
-			return r.state(), nil // a late earlier attempt of this acquire went all the way
+			// Taken by this write with its token, or by a late earlier attempt of this
+			// acquire.
+			if applied {
+				s.held.remember(row, owner, heldLock{r: r, anchorS: r.ts, anchorC: sent})
+			}
+			return r.state(), nil
 		}
-		// Step 2.
-		token, err := s.bumpFence(ctx, k)
-		if err != nil {
-			s.releaseQuiet(row, owner, r)
-			return driver.LockState{}, wrap(err, op)
+		var ok bool
+		if shared {
+			r, ok, err = s.acquireShared(ctx, k, row, owner, ttl, r)
+		} else {
+			r, ok, err = s.moveFence(ctx, k, row, owner, r)
 		}
-		// Step 3.
-		ok, err := s.casRecord(ctx, row, owner, token, ttl, r)
 		if err != nil {
 			s.releaseQuiet(row, owner, r)
 			return driver.LockState{}, wrap(err, op)
 		}
 		if ok {
-			return driver.LockState{Owner: owner, Token: token, Expires: r.expires}, nil
+			if applied {
+				s.held.remember(row, owner, heldLock{r: r, anchorS: r.ts, anchorC: sent})
+			}
+			return r.state(), nil
 		}
 		// Our cells are gone: the lease lapsed, and someone else may hold the lock now.
-		// Start over; step 1 tells.
+		// Start over; the take tells.
 		s.log.Debug("hbase: lease lapsed while acquiring; retrying", "key", k.String(), "try", try)
 		last = driver.Errorf(dcsync.LockUnavailable, op, "%s: lease lapsed while acquiring", k)
 	}
 	return driver.LockState{}, last
 }
 
-// abandon ends an acquire whose step 2 failed with err. When ctx has ended, the outcome
+// acquireShared ends the acquire of a key that shares its Java lock row with another
+// (layout.AmbiguousLockKey), after the take: the keys of a row have counters of their
+// own, in the rows of the earlier layout (fenceRow), so the token is bumped there and
+// recorded in D:T, in two more calls:
+//
+//  1. Increment the key's fencing counter (nonce'd, so a retried Increment counts
+//     once). It is bumped only once the lock is held, so it is larger than the token
+//     of every earlier holder (each bumped while it held the lock), also when the take
+//     reached the server late.
+//  2. check-and-mutate "D:O == owner and D:E as the take wrote it": put T at the version
+//     of the taken cells, with the same TTL (it ends with them). Not applied: the lease
+//     lapsed during the two calls and someone else may hold the lock: ok false, and the
+//     acquire starts over. The expiry in the condition makes a try that lands late,
+//     after the holder's first refresh, change nothing (it would put T again with the
+//     acquire's shorter TTL).
+func (s *Store) acquireShared(ctx context.Context, k dcsync.Key, row []byte, owner string, ttl time.Duration, r lockRow) (lockRow, bool, error) {
+	token, err := s.bumpFence(ctx, k)
+	if err != nil {
+		return r, false, err
+	}
+	ok, err := s.casRecord(ctx, row, owner, token, ttl, r)
+	if err != nil || !ok {
+		return r, false, err
+	}
+	r.token, r.tokenQual = token, qualToken
+	return r, true, nil
+}
+
+// moveFence ends the first acquire of a row whose counter D:F is not yet above
+// fenceBase (see AcquireLock): it puts max(the key's counter of the earlier layout,
+// D:F) + 1 into D:F at version fenceBase, if owner still holds the row as taken
+// (ownedBy). A try that lands late finds the row changed (not applied), or D:F already
+// above fenceBase, where a Put at fenceBase is an older version and changes nothing.
+// ok false: the lease lapsed meanwhile, and the acquire starts over.
+func (s *Store) moveFence(ctx context.Context, k dcsync.Key, row []byte, owner string, r lockRow) (lockRow, bool, error) {
+	const op = "hbase.AcquireLock"
+	cells, err := s.db.Get(ctx, s.lockTable, fenceRow(k), hbaserpc.Column{Family: famLock, Qualifier: qualFence})
+	if err != nil {
+		return r, false, err
+	}
+	var old uint64
+	for _, c := range cells {
+		v, err := decode64(op, c)
+		if err != nil {
+			return r, false, err
+		}
+		old = uint64(max(v, 0))
+	}
+	token := max(old, r.fence) + 1
+	put := &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famLock, Qualifier: qualFence, Value: be64(token)}}, Timestamp: fenceBase}
+	for try := 0; ; try++ {
+		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, ownedBy(owner, r), put)
+		if err == nil {
+			if ok {
+				r.token, r.tokenQual, r.fence, r.fenceTs = token, qualFence, token, fenceBase
+			}
+			return r, ok, nil
+		}
+		if !inDoubt(err) || try >= maxTries-1 {
+			return r, false, err
+		}
+		back, rerr := s.readLock(ctx, row)
+		if rerr != nil {
+			return r, false, err
+		}
+		s.log.Debug("hbase: fencing counter move outcome unknown; read back", "row", row, "held", back.held, "token", back.token)
+		switch {
+		case !back.held || back.owner != owner || !bytes.Equal(back.expRaw, r.expRaw):
+			return r, false, nil
+		case back.token != 0:
+			return back, true, nil
+		}
+		// Still ours, counter not moved: not applied; send it again.
+	}
+}
+
+// abandon ends an acquire whose take failed with err. When ctx has ended, the outcome
 // may still be unknown, so the row is read back on a short deadline of its own: a lock
 // this acquire took after all is released at once (rather than blocking everyone for
 // the lease), and a lock someone else holds is reported as LockUnavailable, wrapping
@@ -259,17 +374,20 @@ func (s *Store) abandon(ctx context.Context, op string, k dcsync.Key, row []byte
 	return driver.LockState{}, wrap(err, op)
 }
 
-// casTake is step 1 of AcquireLock: it reports whether the check-and-mutate was
-// applied and the row as read right after it. It resolves an unknown outcome by
-// reading back.
-func (s *Store) casTake(ctx context.Context, row []byte, owner string, expires time.Time, ttl time.Duration) (bool, lockRow, error) {
-	put := &hbaserpc.Put{Values: []hbaserpc.Value{
+// casTake is AcquireLock's write: it reports whether the check-and-mutate was applied
+// and the row as read right after it. With fence, the write also bumps the row's
+// fencing counter. It resolves an unknown outcome by reading back.
+func (s *Store) casTake(ctx context.Context, row []byte, owner string, expires time.Time, ttl time.Duration, fence bool) (bool, lockRow, error) {
+	muts := []hbaserpc.Mutation{&hbaserpc.Put{Values: []hbaserpc.Value{
 		{Family: famLock, Qualifier: qualLock, Value: lockMarker},
 		{Family: famLock, Qualifier: qualOwner, Value: []byte(owner)},
 		{Family: famLock, Qualifier: qualExpiry, Value: be64(uint64(expires.UnixMilli()))},
-	}, TTL: ttl}
+	}, TTL: ttl}}
+	if fence {
+		muts = append(muts, &hbaserpc.Increment{Deltas: []hbaserpc.Delta{{Family: famLock, Qualifier: qualFence, Amount: 1}}})
+	}
 	for try := 0; ; try++ {
-		ok, cells, javaHidden, err := s.takeRead(ctx, row, hbaserpc.IfAbsent(famLock, qualLock), put)
+		ok, cells, javaHidden, err := s.takeRead(ctx, row, hbaserpc.IfAbsent(famLock, qualLock), muts)
 		if err == nil {
 			r := parseLock(cells)
 			r.javaHidden = javaHidden
@@ -290,9 +408,9 @@ func (s *Store) casTake(ctx context.Context, row []byte, owner string, expires t
 	}
 }
 
-// casRecord is step 3 of AcquireLock: it puts the token at version r.ts (the version of
-// the cells of step 1, r) with the lease's TTL, if owner still holds the lock with the
-// expiry step 1 recorded (ownedBy), and resolves an unknown outcome by reading back.
+// casRecord is step 2 of acquireShared: it puts the token at version r.ts (the version of
+// the taken cells, r) with the lease's TTL, if owner still holds the lock with the
+// expiry the take recorded (ownedBy), and resolves an unknown outcome by reading back.
 func (s *Store) casRecord(ctx context.Context, row []byte, owner string, token uint64, ttl time.Duration, r lockRow) (bool, error) {
 	put := &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famLock, Qualifier: qualToken, Value: be64(token)}}, TTL: ttl, Timestamp: r.ts}
 	for try := 0; ; try++ {
@@ -353,19 +471,22 @@ func (s *Store) releaseQuiet(row []byte, owner string, r lockRow) {
 	}
 }
 
-// RefreshLock extends owner's lease to ttl from now. It reads the row and the server's
-// clock in one call (LockLost unless owner holds it and its recorded expiry D:E has not
-// passed), then check-and-mutates "D:O == owner and D:E as read" (ownedBy) to put L, O,
-// E and T again, at the timestamp the holder's cells already have (so a later release,
-// stamped there, still hides only them; see the package doc), with a TTL that ends ttl
-// after the server time just read. The expiry in the condition is the exact lease the
-// write replaces: a try that lands late, after a later refresh of the same owner, is
-// not applied, so it cannot set the lease back to its own, earlier, end
-// (TestLockLateRefresh). When the write is not applied or its outcome is unknown, D:O
-// and D:E are read back: another or no owner means LockLost; our owner with an expiry
-// at or after this try's means refreshed (this try landed, or a later refresh did);
-// our owner with an earlier expiry means not applied, and the write is sent again,
-// conditioned on the expiry now stored.
+// RefreshLock extends owner's lease to ttl from now. When this store remembers the row
+// state its acquire or last refresh produced (lock_held.go), it sends the write at once;
+// otherwise it first reads the row and the server's clock in one call (LockLost unless
+// owner holds it and its recorded expiry D:E has not passed). The write is a
+// check-and-mutate "D:O == owner, D:E and the token cell as known" (ownedBy) putting
+// L, O and E again (and T, for a hold whose token is in T), at the timestamp the
+// holder's cells already have (so a later release, stamped there, still hides only
+// them; see the package doc), with a TTL that ends ttl after an upper bound of the
+// server's time when the write lands (anchoredTTL). The expiry in the condition is the
+// exact lease the write replaces: a try that lands late, after a later refresh of the
+// same owner, is not applied, so it cannot set the lease back to its own, earlier, end
+// (TestLockLateRefresh). When the write is not applied or its outcome is unknown, the
+// row is read back: another or no owner means LockLost; our owner with an expiry at
+// or after this try's means refreshed (this try landed, or a later refresh did); our
+// owner with an earlier expiry means not applied (or a remembered state out of date),
+// and the write is sent again, conditioned on the row now stored.
 func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	const op = "hbase.RefreshLock"
 	if err := driver.CheckLease(k, owner, ttl); err != nil {
@@ -378,60 +499,115 @@ func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return driver.LockState{}, err
 	}
 	row := layout.HBaseLockRow(k)
-	cells, now, err := s.db.GetWithClock(ctx, s.lockTable, row, famLock, hbaserpc.Column{Family: famLock})
-	if err != nil {
-		return driver.LockState{}, wrap(err, op)
+	h, known := s.held.get(row, owner)
+	if known && !time.Now().Before(h.r.expires) {
+		known = false // lapsed by what this store knows: ask the store
 	}
-	r := parseLock(cells)
-	if !r.held || r.owner != owner || !r.expires.IsZero() && !time.Now().Before(r.expires) {
-		return driver.LockState{}, lost(op, k, owner)
+	if !known {
+		var err error
+		if h, err = s.readHeld(ctx, row); err != nil {
+			return driver.LockState{}, wrap(err, op)
+		}
+		r := h.r
+		if !r.held || r.owner != owner || !r.expires.IsZero() && !time.Now().Before(r.expires) {
+			s.held.forget(row, owner)
+			return driver.LockState{}, lost(op, k, owner)
+		}
 	}
-	sent := time.Now()
 	for try := 0; ; try++ {
-		expires := time.Now().Add(ttl)
-		// The cells keep version r.ts; their TTL counts from it. now (a lower bound of
-		// the server's time when the Put lands) plus what has passed here since it was
-		// read, plus ttl, is when they expire.
-		cellTTL := time.Duration(now-r.ts)*time.Millisecond + time.Since(sent) + ttl
-		ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, ownedBy(owner, r),
-			lockPut(owner, expires, r.token, cellTTL, r.ts))
+		st, ok, err := s.refreshOnce(ctx, row, owner, ttl, h)
 		if err == nil && ok {
-			return driver.LockState{Owner: owner, Token: r.token, Expires: expires}, nil
+			return st, nil
 		}
 		if err != nil && (!inDoubt(err) || try >= maxTries-1) {
 			return driver.LockState{}, wrap(err, op)
 		}
-		back, rerr := s.readLock(ctx, row)
+		back, rerr := s.readHeld(ctx, row)
 		if rerr != nil {
 			if err == nil {
 				err = rerr
 			}
 			return driver.LockState{}, wrap(err, op)
 		}
-		s.log.Debug("hbase: refresh not applied or in doubt; read back", "key", k.String(), "held", back.held, "mine", back.owner == owner, "err", err)
+		b := back.r
+		s.log.Debug("hbase: refresh not applied or in doubt; read back", "key", k.String(), "held", b.held, "mine", b.owner == owner, "err", err)
 		switch {
-		case !back.held || back.owner != owner:
+		case !b.held || b.owner != owner:
+			s.held.forget(row, owner)
 			return driver.LockState{}, lost(op, k, owner)
-		case back.expires.UnixMilli() >= expires.UnixMilli():
+		case b.expires.UnixMilli() >= st.Expires.UnixMilli() && b.token == h.r.token:
 			// This try landed, or a later refresh of ours: the lease ends at or after
-			// expires.
-			return driver.LockState{Owner: owner, Token: back.token, Expires: expires}, nil
-		case try >= maxTries-1 || !back.expires.IsZero() && !time.Now().Before(back.expires):
+			// the try's end.
+			if h.r.ts == b.ts {
+				h.r = b
+				s.held.remember(row, owner, h)
+			}
+			return driver.LockState{Owner: owner, Token: b.token, Expires: st.Expires}, nil
+		case try >= maxTries-1 || !b.expires.IsZero() && !time.Now().Before(b.expires):
+			s.held.forget(row, owner)
 			return driver.LockState{}, lost(op, k, owner)
 		}
-		r = back // changed under us by another write of ours: replace what is there now
+		h = back // changed under us by another write of ours: replace what is there now
 	}
 }
 
-// ReleaseLock frees the lock if owner holds it: it reads the row (LockLost unless owner
-// holds it), then check-and-mutates "D:O == owner and D:E unchanged" to empty the
-// holder's cells at the version it read (ownedRelease; the fencing counter lives in
-// another row). The release is stamped at the timestamp of the cells it owns, not at
-// the server's current time, and writes no delete marker: it never hides a Put made
-// after it by the next holder (see the package doc). A refresh of the same owner that
-// lands in between changes D:E; the release then reads again and empties the
-// refreshed cells. Not applied otherwise: LockLost. A lease already past its recorded
-// expiry (D:E) is freed too but reported as LockLost.
+// readHeld reads a lock row and the server's clock in one call, as an anchor for the
+// TTL of a write at the version of the holder's cells.
+func (s *Store) readHeld(ctx context.Context, row []byte) (heldLock, error) {
+	sent := time.Now()
+	cells, now, err := s.db.GetWithClock(ctx, s.lockTable, row, famLock, hbaserpc.Column{Family: famLock})
+	if err != nil {
+		return heldLock{}, err
+	}
+	return heldLock{r: parseLock(cells), anchorS: now, anchorC: sent}, nil
+}
+
+// refreshWrite returns the condition and Put of a refresh of h's row for owner, sent
+// at sent, and the state it sets.
+func refreshWrite(owner string, ttl time.Duration, h heldLock, sent time.Time) (hbaserpc.Condition, *hbaserpc.Put, driver.LockState) {
+	r := h.r
+	expires := sent.Add(ttl)
+	put := &hbaserpc.Put{Values: []hbaserpc.Value{
+		{Family: famLock, Qualifier: qualLock, Value: lockMarker},
+		{Family: famLock, Qualifier: qualOwner, Value: []byte(owner)},
+		{Family: famLock, Qualifier: qualExpiry, Value: be64(uint64(expires.UnixMilli()))},
+	}, TTL: h.cellTTL(sent, ttl), Timestamp: r.ts}
+	if bytes.Equal(r.tokenQual, qualToken) {
+		put.Values = append(put.Values, hbaserpc.Value{Family: famLock, Qualifier: qualToken, Value: be64(r.token)})
+	}
+	return ownedBy(owner, r), put, driver.LockState{Owner: owner, Token: r.token, Expires: expires}
+}
+
+// refreshed returns h with the row state a refresh to st wrote.
+func refreshed(h heldLock, st driver.LockState) heldLock {
+	h.r.expires = time.UnixMilli(st.Expires.UnixMilli())
+	h.r.expRaw = be64(uint64(st.Expires.UnixMilli()))
+	return h
+}
+
+// refreshOnce sends one refresh write of h's row and remembers the new state when it
+// is applied.
+func (s *Store) refreshOnce(ctx context.Context, row []byte, owner string, ttl time.Duration, h heldLock) (driver.LockState, bool, error) {
+	cond, put, st := refreshWrite(owner, ttl, h, time.Now())
+	ok, _, err := s.db.CheckAndMutate(ctx, s.lockTable, row, cond, put)
+	if err == nil && ok {
+		s.held.remember(row, owner, refreshed(h, st))
+	}
+	return st, ok, err
+}
+
+// ReleaseLock frees the lock if owner holds it, with a check-and-mutate "D:O == owner,
+// D:E and the token cell unchanged" (ownedBy) that empties the holder's cells at their
+// version (ownedRelease; the fencing counter D:F is left alone). The row state comes
+// from what this store remembers of the acquisition (lock_held.go): one call. Without
+// a memory, or when the write is not applied (the memory was out of date: a refresh by
+// another store, say), the row is read (LockLost unless owner holds it) and the write
+// sent again on what was read. The release is stamped at the timestamp of the cells it
+// owns, not at the server's current time, and writes no delete marker: it never hides
+// a Put made after it by the next holder (see the package doc). A refresh of the same
+// owner that lands in between changes D:E; the release then reads again and empties
+// the refreshed cells. Not applied otherwise: LockLost. A lease already past its
+// recorded expiry (D:E) is freed too but reported as LockLost.
 //
 // An unknown outcome is resolved by reading back D:O: no longer ours means released
 // (unless the lease had run out by then: LockLost); still ours means not applied, and
@@ -450,12 +626,17 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 		return err
 	}
 	row := layout.HBaseLockRow(k)
-	r, err := s.readLock(ctx, row)
-	if err != nil {
-		return wrap(err, op)
-	}
-	if !r.held || r.owner != owner {
-		return lost(op, k, owner)
+	h, known := s.held.get(row, owner)
+	s.held.forget(row, owner)
+	r := h.r
+	if !known {
+		var err error
+		if r, err = s.readLock(ctx, row); err != nil {
+			return wrap(err, op)
+		}
+		if !r.held || r.owner != owner {
+			return lost(op, k, owner)
+		}
 	}
 	// A lease past its recorded expiry is lost, though HBase may keep its cells for the
 	// moment its write took to arrive; free it all the same.
@@ -483,7 +664,9 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 			}
 			switch {
 			case back.held && back.owner == owner && try < maxTries-1:
-				r = back // refreshed in between: empty the new cells
+				// Refreshed in between, or remembered out of date: empty the cells there.
+				r = back
+				expired = !r.expires.IsZero() && !time.Now().Before(r.expires)
 				continue
 			case doubted && (!back.held || back.owner != owner):
 				return gone()

@@ -32,7 +32,7 @@ import (
 // released yet although its Put is hidden: the lock is held by Java until that Put's
 // TTL ends (see javaMaskedHolds for what this misses and over-counts).
 //
-// The raw read rides in the call that acquires (AcquireLock's step 1 already reads the
+// The raw read rides in the call that acquires (AcquireLock's write already reads the
 // row back in the same call to the server), so the common path keeps its round trips.
 // When it finds a hidden Java hold, the acquire that has just taken the row frees it
 // again at once (one more call, only then) and reports LockUnavailable; the row is then
@@ -98,16 +98,16 @@ func rawLockGet() hbaserpc.Get {
 	return hbaserpc.Get{Raw: true, MaxVersions: maskedReadVersions}
 }
 
-// takeRead is AcquireLock's step 1 call: check-and-mutate put under cond, then read
+// takeRead is AcquireLock's call: check-and-mutate muts under cond, then read
 // the row's lock family back in the same call, and also read it raw (when the client
 // can) to tell whether it hides a Java hold.
-func (s *Store) takeRead(ctx context.Context, row []byte, cond hbaserpc.Condition, put hbaserpc.Mutation) (applied bool, cells []hbaserpc.Cell, javaHidden bool, err error) {
+func (s *Store) takeRead(ctx context.Context, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation) (applied bool, cells []hbaserpc.Cell, javaHidden bool, err error) {
 	rg, ok := s.db.(rawGetOps)
 	if !ok || !s.maskedCheck() {
-		applied, _, cells, err = s.db.CheckAndMutateRead(ctx, s.lockTable, row, cond, []hbaserpc.Mutation{put}, hbaserpc.Column{Family: famLock})
+		applied, _, cells, err = s.db.CheckAndMutateRead(ctx, s.lockTable, row, cond, muts, hbaserpc.Column{Family: famLock})
 		return applied, cells, false, err
 	}
-	applied, _, reads, err := rg.CheckAndMutateGets(ctx, s.lockTable, row, cond, []hbaserpc.Mutation{put},
+	applied, _, reads, err := rg.CheckAndMutateGets(ctx, s.lockTable, row, cond, muts,
 		hbaserpc.Get{Columns: []hbaserpc.Column{{Family: famLock}}}, rawLockGet())
 	if err != nil {
 		return false, nil, false, err
@@ -115,7 +115,7 @@ func (s *Store) takeRead(ctx context.Context, row []byte, cond hbaserpc.Conditio
 	return applied, reads[0], javaMaskedHolds(reads[1]) > 0, nil
 }
 
-// hiddenJavaHoldFirst is the step before AcquireLock's step 1 for a row where this
+// hiddenJavaHoldFirst is the step before AcquireLock's write for a row where this
 // process found a hidden Java hold: it reads the row raw (one call, only for such
 // rows) and returns LockUnavailable while the hold is there, nil once it is gone.
 func (s *Store) hiddenJavaHoldFirst(ctx context.Context, op string, k dcsync.Key, row []byte) error {
@@ -135,7 +135,7 @@ func (s *Store) hiddenJavaHoldFirst(ctx context.Context, op string, k dcsync.Key
 	return hiddenJavaHold(op, k)
 }
 
-// yieldToHiddenJava ends an acquire whose step 1 took the row r although the row hides
+// yieldToHiddenJava ends an acquire whose write took the row r although the row hides
 // a Java hold: it frees the row again (best effort: the cells lapse with the lease
 // otherwise), remembers the row, and reports LockUnavailable.
 func (s *Store) yieldToHiddenJava(op string, k dcsync.Key, row []byte, owner string, r lockRow) (driver.LockState, error) {
