@@ -154,6 +154,26 @@ func (s *Store) addKnown(ctx context.Context, op string, row, q []byte, l knownL
 		return 0, true, err
 	}
 	took := time.Since(sent)
+	if c.Timestamp < lower {
+		// Stamped before the bound: the serving region server's clock is behind the
+		// anchor's (the region moved to another server, say), so the TTL sent ends this
+		// version before the latch does. Replace it at once with a version whose TTL
+		// counts from just above this stamp (HBase stamps the next version at least
+		// one above it: never early, late by at most the time until that write), and
+		// forget the anchor: the next update reads a fresh one on the full path.
+		s.log.Debug("hbase: latch cell stamped below the clock anchor's bound; replacing the version", "row", row, "stamp", c.Timestamp, "bound", lower)
+		s.latchMem.forget(row, q)
+		if l.endsMs-(c.Timestamp+1) < 1 {
+			return own, true, nil
+		}
+		_, _, err := s.db.CheckAndMutate(ctx, s.latchTable, row, cond, timedWrite(q, 0, l.endsMs, c.Timestamp+1, c.Timestamp)...)
+		if err != nil {
+			// The update itself is applied (exactly once): report it as such (an error
+			// would invite a second count-down); only its version's end is early.
+			s.log.Warn("hbase: a latch count-down was applied, but re-stamping its cell's end failed: the latch may end before its TTL", "row", row, "err", err)
+		}
+		return own, true, nil
+	}
 	explained := took + l.anchorRTT + time.Millisecond + sent.Sub(l.anchorR)/driftMargin*2
 	if own != l.val+delta || time.Duration(c.Timestamp-lower)*time.Millisecond > explained {
 		// Another client updated the cell since this store did: replace the version
