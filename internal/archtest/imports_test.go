@@ -41,6 +41,7 @@ var testHarnesses = []string{
 	"internal/faultproxy",
 	"internal/javaclients",
 	"internal/queuebench",
+	"internal/clusterprobe",
 }
 
 // layerOf puts a package, named by its path inside the module ("" for the root), in

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/internal/clusterprobe"
 	"github.com/dcsync/dcsync/driver/drivertest"
 	"github.com/dcsync/dcsync/internal/chaos"
 	"github.com/dcsync/dcsync/lock"
@@ -112,19 +113,19 @@ var nodeLossPlan = []nodeEvent{
 
 // runPlan runs the events of plan one after another, marking each in the probe, after a
 // quiet start of lead. It returns the first error.
-func runPlan(ctx context.Context, t *testing.T, p *clusterProbe, lead time.Duration, plan []nodeEvent) error {
+func runPlan(ctx context.Context, t *testing.T, p *clusterprobe.Probe, lead time.Duration, plan []nodeEvent) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(lead):
 	}
 	for _, e := range plan {
-		p.mark(strings.Join(e.args, " "))
+		p.Mark(strings.Join(e.args, " "))
 		if err := nodeCommand(t, e.args...); err != nil {
 			return err
 		}
 		if e.args[0] == "start" {
-			p.mark(strings.Join(e.args, " ") + ": rejoined, migrations over")
+			p.Mark(strings.Join(e.args, " ") + ": rejoined, migrations over")
 		}
 		select {
 		case <-ctx.Done():
@@ -148,7 +149,7 @@ func clusterStore(t *testing.T, c *asCluster, attempts int) *aerospike.Store {
 //     every acknowledged count-down applied once): with replication-factor 2 and the
 //     client's default commit level (all replicas), an acknowledged write is on both
 //     nodes, so one node's loss loses none;
-//   - every probe operation returned (none ran into probeOpTimeout) and every error
+//   - every probe operation returned (none ran into clusterprobe.OpTimeout) and every error
 //     carries an outage code (Connection, RetriesExhausted);
 //
 // and logs the probe's figures per phase (docs/clusters.md). The conformance suite then
@@ -157,13 +158,13 @@ func TestClusterNodeLoss(t *testing.T) {
 	c := clusterUnderTest(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	probe := newClusterProbe(ctxT(t), t, clusterStore(t, c, 5), unique("clusterprobe"))
+	probe := clusterprobe.New(ctxT(t), t, clusterStore(t, c, 5), unique("clusterprobe"))
 
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		probe.run(ctx)
+		probe.Run(ctx)
 	}()
 	planErr := make(chan error, 1)
 	lead := 8 * time.Second
@@ -188,7 +189,7 @@ func TestClusterNodeLoss(t *testing.T) {
 	cancel()
 	wg.Wait()
 	t.Logf("chaos: %d lock acquisitions, %d latch operations; %v", rep.Acquisitions, rep.LatchOps, rep.Lock)
-	probe.report(t)
+	probe.Report(t)
 	if err != nil {
 		t.Fatal(err)
 	}

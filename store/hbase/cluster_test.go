@@ -13,6 +13,7 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/internal/clusterprobe"
 	"github.com/dcsync/dcsync/driver/drivertest"
 	"github.com/dcsync/dcsync/internal/chaos"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
@@ -159,18 +160,18 @@ func (c *hbCluster) regionPlan() []rsEvent {
 
 // runPlan runs plan's commands one after another after a quiet lead, marking each in
 // the probe; a command that returns marks its end too. It returns the first error.
-func (c *hbCluster) runPlan(ctx context.Context, t *testing.T, p *clusterProbe, lead time.Duration, plan []rsEvent) error {
+func (c *hbCluster) runPlan(ctx context.Context, t *testing.T, p *clusterprobe.Probe, lead time.Duration, plan []rsEvent) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(lead):
 	}
 	for _, e := range plan {
-		p.mark(e.cmd)
+		p.Mark(e.cmd)
 		if _, err := c.command(t, e.cmd); err != nil {
 			return err
 		}
-		p.mark(e.cmd + ": done")
+		p.Mark(e.cmd + ": done")
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -186,7 +187,7 @@ func (c *hbCluster) runPlan(ctx context.Context, t *testing.T, p *clusterProbe, 
 // starts again, and region server 0 stops cleanly and starts again. It checks that
 //   - the lock and latch histories are linearizable (no two holders, tokens increasing,
 //     every acknowledged count-down applied once);
-//   - every probe operation returned (none ran into probeOpTimeout) and every error
+//   - every probe operation returned (none ran into clusterprobe.OpTimeout) and every error
 //     carries an outage code (Connection, RetriesExhausted);
 //
 // and logs the probe's figures per phase (docs/clusters.md). The conformance suite then
@@ -197,13 +198,13 @@ func TestClusterRegionMoves(t *testing.T) {
 	defer cancel()
 	ps := c.store(t)
 	defer ps.Close()
-	probe := newClusterProbe(ctxT(t, time.Minute), t, ps, "clusterprobe-"+randHex(4))
+	probe := clusterprobe.New(ctxT(t, time.Minute), t, ps, "clusterprobe-"+randHex(4))
 
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		probe.run(ctx)
+		probe.Run(ctx)
 	}()
 	plan := c.regionPlan()
 	lead := 8 * time.Second
@@ -229,7 +230,7 @@ func TestClusterRegionMoves(t *testing.T) {
 	cancel()
 	wg.Wait()
 	t.Logf("chaos: %d lock acquisitions, %d latch operations; %v", rep.Acquisitions, rep.LatchOps, rep.Lock)
-	probe.report(t)
+	probe.Report(t)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,9 @@
-package hbase
-
-// The probe of the cluster tests: store operations in a loop while regions move and a
-// region server stops and starts again, each one's start, latency and error code
-// recorded, summed up per phase of the run (before, during each event, after).
-// store/aerospike has the same probe (its cluster_probe_test.go) for a node that leaves
-// and rejoins: test files cannot share code across packages.
+// Package clusterprobe is the probe of the cluster tests (store/aerospike and
+// store/hbase, cluster_test.go, DCSYNC_CLUSTER=1): store operations in a loop while a
+// node leaves and rejoins or regions move and region servers stop and start, each
+// one's start, latency and error code recorded, summed up per phase of the run
+// (before, during each event, after). See docs/clusters.md.
+package clusterprobe
 
 import (
 	"context"
@@ -20,40 +19,40 @@ import (
 	"github.com/dcsync/dcsync/driver"
 )
 
-// probeOpTimeout bounds every probe operation: one that runs into it hung (the store
+// OpTimeout bounds every probe operation: one that runs into it hung (the store
 // neither answered nor failed), which the cluster tests refuse.
-const probeOpTimeout = 60 * time.Second
+const OpTimeout = 60 * time.Second
 
-// probeSample is one operation of the probe.
-type probeSample struct {
+// Sample is one operation of the probe.
+type Sample struct {
 	kind  string
 	start time.Time
 	dur   time.Duration
 	code  dcsync.Code // 0: success
-	hung  bool        // the operation ran into probeOpTimeout
+	hung  bool        // the operation ran into OpTimeout
 }
 
-// clusterEvent is one thing done to the cluster: its name and when it began.
-type clusterEvent struct {
+// Event is one thing done to the cluster: its name and when it began.
+type Event struct {
 	name string
 	at   time.Time
 }
 
-// clusterProbe runs the probe's workers and keeps their samples and the events.
-type clusterProbe struct {
+// Probe runs the probe's workers and keeps their samples and the events.
+type Probe struct {
 	s    driver.Store
 	name string
 
 	mu      sync.Mutex
-	samples []probeSample
-	events  []clusterEvent
+	samples []Sample
+	events  []Event
 	started time.Time
 }
 
-// newClusterProbe prepares the probe's latch and queue on s (names prefixed by name).
-func newClusterProbe(ctx context.Context, t *testing.T, s driver.Store, name string) *clusterProbe {
+// New prepares the probe's latch and queue on s (names prefixed by name).
+func New(ctx context.Context, t *testing.T, s driver.Store, name string) *Probe {
 	t.Helper()
-	p := &clusterProbe{s: s, name: name}
+	p := &Probe{s: s, name: name}
 	if err := s.CreateLatch(ctx, p.latchKey(), 1_000_000_000, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -63,20 +62,20 @@ func newClusterProbe(ctx context.Context, t *testing.T, s driver.Store, name str
 	return p
 }
 
-func (p *clusterProbe) latchKey() dcsync.Key {
+func (p *Probe) latchKey() dcsync.Key {
 	return dcsync.Key{Level: dcsync.XDC, Client: "cluster", Farm: "dc1", Name: p.name + "-latch"}
 }
 
-// mark records an event, now.
-func (p *clusterProbe) mark(name string) {
+// Mark records an event, now.
+func (p *Probe) Mark(name string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.events = append(p.events, clusterEvent{name: name, at: time.Now()})
+	p.events = append(p.events, Event{name: name, at: time.Now()})
 }
 
-// run runs one worker per kind of operation (lock acquire+release, latch count-down,
+// Run runs one worker per kind of operation (lock acquire+release, latch count-down,
 // enqueue of one event, latch read) until ctx ends.
-func (p *clusterProbe) run(ctx context.Context) {
+func (p *Probe) Run(ctx context.Context) {
 	p.mu.Lock()
 	p.started = time.Now()
 	p.mu.Unlock()
@@ -107,7 +106,7 @@ func (p *clusterProbe) run(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
-				octx, cancel := context.WithTimeout(ctx, probeOpTimeout)
+				octx, cancel := context.WithTimeout(ctx, OpTimeout)
 				start := time.Now()
 				err := op(octx, i)
 				dur := time.Since(start)
@@ -117,7 +116,7 @@ func (p *clusterProbe) run(ctx context.Context) {
 					return // the run ended: this one was cut off, not measured
 				}
 				p.mu.Lock()
-				p.samples = append(p.samples, probeSample{kind: kind, start: start, dur: dur, code: dcsync.CodeOf(err), hung: hung})
+				p.samples = append(p.samples, Sample{kind: kind, start: start, dur: dur, code: dcsync.CodeOf(err), hung: hung})
 				p.mu.Unlock()
 				time.Sleep(5 * time.Millisecond)
 			}
@@ -126,8 +125,8 @@ func (p *clusterProbe) run(ctx context.Context) {
 	wg.Wait()
 }
 
-// probePhase sums up the operations that started in one phase of the run.
-type probePhase struct {
+// Phase sums up the operations that started in one phase of the run.
+type Phase struct {
 	name     string
 	from, to time.Time
 	ops      int
@@ -143,7 +142,7 @@ type probePhase struct {
 	recovered time.Duration
 }
 
-func (ph probePhase) String() string {
+func (ph Phase) String() string {
 	var errs []string
 	for c, n := range ph.errors {
 		errs = append(errs, fmt.Sprintf("%s %d", c, n))
@@ -161,20 +160,20 @@ func (ph probePhase) String() string {
 		ph.p50.Round(10*time.Microsecond), ph.p99.Round(time.Millisecond), ph.max.Round(time.Millisecond), e, rec)
 }
 
-// phases splits the samples at the events: before the first, then one phase per event
+// Phases splits the samples at the events: before the first, then one phase per event
 // up to the next (the last up to now).
-func (p *clusterProbe) phases() []probePhase {
+func (p *Probe) Phases() []Phase {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	bounds := []clusterEvent{{name: "before", at: p.started}}
+	bounds := []Event{{name: "before", at: p.started}}
 	bounds = append(bounds, p.events...)
-	var out []probePhase
+	var out []Phase
 	for i, b := range bounds {
 		to := time.Now()
 		if i+1 < len(bounds) {
 			to = bounds[i+1].at
 		}
-		ph := probePhase{name: b.name, from: b.at, to: to, errors: map[string]int{}, codes: map[dcsync.Code]int{}}
+		ph := Phase{name: b.name, from: b.at, to: to, errors: map[string]int{}, codes: map[dcsync.Code]int{}}
 		var lat []time.Duration
 		var lastErr time.Time
 		for _, s := range p.samples {
@@ -219,21 +218,21 @@ func (p *clusterProbe) phases() []probePhase {
 	return out
 }
 
-// report logs the phases as a markdown table (the figures of docs/clusters.md) and
+// Report logs the phases as a markdown table (the figures of docs/clusters.md) and
 // fails t when an operation hung or failed with an error that carries no dcsync code
 // of a store outage (Connection, RetriesExhausted), or LockLost from the lock's release
 // (an acquire slowed by the outage past the probe's 10 s lease, or a release whose
 // first attempt landed and whose retry found the lock free). LockUnavailable is not
 // expected: every probe lock is its own.
-func (p *clusterProbe) report(t *testing.T) []probePhase {
+func (p *Probe) Report(t *testing.T) []Phase {
 	t.Helper()
-	phases := p.phases()
+	phases := p.Phases()
 	t.Log("| phase (from the event) | length | ops | p50 | p99 | max | errors (op: code count) | last error ended / first success after it (from the event) |")
 	t.Log("|---|---|---|---|---|---|---|---|")
 	for _, ph := range phases {
 		t.Log(ph.String())
 		if ph.hung > 0 {
-			t.Errorf("phase %s: %d operations hung for %v", ph.name, ph.hung, probeOpTimeout)
+			t.Errorf("phase %s: %d operations hung for %v", ph.name, ph.hung, OpTimeout)
 		}
 		for c, n := range ph.codes {
 			if c != dcsync.Connection && c != dcsync.RetriesExhausted && (c != dcsync.LockLost || ph.errors["lock: "+c.String()] != n) {
