@@ -15,9 +15,9 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
-	"github.com/dcsync/dcsync/internal/clusterprobe"
 	"github.com/dcsync/dcsync/driver/drivertest"
 	"github.com/dcsync/dcsync/internal/chaos"
+	"github.com/dcsync/dcsync/internal/clusterprobe"
 	"github.com/dcsync/dcsync/lock"
 	"github.com/dcsync/dcsync/store/aerospike"
 )
