@@ -1,17 +1,12 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/dcsync/dcsync/internal/hbaserpc"
 )
 
 // checkBench runs 'bench --json' against c's store and checks what it reports: every
@@ -78,32 +73,7 @@ func TestBenchAerospike(t *testing.T) {
 	checkBench(t, &cli{t: t, store: "aerospike://" + addr + "/" + ns + "?lock_set_suffix=" + suffix + "&latch_set_suffix=" + suffix})
 }
 
-func TestBenchHBase(t *testing.T) {
-	zk := os.Getenv("DCSYNC_HBASE_ZK")
-	if zk == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("DCSYNC_HBASE_ZK is not set (CI=true: HBase must run; see scripts/test)")
-		}
-		t.Skip("DCSYNC_HBASE_ZK is not set: start HBase with testenv/hbase/up")
-	}
-	suffix := "b" + time.Now().Format("150405")
-	lockTable, latchSuffix := "bench_locks_"+suffix, "bench_"+suffix
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		client, err := hbaserpc.Dial(ctx, hbaserpc.Config{ZKQuorum: zk})
-		if err != nil {
-			t.Log(err)
-			return
-		}
-		defer client.Close()
-		for _, tbl := range []string{lockTable, "D_LTCH_" + latchSuffix} {
-			_ = client.DisableTable(ctx, tbl)
-			_ = client.DeleteTable(ctx, tbl)
-		}
-	})
-	checkBench(t, &cli{t: t, store: "hbase://" + zk + "?lock_table=" + lockTable + "&latch_table_suffix=" + latchSuffix})
-}
+func TestBenchHBase(t *testing.T) { checkBench(t, hbaseCLI(t, "bench")) }
 
 func TestBenchUsage(t *testing.T) {
 	c := newCLI(t)
