@@ -51,6 +51,11 @@ type Scenario struct {
 	// injects a store-level fault (a dropped reply, a restart) and returns its name.
 	Fault      func(r *rand.Rand) string
 	FaultEvery time.Duration
+	// Settle, when set, is called once every worker has stopped, before the final
+	// read: the fault source cancels what it armed and has not happened yet (a proxy's
+	// pending dropped replies and holds would otherwise fall on the final read's
+	// traffic, the client's own cluster tending included, for as long as they last).
+	Settle func()
 	// Name prefixes the lock and latch names (unique per run).
 	Name string
 	// Child is the command that runs ChildMain (normally the test binary itself).
@@ -364,6 +369,9 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	wg.Wait()
 	stopProcs(all)
 
+	if sc.Settle != nil {
+		sc.Settle()
+	}
 	// A final read, after every worker has stopped, closes the latch history.
 	fin, err := setup.GetCountUpDown(latchName, latch.Level(sc.Level))
 	if err != nil {
