@@ -255,23 +255,10 @@ func Run(b *testing.B, cfg Config) {
 			// that reads one partition's range (HBase) reads it in one call as the
 			// queue's consumer does, not a short range over and over.
 			b.StopTimer()
-			if err := each(n, func(r int) error {
-				for range b.N {
-					if err := cfg.Raw.Write(ctx, r, ps); err != nil {
-						return err
-					}
-				}
-				return nil
-			}); err != nil {
-				b.Fatal(err)
-			}
+			rawPrefill(ctx, b, cfg.Raw, n, ps)
 			b.StartTimer()
 			if err := split(n, b.N, func(w, k int) error {
-				got, err := cfg.Raw.Read(ctx, w, cfg.Batch)
-				if err == nil && got != cfg.Batch {
-					err = fmt.Errorf("raw read %d of %d rows", got, cfg.Batch)
-				}
-				return err
+				return rawReadBatch(ctx, cfg.Raw, w, cfg.Batch)
 			}); err != nil {
 				b.Fatal(err)
 			}
@@ -281,27 +268,14 @@ func Run(b *testing.B, cfg Config) {
 			// The floor of a durable receive+ack: the raw read of a batch and one raw
 			// offset write for it.
 			b.StopTimer()
-			if err := each(n, func(r int) error {
-				for range b.N {
-					if err := cfg.Raw.Write(ctx, r, ps); err != nil {
-						return err
-					}
-				}
-				return nil
-			}); err != nil {
-				b.Fatal(err)
-			}
+			rawPrefill(ctx, b, cfg.Raw, n, ps)
 			var next [64]atomic.Int64
 			b.StartTimer()
 			if err := split(n, b.N, func(w, k int) error {
-				got, err := cfg.Raw.Read(ctx, w, cfg.Batch)
-				if err == nil && got != cfg.Batch {
-					err = fmt.Errorf("raw read %d of %d rows", got, cfg.Batch)
-				}
-				if err != nil {
+				if err := rawReadBatch(ctx, cfg.Raw, w, cfg.Batch); err != nil {
 					return err
 				}
-				return cfg.Raw.Commit(ctx, w, next[w%len(next)].Add(int64(got)))
+				return cfg.Raw.Commit(ctx, w, next[w%len(next)].Add(int64(cfg.Batch)))
 			}); err != nil {
 				b.Fatal(err)
 			}
@@ -426,4 +400,28 @@ func Run(b *testing.B, cfg Config) {
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 	})
+}
+
+// rawPrefill writes b.N batches of ps for each of n raw readers (the rows the raw
+// ReceiveAck cases read).
+func rawPrefill(ctx context.Context, b *testing.B, raw Raw, n int, ps [][]byte) {
+	if err := each(n, func(r int) error {
+		for range b.N {
+			if err := raw.Write(ctx, r, ps); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// rawReadBatch reads one batch of reader r's rows and fails unless it got all of them.
+func rawReadBatch(ctx context.Context, raw Raw, r, batch int) error {
+	got, err := raw.Read(ctx, r, batch)
+	if err == nil && got != batch {
+		err = fmt.Errorf("raw read %d of %d rows", got, batch)
+	}
+	return err
 }
