@@ -208,6 +208,9 @@ CMD's own exit codes); 5 the lease was lost or could not be renewed in time.`,
 			if f.killAfter < 0 {
 				return withCode(exitUsage, fmt.Errorf("--kill-after %v is negative", f.killAfter))
 			}
+			if c.Flags().Changed("kill-after") && f.killAfter > f.ttl/3 {
+				return withCode(exitUsage, fmt.Errorf("--kill-after %v is longer than a third of --ttl %v (at most %v)", f.killAfter, f.ttl, f.ttl/3))
+			}
 			f.conflictSet = c.Flags().Changed("conflict-exit-code")
 			if f.conflictSet && (f.conflictCode < 0 || f.conflictCode > 255) {
 				return withCode(exitUsage, fmt.Errorf("--conflict-exit-code %d is not in 0..255", f.conflictCode))

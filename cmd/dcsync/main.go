@@ -12,7 +12,7 @@
 //	dcsync latch count NAME [--json]
 //	dcsync latch list [--level dc|xdc] [--json]
 //	dcsync latch delete NAME [--level dc|xdc]
-//	dcsync latch await NAME [--timeout D]
+//	dcsync latch await NAME [--timeout D] [--poll D]
 //	dcsync queue create NAME --partitions N --group G [--group G2 ...] [--dedup D]
 //	dcsync queue send NAME [--key K] [--id-prefix P] [--json]   (lines of stdin)
 //	dcsync queue receive NAME --group G [--max N] [--follow] [--no-ack] [--timeout D] [--json]
@@ -242,13 +242,64 @@ Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
 	root.Version = versionString()
 	root.SetVersionTemplate("dcsync {{.Version}}\n")
 	root.AddCommand(newLockCmd(a), newLatchCmd(a), newQueueCmd(a), newBenchCmd(a), newDemoCmd(a), newVersionCmd(a))
+	refuseUnknownSubcommands(root)
 	return root
 }
 
-// levelFlag adds --level to cmd.
-func addLevelFlag(cmd *cobra.Command, a *app) {
-	cmd.Flags().StringVar(&a.level, "level", "dc", "dc (this farm) or xdc (all farms)")
+// refuseUnknownSubcommands makes every command group below root (lock, latch, queue)
+// refuse an argument that names none of its subcommands with a usage error (exit 2);
+// cobra by itself prints the group's help and exits 0. A group given no argument still
+// prints its help.
+func refuseUnknownSubcommands(root *cobra.Command) {
+	for _, g := range root.Commands() {
+		if !g.HasSubCommands() || g.Runnable() {
+			continue
+		}
+		g.Args = cobra.ArbitraryArgs
+		g.RunE = func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return c.Help()
+			}
+			return withCode(exitUsage, fmt.Errorf("unknown command %q for %q; see '%s --help'", args[0], c.CommandPath(), c.CommandPath()))
+		}
+	}
 }
+
+// addLevelFlag adds --level to cmd. Given twice it is refused (exit 2): which of two
+// levels a user meant is not for dcsync to guess.
+func addLevelFlag(cmd *cobra.Command, a *app) {
+	levelVar(cmd, &a.level, "dc (this farm) or xdc (all farms)")
+}
+
+// levelVar adds --level to cmd, stored in p (default dc), refused when given twice.
+func levelVar(cmd *cobra.Command, p *string, usage string) {
+	*p = "dc"
+	cmd.Flags().Var(&onceString{p: p}, "level", usage)
+}
+
+// onceString is a string flag that may be given at most once.
+type onceString struct {
+	p   *string
+	set bool
+}
+
+func (o *onceString) String() string {
+	if o.p == nil {
+		return ""
+	}
+	return *o.p
+}
+
+func (o *onceString) Set(v string) error {
+	if o.set {
+		return errors.New("given more than once")
+	}
+	o.set = true
+	*o.p = v
+	return nil
+}
+
+func (o *onceString) Type() string { return "string" }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	stdout, stderr = lockedWriter(stdout), lockedWriter(stderr)
