@@ -79,6 +79,9 @@ count past that range is refused with exit 2 and changes nothing.`,
 				if err != nil {
 					return err
 				}
+				if f.json {
+					return a.printJSON(latchJSON{Name: args[0], Level: l.Key().Level.String(), Farm: a.farm, Count: n})
+				}
 				fmt.Fprintln(a.stdout, n)
 				return nil
 			},
@@ -86,6 +89,9 @@ count past that range is refused with exit 2 and changes nothing.`,
 	}
 	down := update("countdown", "Decrement the count by one and print the count after it", -1)
 	up := update("countup", "Increment the count by one and print the count after it", 1)
+	for _, c := range []*cobra.Command{down, up} {
+		c.Flags().BoolVar(&f.json, "json", false, `print one JSON object {"name","level","farm","count"}: the count after the update`)
+	}
 
 	count := &cobra.Command{
 		Use:   "count NAME",

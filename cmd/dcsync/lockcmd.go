@@ -110,11 +110,17 @@ nothing more when stderr is not a terminal.`,
 			if err != nil {
 				return err
 			}
+			if f.json {
+				at, in := expiry(l.Expires())
+				return a.printJSON(lockJSON{Name: args[0], Level: l.Key().Level.String(), Farm: l.Key().Farm, Held: true,
+					Owner: l.Owner(), Token: l.Token(), ExpiresAt: at, ExpiresInMS: in})
+			}
 			fmt.Fprintf(a.stdout, "owner=%s token=%d\n", l.Owner(), l.Token())
 			return nil
 		},
 	}
 	addTTLWait(acq)
+	acq.Flags().BoolVar(&f.json, "json", false, `print one JSON object {"name","level","farm","held","owner","token","expires_at","expires_in_ms"}`)
 
 	rel := &cobra.Command{
 		Use:   "release NAME --owner ID",

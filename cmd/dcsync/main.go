@@ -1,14 +1,14 @@
 // Command dcsync takes distributed locks, works distributed latches and runs queues from
 // the shell.
 //
-//	dcsync lock acquire NAME [--level dc|xdc] [--ttl D] [--wait D] [--fair]
+//	dcsync lock acquire NAME [--level dc|xdc] [--ttl D] [--wait D] [--fair] [--json]
 //	dcsync lock release NAME --owner ID
 //	dcsync lock refresh NAME --owner ID [--ttl D]
 //	dcsync lock status NAME [--json]
 //	dcsync lock list [--json]
 //	dcsync lock run NAME [--ttl D] [--wait D] [--fair] [--kill-after D] [--conflict-exit-code N] -- CMD ARGS...
 //	dcsync latch create NAME --count N [--ttl D]
-//	dcsync latch countdown|countup NAME
+//	dcsync latch countdown|countup NAME [--json]
 //	dcsync latch count NAME [--json]
 //	dcsync latch list [--level dc|xdc] [--json]
 //	dcsync latch delete NAME [--level dc|xdc]
