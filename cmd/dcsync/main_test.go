@@ -196,7 +196,7 @@ func TestUsageAndInvalidInput(t *testing.T) {
 		{"latch", "bogus", "x"},
 		{"queue", "bogus"},
 		{"latch", "create", "x", "--count", "1", "--poll", "1s"}, // --poll is await's
-		{"latch", "countdown", "x", "--ttl", "1m"},                // --ttl is create's
+		{"latch", "countdown", "x", "--ttl", "1m"},               // --ttl is create's
 		{"latch", "await", "x", "--ttl", "1m"},
 		{"lock", "acquire", "job", "--level", "dc", "--level", "xdc"},
 		{"latch", "list", "--level", "xdc", "--level", "dc"},
