@@ -139,7 +139,7 @@ ID does not hold the lock (its lease lapsed, or another owner holds it).`,
 			k := dcsync.Key{Level: level, Client: a.client, Farm: a.farm, Name: args[0]}
 			st, err := s.RefreshLock(c.Context(), k, owner, ttl)
 			if err != nil {
-				return err
+				return notHeldBy(args[0], owner, err)
 			}
 			fmt.Fprintf(a.stdout, "owner=%s token=%d expires_in=%s\n", owner, st.Token, remaining(st.Expires))
 			return nil

@@ -58,11 +58,15 @@ func acquire(ctx context.Context, m *lock.Manager, name string, f *lockFlags, op
 		opts = append(opts, lock.Fair(true))
 	}
 	if f.wait == 0 {
-		return m.TryAcquire(ctx, name, opts...)
+		l, err := m.TryAcquire(ctx, name, opts...)
+		return l, heldBy(ctx, m, name, opts, err)
 	}
 	l, err := m.Acquire(ctx, name, append(opts, lock.Wait(f.wait))...)
 	if errors.Is(err, dcsync.ErrLockUnavailable) && !errors.Is(err, context.Canceled) {
-		return nil, withCode(exitTimeout, fmt.Errorf("waited %v: %w", f.wait, err))
+		// The wait is over: the holder is read with a context of its own.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return nil, withCode(exitTimeout, fmt.Errorf("waited %v: %w", f.wait, heldBy(rctx, m, name, opts, err)))
 	}
 	return l, err
 }
@@ -131,7 +135,7 @@ nothing more when stderr is not a terminal.`,
 			if err != nil {
 				return err
 			}
-			return m.Release(c.Context(), args[0], f.owner, opts...)
+			return notHeldBy(args[0], f.owner, m.Release(c.Context(), args[0], f.owner, opts...))
 		},
 	}
 	rel.Flags().StringVar(&f.owner, "owner", "", "owner id printed by 'lock acquire'")

@@ -139,6 +139,7 @@ type app struct {
 	client   string
 	farm     string
 	level    string
+	verbose  bool // --verbose: errors with call paths
 	stdout   io.Writer
 	stderr   io.Writer
 	store    driver.Store
@@ -238,6 +239,7 @@ Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
 		"store URL: sqlite://PATH, memory:, hbase://ZK_HOST:PORT[,...] or aerospike://HOST:PORT/NAMESPACE (env DCSYNC_STORE); the default file is per user")
 	pf.StringVar(&a.client, "client", os.Getenv("DCSYNC_CLIENT"), "client id: the application that owns locks and latches (env DCSYNC_CLIENT)")
 	pf.StringVar(&a.farm, "farm", envOr("DCSYNC_FARM", "local"), "farm id: the data center this runs in (env DCSYNC_FARM)")
+	pf.BoolVar(&a.verbose, "verbose", false, "print errors with the library's call path and every cause")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
 	root.Version = versionString()
 	root.SetVersionTemplate("dcsync {{.Version}}\n")
@@ -339,21 +341,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		code = exitUsage
 	}
 	if !errors.As(err, &e) || !e.quiet {
-		fmt.Fprintln(stderr, "dcsync:", errorLine(err))
+		fmt.Fprintln(stderr, "dcsync:", errorText(err, a.verbose))
 	}
 	return code
-}
-
-// errorLine renders err on one line: the lines of a multi-line error (errors.Join, the
-// Aerospike client's error chains) joined with "; ".
-func errorLine(err error) string {
-	var parts []string
-	for _, l := range strings.Split(err.Error(), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			parts = append(parts, l)
-		}
-	}
-	return strings.Join(parts, "; ")
 }
 
 // syncWriter serialises writes: the output of the command lock run copies and dcsync's
