@@ -207,6 +207,7 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -429,6 +430,14 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 		default:
 			return nil, driver.Errorf(dcsync.InvalidArgument, op, "unknown parameter %q (want lock_table, latch_table_suffix, queue_table, zk_root)", k)
 		}
+	}
+	if err := checkNames(op, strings.Split(u.Host, ","), cfg, func(p string) string {
+		if p == "quorum" {
+			return "ZooKeeper server"
+		}
+		return p
+	}); err != nil {
+		return nil, err
 	}
 	client, err := hbaserpc.Dial(ctx, rpcCfg)
 	if err != nil {

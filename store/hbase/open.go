@@ -76,6 +76,16 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, driver.Errorf(dcsync.InvalidArgument, op, "quorum entry %q holds a comma: give one server per entry", h)
 		}
 	}
+	cfg := Config{
+		LockTable:        opts.LockTable,
+		LatchTableSuffix: opts.LatchTableSuffix,
+		QueueTable:       opts.QueueTable,
+		Logger:           opts.Logger,
+	}
+	fields := map[string]string{"quorum": "Options.Quorum entry", "lock_table": "Options.LockTable", "queue_table": "Options.QueueTable", "latch_table_suffix": "Options.LatchTableSuffix"}
+	if err := checkNames(op, hosts, cfg, func(p string) string { return fields[p] }); err != nil {
+		return nil, err
+	}
 	client, err := hbaserpc.Dial(ctx, hbaserpc.Config{
 		ZKQuorum:    strings.Join(hosts, ","),
 		ZKRoot:      opts.ZKRoot,
@@ -90,10 +100,5 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, driver.Wrap(err, dcsync.Connection, op)
 	}
-	return newStore(client, true, Config{
-		LockTable:        opts.LockTable,
-		LatchTableSuffix: opts.LatchTableSuffix,
-		QueueTable:       opts.QueueTable,
-		Logger:           opts.Logger,
-	}), nil
+	return newStore(client, true, cfg), nil
 }

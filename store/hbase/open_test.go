@@ -3,6 +3,7 @@ package hbase
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,41 @@ func TestOpenRefusesBadQuorum(t *testing.T) {
 		s, err := Open(ctx, Options{Quorum: q})
 		if !errors.Is(err, dcsync.ErrInvalidArgument) || s != nil {
 			t.Errorf("Open(Quorum %q) = %v, %v; want InvalidArgument", q, s, err)
+		}
+	}
+}
+
+// Names HBase would refuse, and ports out of range, are InvalidArgument before any I/O,
+// naming the setting (the URL parameter or the Options field).
+func TestOpenRefusesBadNames(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		url, want string
+	}{
+		{"hbase://127.0.0.1:70000", `ZooKeeper server "127.0.0.1:70000"`},
+		{"hbase://127.0.0.1:0", `ZooKeeper server "127.0.0.1:0"`},
+		{"hbase://127.0.0.1:1?lock_table=bad%20name", `lock_table "bad name"`},
+		{"hbase://127.0.0.1:1?queue_table=ns:-q", `queue_table "ns:-q"`},
+		{"hbase://127.0.0.1:1?queue_table=n-s:q", `queue_table "n-s:q"`},
+		{"hbase://127.0.0.1:1?lock_table=.x", `lock_table ".x"`},
+		{"hbase://127.0.0.1:1?latch_table_suffix=a/b", `latch_table_suffix "a/b"`},
+	} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := OpenURL(ctx, u)
+		if !errors.Is(err, dcsync.ErrInvalidArgument) || s != nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("OpenURL(%s) = %v, %v; want InvalidArgument naming %s", tc.url, s, err, tc.want)
+		}
+	}
+	s, err := Open(ctx, Options{Quorum: []string{"127.0.0.1:1"}, LockTable: "a b"})
+	if !errors.Is(err, dcsync.ErrInvalidArgument) || s != nil || !strings.Contains(err.Error(), "Options.LockTable") {
+		t.Errorf("Open(LockTable %q) = %v, %v; want InvalidArgument naming Options.LockTable", "a b", s, err)
+	}
+	for _, name := range []string{"dlm_locks", "ns:t-1.x", "default:T_2"} {
+		if err := checkTableName(name); err != nil {
+			t.Errorf("checkTableName(%q) = %v; HBase accepts it", name, err)
 		}
 	}
 }
