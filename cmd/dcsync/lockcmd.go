@@ -26,6 +26,7 @@ type lockFlags struct {
 	conflictSet  bool // --conflict-exit-code was given
 	fair         bool // --fair: lock.Fair(true)
 	json         bool // --json
+	force        bool // release --force
 }
 
 // holderTick is how often 'lock acquire --wait' redraws, on a terminal, who holds the
@@ -127,19 +128,34 @@ nothing more when stderr is not a terminal.`,
 	acq.Flags().BoolVar(&f.json, "json", false, `print one JSON object {"name","level","farm","held","owner","token","expires_at","expires_in_ms"}`)
 
 	rel := &cobra.Command{
-		Use:   "release NAME --owner ID",
-		Short: "Release a lock held by owner ID (exit 5 if ID does not hold it)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "release NAME (--owner ID | --force)",
+		Short: "Release a lock held by owner ID (exit 5 if ID does not hold it), or break it with --force",
+		Long: `Release a lock held by owner ID (exit 5 if ID does not hold it).
+
+With --force instead of --owner, break the lock whoever holds it (a stale lock whose
+holder is gone but whose lease has long to run): dcsync reads the holder and releases
+the lock as that holder, and prints whom it removed. The release is conditional on
+that holder: if the lock changed hands in between, nothing is removed (exit 5). The
+holder, if alive, loses its lease at its next renewal, and its fencing token is older
+than the next holder's. A lock a Java client holds records no owner and cannot be
+broken this way (exit 1). Free: exit 1.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			if f.force == (f.owner != "") {
+				return withCode(exitUsage, errors.New("give one of --owner ID and --force"))
+			}
 			m, opts, err := a.lockManager(c.Context(), nil)
 			if err != nil {
 				return err
 			}
-			return notHeldBy(args[0], f.owner, m.Release(c.Context(), args[0], f.owner, opts...))
+			if !f.force {
+				return notHeldBy(args[0], f.owner, m.Release(c.Context(), args[0], f.owner, opts...))
+			}
+			return a.breakLock(c.Context(), m, args[0], opts)
 		},
 	}
 	rel.Flags().StringVar(&f.owner, "owner", "", "owner id printed by 'lock acquire'")
-	_ = rel.MarkFlagRequired("owner")
+	rel.Flags().BoolVar(&f.force, "force", false, "break the lock whoever holds it, printing whom it removed")
 
 	status := &cobra.Command{
 		Use:   "status NAME",
@@ -243,4 +259,28 @@ CMD's own exit codes); 5 the lease was lost or could not be renewed in time.`,
 		cmd.AddCommand(c)
 	}
 	return cmd
+}
+
+// breakLock releases lock name as its current holder (lock release --force) and prints
+// whom it removed. The release is conditioned on the holder read: a lock that changed
+// hands in between is left alone.
+func (a *app) breakLock(ctx context.Context, m *lock.Manager, name string, opts []lock.CallOption) error {
+	st, err := m.Inspect(ctx, name, opts...)
+	if errors.Is(err, dcsync.ErrNotFound) {
+		return &said{msg: fmt.Sprintf("lock %q is not held: nothing to break", name), err: err}
+	}
+	if err != nil {
+		return err
+	}
+	if st.Owner == "" {
+		return &said{msg: fmt.Sprintf("lock %q is held by a Java client, which records no owner: it cannot be broken from dcsync; it ends with its lease (%s)", name, remaining(st.Expires))}
+	}
+	if err := m.Release(ctx, name, st.Owner, opts...); err != nil {
+		if dcsync.CodeOf(err) == dcsync.LockLost {
+			return &said{msg: fmt.Sprintf("lock %q changed hands while it was being broken (it was held by %s): nothing was removed", name, st.Owner), err: err}
+		}
+		return err
+	}
+	fmt.Fprintf(a.stdout, "released owner=%s token=%d expires_in=%s\n", st.Owner, st.Token, remaining(st.Expires))
+	return nil
 }

@@ -2,7 +2,7 @@
 // the shell.
 //
 //	dcsync lock acquire NAME [--level dc|xdc] [--ttl D] [--wait D] [--fair] [--json]
-//	dcsync lock release NAME --owner ID
+//	dcsync lock release NAME (--owner ID | --force)
 //	dcsync lock refresh NAME --owner ID [--ttl D]
 //	dcsync lock status NAME [--json]
 //	dcsync lock list [--json]
