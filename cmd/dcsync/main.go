@@ -245,6 +245,7 @@ Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
 	root.SetVersionTemplate("dcsync {{.Version}}\n")
 	root.AddCommand(newLockCmd(a), newLatchCmd(a), newQueueCmd(a), newBenchCmd(a), newDemoCmd(a), newVersionCmd(a))
 	refuseUnknownSubcommands(root)
+	addCompletions(a, root)
 	return root
 }
 
