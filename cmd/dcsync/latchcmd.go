@@ -26,7 +26,7 @@ func (a *app) latchManager(ctx context.Context, f *latchFlags) (*latch.Manager, 
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := latch.New(s, a.client, a.farm, latch.WithPollInterval(f.poll))
+	m, err := latch.New(s, a.client, a.farm, latch.WithPollInterval(f.poll), latch.WithLogger(a.cliLogger()))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -44,7 +44,7 @@ func (a *app) lockManager(ctx context.Context, wrap func(driver.LockStore) drive
 	if wrap != nil {
 		ls = wrap(ls)
 	}
-	m, err := lock.New(ls, a.client, a.farm)
+	m, err := lock.New(ls, a.client, a.farm, lock.WithLogger(a.cliLogger()))
 	if err != nil {
 		return nil, nil, err
 	}
