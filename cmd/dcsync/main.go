@@ -218,7 +218,7 @@ The store is --store URL (env DCSYNC_STORE):
   sqlite://PATH                        a SQLite file: processes of one host
   memory:                              this process only (nothing is shared)
   hbase://ZK_HOST:PORT[,ZK_HOST:PORT]  HBase through its ZooKeeper quorum
-                                       (?lock_table=&latch_table_suffix=&queue_table=&zk_root=)
+                                       (?lock_table=&latch_table_suffix=&queue_table=&zk_root=&open_timeout=)
   aerospike://HOST:PORT/NAMESPACE      Aerospike (?latch_set_suffix=&lock_set_suffix=
                                        &attempts=&retry_delay=&timeout=&op_ids_kept=)
 The default store is per user: a SQLite file in the state directory of the user who
