@@ -225,6 +225,8 @@ type Instruments struct {
 	reads        metric.Int64Counter
 	wakeupDelay  metric.Float64Histogram
 
+	queue queueInstruments
+
 	sets sync.Map // attrs -> metric.MeasurementOption
 }
 
@@ -299,12 +301,14 @@ func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) *Instrumen
 		metric.WithDescription("ReadLatches calls made by latch watchers."))
 	in.wakeupDelay, _ = m.Float64Histogram(MetricLatchWakeupDelay, metric.WithUnit("s"), secondsBuckets,
 		metric.WithDescription("Time from the observation of a count at or below zero to the Wait returning."))
+	in.queue = newQueueInstruments(m)
 	return in
 }
 
 // attrs is one combination of metric attributes; empty fields are left out.
 type attrs struct {
 	store, level, operation, outcome, code, source string
+	queue, group                                   string
 }
 
 // set returns the measurement option of a, built once per combination: recording a
@@ -325,6 +329,8 @@ func (in *Instruments) set(a attrs) metric.MeasurementOption {
 	add(AttrOutcome, a.outcome)
 	add(AttrErrorCode, a.code)
 	add(AttrWakeupSource, a.source)
+	add(AttrQueue, a.queue)
+	add(AttrGroup, a.group)
 	o, _ := in.sets.LoadOrStore(a, metric.WithAttributeSet(attribute.NewSet(kv...)))
 	return o.(metric.MeasurementOption)
 }
