@@ -247,7 +247,7 @@ func (q *Queue) applyReset(ctx context.Context, spec Spec, res ResetResult, forc
 			}
 		}
 		if err != nil {
-			return res, driver.Errorf(dcsync.CodeOf(err), op, "partition %d of group %q: %v (nothing reset)", pr.Partition, res.Group, err)
+			return res, driver.Errorf(dcsync.CodeOf(err), op, "partition %d of group %q (nothing reset): %w", pr.Partition, res.Group, err)
 		}
 		locks[i] = lk
 		lk.KeepAlive(kctx)
@@ -256,11 +256,11 @@ func (q *Queue) applyReset(ctx context.Context, spec Spec, res ResetResult, forc
 		lk := locks[i]
 		off, err := q.store.ClaimQueuePartition(ctx, spec.Name, res.Group, pr.Partition, lk.Token())
 		if err != nil {
-			return res, driver.Errorf(dcsync.CodeOf(err), op, "partition %d of group %q: claim: %v", pr.Partition, res.Group, err)
+			return res, driver.Errorf(dcsync.CodeOf(err), op, "partition %d of group %q: claim: %w", pr.Partition, res.Group, err)
 		}
 		next := driver.QueueOffset{Token: lk.Token(), Next: pr.To, Version: off.Version + 1}
 		if err := q.store.CommitQueueOffset(ctx, spec.Name, res.Group, pr.Partition, next); err != nil {
-			return res, driver.Errorf(dcsync.CodeOf(err), op, "partition %d of group %q: %v", pr.Partition, res.Group, err)
+			return res, driver.Errorf(dcsync.CodeOf(err), op, "partition %d of group %q: %w", pr.Partition, res.Group, err)
 		}
 		res.Partitions[i].Applied = true
 	}
