@@ -63,8 +63,9 @@ func (c *Consumer) Ack(ctx context.Context, msgs ...*Message) error {
 	}
 	byPart, pts, err := c.mark("queue.Ack", msgs)
 	errs := []error{err}
-	for _, pt := range pts {
-		werr := c.write(ctx, pt, writeAck)
+	werrs := c.writeMany(ctx, pts, writeAck)
+	for i, pt := range pts {
+		werr := werrs[i]
 		c.mu.Lock()
 		recorded := true
 		for _, en := range byPart[pt] {

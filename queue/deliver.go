@@ -229,11 +229,7 @@ func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, doomed []dead
 // per partition per claim (and again after commits left nothing delivered at the
 // offset, or after a visibility timeout).
 func (c *Consumer) prepare(ctx context.Context, pts []*part) error {
-	var errs []error
-	for _, pt := range pts {
-		errs = append(errs, c.write(ctx, pt, writeHeld))
-	}
-	return errors.Join(errs...)
+	return errors.Join(c.writeMany(ctx, pts, writeHeld)...)
 }
 
 func (c *Consumer) message(pt *part, en *entry) *Message {
