@@ -44,11 +44,16 @@ type trimJob struct {
 }
 
 // maybeTrim starts a trim pass when pt's offset moved since its last trim and the
-// last pass is at least the retention check period old: the pass covers every owned
+// last pass (or the first call) is at least the retention check period old: the pass covers every owned
 // partition whose offset moved. Commits call it; so does the rebalance loop, for the
 // trims a commit skipped.
 func (c *Consumer) maybeTrim(pt *part) {
 	c.mu.Lock()
+	if c.trims.last.IsZero() {
+		// The first pass one period after the consumer starts, as every later one:
+		// the deletes of a period's acks go in one pass.
+		c.trims.last = time.Now()
+	}
 	due := pt.next > pt.trimmedTo && !c.trims.running && !c.closing &&
 		time.Since(c.trims.last) >= c.q.opts.retentionCheckPeriod
 	var jobs []trimJob
