@@ -12,7 +12,8 @@ package queue
 //     owner's previous write, one write at a time per partition (part.commitMu): the
 //     store applies it only while the token is stored and the stored Version is
 //     lower, so a late first attempt of a write never undoes a later one.
-//     TestOffsetVersionsIncreasePerOwner.
+//     TestOffsetVersionsIncreasePerOwner. Writes of several partitions at once
+//     (writeMany) take their commitMu in partition order, as AckTx does.
 //   - A write refused with LockLost drops the partition (rebalance.go, drop).
 //     TestRefusedWriteDropsThePartition.
 //   - Next moves over the acked prefix only; acks above an un-acked entry are Acked
