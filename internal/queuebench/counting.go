@@ -110,9 +110,9 @@ func lockKind(name string) string {
 
 // Count wraps s so that every call is counted in counts. The wrapper offers
 // driver.LockBatcher exactly when s does, and driver.QueueTxCommitter with WriteTx
-// (SQLite's transactions, counted as "WriteTx", and the offset commits within them as "WriteTx.commits") exactly when
-// s offers both, so that the lock and queue packages make the same calls through it as
-// on s; and driver.CloseNotifier.
+// exactly when s offers both (SQLite: its transactions are counted as "WriteTx", the
+// offset commits within them as "WriteTx.commits"), so that the lock and queue
+// packages make the same calls through it as on s; and driver.CloseNotifier.
 func Count(s driver.Store, counts *Counts) driver.Store {
 	c := &counting{s: s, c: counts}
 	txc, ok1 := s.(driver.QueueTxCommitter)
