@@ -8,9 +8,11 @@ package queue
 // TestConformance/Queue):
 //
 //   - Ack returns nil only once every ack is in the offset record, written by one
-//     conditional write per partition (commit.go): a message whose Ack returned nil
-//     is never delivered again to the group. TestAckFailsWhenTheWriteFails, suite
-//     AcrossOwners/RebalanceKeepsAcksAboveANack.
+//     conditional write per partition (commit.go; the partitions of one Ack in one
+//     SQLite transaction, or at once on the other stores): a message whose Ack
+//     returned nil is never delivered again to the group. TestAckFailsWhenTheWriteFails,
+//     suite AcrossOwners/RebalanceKeepsAcksAboveANack. A write refused in that
+//     transaction does not stop the others'. TestAckOfSeveralPartitionsIsOneTransaction.
 //   - Acks above an un-acked message are persisted as Acked marks (commit.go,
 //     snapshot). Suite AcrossOwners/RebalanceKeepsAcksAboveANack,
 //     AcrossOwners/DeathKeepsAcksAndAttempts, AcrossOwners/MarksWindow.
@@ -52,7 +54,8 @@ func ByPartition(msgs []*Message) [][]*Message {
 
 // Ack acknowledges messages. It returns nil only once every ack is in the offset
 // record: each partition's offset advances over its acked prefix, and acks above an
-// un-acked message are recorded as marks, in one conditional write per partition.
+// un-acked message are recorded as marks, in one conditional write per partition (on
+// SQLite, those of every partition in one transaction).
 // It returns an error matching dcsync.ErrLockLost for messages the consumer no longer
 // holds: of partitions it no longer owns (their events are, or will be, delivered to
 // the new owner), and deliveries whose visibility deadline passed, that were nacked,
@@ -63,8 +66,9 @@ func (c *Consumer) Ack(ctx context.Context, msgs ...*Message) error {
 	}
 	byPart, pts, err := c.mark("queue.Ack", msgs)
 	errs := []error{err}
-	for _, pt := range pts {
-		werr := c.write(ctx, pt, writeAck)
+	werrs := c.writeMany(ctx, pts, writeAck)
+	for i, pt := range pts {
+		werr := werrs[i]
 		c.mu.Lock()
 		recorded := true
 		for _, en := range byPart[pt] {

@@ -12,7 +12,8 @@ package queue
 //     owner's previous write, one write at a time per partition (part.commitMu): the
 //     store applies it only while the token is stored and the stored Version is
 //     lower, so a late first attempt of a write never undoes a later one.
-//     TestOffsetVersionsIncreasePerOwner.
+//     TestOffsetVersionsIncreasePerOwner. Writes of several partitions at once
+//     (writeMany) take their commitMu in partition order, as AckTx does.
 //   - A write refused with LockLost drops the partition (rebalance.go, drop).
 //     TestRefusedWriteDropsThePartition.
 //   - Next moves over the acked prefix only; acks above an un-acked entry are Acked
@@ -34,7 +35,9 @@ package queue
 
 import (
 	"context"
+	"database/sql"
 	"errors"
+	"sort"
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
@@ -161,6 +164,113 @@ func (c *Consumer) write(ctx context.Context, pt *part, kind int) error {
 	}
 	c.maybeTrim(pt)
 	return nil
+}
+
+// writeMany writes the offset records of pts (distinct partitions), each as write
+// would (its own snapshot, condition, Version and outcome), and returns each one's
+// error. On a store that commits in SQL transactions (SQLite: driver.QueueTxCommitter
+// and WriteTx) the records go in one transaction, one commit of the file instead of
+// one per partition; on the others the writes run at once, up to `readers` at a time.
+// A record refused with LockLost in the transaction changes nothing of it (the store's
+// conditional UPDATE matched no row) and does not stop the others.
+func (c *Consumer) writeMany(ctx context.Context, pts []*part, kind int) []error {
+	errs := make([]error, len(pts))
+	if len(pts) == 1 {
+		errs[0] = c.write(ctx, pts[0], kind)
+		return errs
+	}
+	// commitMu in partition order, as AckTx takes them.
+	order := make([]*part, len(pts))
+	copy(order, pts)
+	sort.Slice(order, func(i, j int) bool { return order[i].p < order[j].p })
+	for _, pt := range order {
+		pt.commitMu.Lock()
+	}
+	defer func() {
+		for _, pt := range order {
+			pt.commitMu.Unlock()
+		}
+	}()
+	snaps := make([]snapshot, len(pts))
+	ok := make([]bool, len(pts))
+	c.mu.Lock()
+	for i, pt := range pts {
+		if c.owned[pt.p] != pt {
+			errs[i] = driver.Errorf(dcsync.LockLost, "queue.commit", "partition %d (token %d) is no longer owned by this consumer", pt.p, pt.token)
+			continue
+		}
+		snaps[i], errs[i] = c.snapshot(pt, kind)
+		ok[i] = errs[i] == nil
+	}
+	c.mu.Unlock()
+	txc, ok1 := c.q.store.(driver.QueueTxCommitter)
+	txs, ok2 := c.q.store.(txStore)
+	if ok1 && ok2 {
+		c.putTx(ctx, txc, txs, pts, snaps, ok, errs)
+	} else {
+		parallel(len(pts), func(i int) {
+			if ok[i] {
+				errs[i] = c.put(ctx, pts[i], snaps[i], true)
+			}
+		})
+	}
+	for i, pt := range pts {
+		if ok[i] && errs[i] == nil {
+			c.maybeTrim(pt)
+		}
+	}
+	return errs
+}
+
+// putTx is put of several partitions' snapshots (those with ok[i]) in one SQL
+// transaction, with every pts[i].commitMu held; it sets errs[i].
+func (c *Consumer) putTx(ctx context.Context, txc driver.QueueTxCommitter, txs txStore, pts []*part, snaps []snapshot, ok []bool, errs []error) {
+	var todo []int
+	for i, pt := range pts {
+		switch {
+		case !ok[i] || snaps[i].same:
+		case !pt.lk.Held():
+			errs[i] = driver.Errorf(dcsync.LockLost, "queue.commit", "partition %d: the lease of token %d is over", pt.p, pt.token)
+		default:
+			pt.version++
+			snaps[i].off.Version = pt.version
+			todo = append(todo, i)
+		}
+	}
+	if len(todo) > 0 {
+		res := make([]error, len(pts))
+		err := txs.WriteTx(ctx, func(tx *sql.Tx) error {
+			clear(res) // a busy attempt was rolled back: this one starts afresh
+			for _, i := range todo {
+				err := txc.CommitQueueOffsetTx(ctx, tx, c.name, c.group, pts[i].p, snaps[i].off)
+				if errors.Is(err, dcsync.ErrLockLost) {
+					res[i] = err // refused: nothing of this record was written
+					continue
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		for _, i := range todo {
+			if errs[i] = res[i]; err != nil {
+				errs[i] = err
+			}
+		}
+	}
+	c.mu.Lock()
+	for i, pt := range pts {
+		if ok[i] {
+			c.apply(pt, snaps[i], errs[i] == nil)
+		}
+	}
+	c.mu.Unlock()
+	for i, pt := range pts {
+		if ok[i] && errors.Is(errs[i], dcsync.ErrLockLost) {
+			c.drop(pt)
+		}
+	}
 }
 
 // put writes s with pt.commitMu held, with the next Version of the record. A

@@ -128,6 +128,7 @@ type Consumer struct {
 	wg       sync.WaitGroup
 	fillMu   sync.Mutex
 	rot      int
+	trims    trimState // under mu (trim.go)
 
 	// Membership as the run goroutine last read it (only it uses these): hi is one
 	// past the highest occupied slot, view the occupied slots whose assignment is
@@ -201,8 +202,7 @@ type part struct {
 	holeSince time.Time
 	// commitMu serializes the writes of the offset record, each with the next Version.
 	commitMu  sync.Mutex
-	lastTrim  time.Time
-	trimmedTo uint64 // the offset the latest trim was started for
+	trimmedTo uint64 // the offset up to which the latest trim of the partition went (trim.go)
 }
 
 // Entry states.

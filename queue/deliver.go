@@ -227,13 +227,10 @@ func (c *Consumer) collect(n int, now time.Time) (msgs []*Message, doomed []dead
 // held by this consumer's token, so that a successor counts a failed attempt if it
 // dies with a delivery in flight, and with every failed attempt recorded. One write
 // per partition per claim (and again after commits left nothing delivered at the
-// offset, or after a visibility timeout).
+// offset, or after a visibility timeout); the partitions of one Receive are written
+// together (writeMany: one SQLite transaction, or at once).
 func (c *Consumer) prepare(ctx context.Context, pts []*part) error {
-	var errs []error
-	for _, pt := range pts {
-		errs = append(errs, c.write(ctx, pt, writeHeld))
-	}
-	return errors.Join(errs...)
+	return errors.Join(c.writeMany(ctx, pts, writeHeld)...)
 }
 
 func (c *Consumer) message(pt *part, en *entry) *Message {

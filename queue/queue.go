@@ -80,6 +80,10 @@ const (
 	MaxKeyLen = driver.MaxQueueKeyLen
 )
 
+// defaultTrimPeriod is how often at most a consumer trims (one pass over its
+// partitions, trim.go).
+const defaultTrimPeriod = 5 * time.Second
+
 // Defaults of the options.
 const (
 	DefaultLease        = 30 * time.Second
@@ -165,7 +169,7 @@ func newOptions(opts []Option) (options, error) {
 		visibility: DefaultVisibility, maxAttempts: DefaultMaxAttempts,
 		minBackoff: 100 * time.Millisecond, maxBackoff: 10 * time.Second,
 		holeTimeout: DefaultHoleTimeout, pollInterval: DefaultPollInterval, log: slog.Default(),
-		retentionCheckPeriod: time.Second}
+		retentionCheckPeriod: defaultTrimPeriod}
 	for _, f := range opts {
 		f(&o)
 	}

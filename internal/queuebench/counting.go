@@ -2,6 +2,7 @@ package queuebench
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"sort"
 	"strconv"
@@ -108,14 +109,72 @@ func lockKind(name string) string {
 }
 
 // Count wraps s so that every call is counted in counts. The wrapper offers
-// driver.LockBatcher exactly when s does (so the lock and queue packages make the same
-// calls through it as on s), and driver.CloseNotifier.
+// driver.LockBatcher exactly when s does, and driver.QueueTxCommitter with WriteTx
+// exactly when s offers both (SQLite: its transactions are counted as "WriteTx", the
+// offset commits within them as "WriteTx.commits"), so that the lock and queue
+// packages make the same calls through it as on s; and driver.CloseNotifier.
 func Count(s driver.Store, counts *Counts) driver.Store {
 	c := &counting{s: s, c: counts}
-	if b, ok := s.(driver.LockBatcher); ok {
+	txc, ok1 := s.(driver.QueueTxCommitter)
+	txs, ok2 := s.(txWriter)
+	b, batching := s.(driver.LockBatcher)
+	switch {
+	case batching && ok1 && ok2:
+		return &countingTxBatcher{countingBatcher: &countingBatcher{counting: c, b: b}, tx: countingTx{txc, txs, counts}}
+	case batching:
 		return &countingBatcher{counting: c, b: b}
+	case ok1 && ok2:
+		return &countingTxStore{counting: c, tx: countingTx{txc, txs, counts}}
 	}
 	return c
+}
+
+// txWriter is a store whose queue lives in a SQL database (SQLite's WriteTx).
+type txWriter interface {
+	WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error
+}
+
+// countingTx counts the transaction calls of a SQL store.
+type countingTx struct {
+	txc driver.QueueTxCommitter
+	txs txWriter
+	c   *Counts
+}
+
+func (t *countingTx) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	t.c.add("WriteTx", 1)
+	return t.txs.WriteTx(ctx, fn)
+}
+
+func (t *countingTx) CommitQueueOffsetTx(ctx context.Context, tx any, name, group string, p int, off driver.QueueOffset) error {
+	t.c.add("WriteTx.commits", 1)
+	return t.txc.CommitQueueOffsetTx(ctx, tx, name, group, p, off)
+}
+
+type countingTxStore struct {
+	*counting
+	tx countingTx
+}
+
+func (w *countingTxStore) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return w.tx.WriteTx(ctx, fn)
+}
+
+func (w *countingTxStore) CommitQueueOffsetTx(ctx context.Context, tx any, name, group string, p int, off driver.QueueOffset) error {
+	return w.tx.CommitQueueOffsetTx(ctx, tx, name, group, p, off)
+}
+
+type countingTxBatcher struct {
+	*countingBatcher
+	tx countingTx
+}
+
+func (w *countingTxBatcher) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return w.tx.WriteTx(ctx, fn)
+}
+
+func (w *countingTxBatcher) CommitQueueOffsetTx(ctx context.Context, tx any, name, group string, p int, off driver.QueueOffset) error {
+	return w.tx.CommitQueueOffsetTx(ctx, tx, name, group, p, off)
 }
 
 // EmulateBatches returns s with driver.LockBatcher added when s lacks it, done one lock

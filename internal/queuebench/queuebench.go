@@ -59,6 +59,32 @@ type Config struct {
 	QueueOptions []queue.Option
 }
 
+// open opens a store handle wrapped in Count: the ReceiveAck and ProduceConsume cases
+// report the store calls they made per batch (counts noise cannot change).
+func (c *Config) open(b *testing.B, counts *Counts) driver.Store {
+	return Count(c.Open(b), counts)
+}
+
+// reportCalls reports the store calls made since before, per batch of the case: the
+// total ("calls/batch"), the writes among them ("writes/batch": offset commits, trims,
+// claims, lock writes, SQL write transactions; the offset commits inside a
+// transaction are not round trips and count in neither) and, in the log, each
+// operation's count.
+func reportCalls(b *testing.B, counts *Counts, before Calls, batches int) {
+	d := counts.Snapshot().Sub(before)
+	var writes int64
+	for op, n := range d {
+		switch op {
+		case "CommitQueueOffset", "TrimQueue", "ClaimQueuePartition", "AbortQueueSeq",
+			"AcquireLock", "RefreshLock", "ReleaseLock", "RefreshLocks", "WriteTx":
+			writes += n
+		}
+	}
+	b.ReportMetric(float64(d.Total())/float64(batches), "calls/batch")
+	b.ReportMetric(float64(writes)/float64(batches), "writes/batch")
+	b.Logf("store calls in %d batches: %v", batches, d)
+}
+
 func (c *Config) defaults() {
 	if c.Batch == 0 {
 		c.Batch = 500
@@ -186,7 +212,8 @@ func Run(b *testing.B, cfg Config) {
 	}
 	for _, n := range cfg.Scales {
 		b.Run(fmt.Sprintf("ReceiveAck/consumers=%d/queue", n), func(b *testing.B) {
-			s := cfg.Open(b)
+			counts := NewCounts()
+			s := cfg.open(b, counts)
 			q, err := queue.Create(ctx, s, queue.Spec{Name: name(b), Partitions: cfg.Partitions, Groups: []string{"g"}}, cfg.QueueOptions...)
 			if err != nil {
 				b.Fatal(err)
@@ -219,6 +246,7 @@ func Run(b *testing.B, cfg Config) {
 					break
 				}
 			}
+			before := counts.Snapshot()
 			b.ResetTimer()
 			var got atomic.Int64
 			var wg sync.WaitGroup
@@ -248,6 +276,7 @@ func Run(b *testing.B, cfg Config) {
 				b.Fatalf("received %d of %d", got.Load(), total)
 			}
 			report(b, total)
+			reportCalls(b, counts, before, b.N)
 		})
 		b.Run(fmt.Sprintf("ReceiveAck/consumers=%d/raw", n), func(b *testing.B) {
 			// The rows read are the ones Write wrote for the same reader before: b.N
@@ -283,7 +312,8 @@ func Run(b *testing.B, cfg Config) {
 		})
 	}
 	b.Run("ProduceConsume/queue", func(b *testing.B) {
-		s := cfg.Open(b)
+		counts := NewCounts()
+		s := cfg.open(b, counts)
 		q, err := queue.Create(ctx, s, queue.Spec{Name: name(b), Partitions: cfg.Partitions, Groups: []string{"g"}}, cfg.QueueOptions...)
 		if err != nil {
 			b.Fatal(err)
@@ -297,6 +327,7 @@ func Run(b *testing.B, cfg Config) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		total := b.N * cfg.Batch
+		before := counts.Snapshot()
 		b.ResetTimer()
 		done := make(chan error, 1)
 		go func() {
@@ -321,6 +352,7 @@ func Run(b *testing.B, cfg Config) {
 			b.Fatal(err)
 		}
 		report(b, total)
+		reportCalls(b, counts, before, b.N)
 	})
 	b.Run("ProduceConsume/raw-write", func(b *testing.B) {
 		if err := split(2, b.N, func(w, k int) error { return cfg.Raw.Write(ctx, w, ps) }); err != nil {
