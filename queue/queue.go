@@ -355,6 +355,9 @@ func (q *Queue) append(ctx context.Context, qe []driver.QueueEvent) ([]driver.Qu
 // PartitionLag is one partition's position for a group.
 type PartitionLag struct {
 	Partition int
+	// Dead labels the group's dead-letter partition (Partition = Spec().Partitions +
+	// the group's index); the others are event partitions.
+	Dead bool
 	// Head is the partition's next sequence number; Next is the group's first
 	// unacknowledged one (raised to the partition's floor); Lag is Head - Next.
 	Head, Next, Lag uint64
@@ -362,8 +365,9 @@ type PartitionLag struct {
 	Token uint64
 }
 
-// Lag reports group's lag per partition (its dead-letter partition last, with
-// Partition = Spec().Partitions + the group's index).
+// Lag reports group's lag per partition (its dead-letter partition last, labelled
+// Dead, with Partition = Spec().Partitions + the group's index). Describe reads more:
+// owners, attempts and member slots.
 func (q *Queue) Lag(ctx context.Context, group string) ([]PartitionLag, error) {
 	spec, gi, err := q.group(ctx, group)
 	if err != nil {
@@ -385,7 +389,7 @@ func (q *Queue) Lag(ctx context.Context, group string) ([]PartitionLag, error) {
 	out := make([]PartitionLag, len(ps))
 	for i, p := range ps {
 		next := max(offs[i].Next, bounds[i].Floor)
-		l := PartitionLag{Partition: p, Head: bounds[i].Head, Next: next, Token: offs[i].Token}
+		l := PartitionLag{Partition: p, Dead: p >= spec.Partitions, Head: bounds[i].Head, Next: next, Token: offs[i].Token}
 		if l.Head > next {
 			l.Lag = l.Head - next
 		}

@@ -183,6 +183,7 @@ other.`,
 	}
 	cmd.AddCommand(newQueueCreateCmd(a), newQueueSendCmd(a), newQueueReceiveCmd(a),
 		newQueueLagCmd(a), newQueueDeadCmd(a))
+	cmd.AddCommand(queueAdminCmds(a)...)
 	return cmd
 }
 

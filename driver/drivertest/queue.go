@@ -24,6 +24,7 @@ func runQueue(t *testing.T, h Harness) {
 	t.Run("Dedup", func(t *testing.T) { runDedup(t, h) })
 	t.Run("Offsets", func(t *testing.T) { runOffsets(t, h) })
 	t.Run("Names", func(t *testing.T) { runNames(t, h) })
+	t.Run("List", func(t *testing.T) { runQueueList(t, h) })
 	t.Run("Concurrency", func(t *testing.T) { runConcurrency(t, h) })
 	t.Run("Processes", func(t *testing.T) {
 		if h.ProcessEnv == nil {
