@@ -192,11 +192,11 @@ func exporterScrapedOn(t *testing.T, c *cli) {
 
 	query := scrapedByPrometheus(t, metrics)
 	for q, want := range map[string]float64{
-		`dcsync_queue_group_lag{queue="` + name + `",group="billing"}`:                  3,
-		`sum(dcsync_queue_lag{queue="` + name + `",group="audit"})`:                     5,
-		`dcsync_queue_dead_letters{queue="` + name + `",group="billing"}`:               0,
-		`dcsync_lock_token{client="app",name="` + name + `-lock"}`:                      1,
-		`dcsync_latch_count{client="app",name="` + name + `-latch"}`:                    4,
+		`dcsync_queue_group_lag{queue="` + name + `",group="billing"}`:                   3,
+		`sum(dcsync_queue_lag{queue="` + name + `",group="audit"})`:                      5,
+		`dcsync_queue_dead_letters{queue="` + name + `",group="billing"}`:                0,
+		`dcsync_lock_token{client="app",name="` + name + `-lock"}`:                       1,
+		`dcsync_latch_count{client="app",name="` + name + `-latch"}`:                     4,
 		`dcsync_lock_expires_in_seconds{client="app",name="` + name + `-lock"} > bool 0`: 1,
 	} {
 		if got := query(q); got != want {
