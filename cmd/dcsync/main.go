@@ -243,7 +243,7 @@ Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
 	root.Version = versionString()
 	root.SetVersionTemplate("dcsync {{.Version}}\n")
-	root.AddCommand(newLockCmd(a), newLatchCmd(a), newQueueCmd(a), newBenchCmd(a), newDemoCmd(a), newVersionCmd(a))
+	root.AddCommand(newLockCmd(a), newLatchCmd(a), newQueueCmd(a), newBenchCmd(a), newExporterCmd(a), newDemoCmd(a), newVersionCmd(a))
 	refuseUnknownSubcommands(root)
 	addCompletions(a, root)
 	return root
