@@ -396,7 +396,8 @@ func (s *Store) ready(ctx context.Context, op string, t *lazyTable) error {
 //
 // where the host part is the ZooKeeper quorum and every query parameter is optional
 // (see Config; zk_root is HBase's root znode, default /hbase; open_timeout bounds
-// reaching the cluster, default DefaultOpenTimeout). Unknown parameters are an
+// reaching the cluster, as Options.OpenTimeout: by default only ctx does, and a quorum
+// where no server accepts a connection fails at once). Unknown parameters are an
 // InvalidArgument error.
 func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	const op = "hbase.OpenURL"

@@ -4,7 +4,9 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dcsync/dcsync"
@@ -34,8 +36,10 @@ type Options struct {
 
 	// DialTimeout bounds connecting to ZooKeeper or to one HBase server. Default 5s.
 	DialTimeout time.Duration
-	// OpenTimeout bounds Open as a whole (every attempt to reach ZooKeeper and locate
-	// the meta region), unless ctx ends sooner. Default 5s (DefaultOpenTimeout).
+	// OpenTimeout bounds Open as a whole (every attempt to locate the cluster's meta
+	// region through ZooKeeper), when ctx does not end sooner. Default: none beyond
+	// ctx. Either way a quorum where no server accepts a TCP connection fails at once
+	// (each server tried for DialTimeout).
 	OpenTimeout time.Duration
 	// RPCTimeout bounds one attempt of one RPC when the context allows longer; it is
 	// also sent to the server as the call's timeout. Default 30s.
@@ -107,60 +111,82 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 	return newStore(client, true, cfg), nil
 }
 
-// DefaultOpenTimeout bounds Open and OpenURL when no other bound is given.
-const DefaultOpenTimeout = 5 * time.Second
+// An open first checks that some ZooKeeper server of the quorum accepts a TCP
+// connection (each tried for DialTimeout, in parallel): when none does, it fails at
+// once with what each answered, instead of retrying for seconds. A reachable but slow
+// cluster is then given as long as ctx (or OpenTimeout, when set) allows: a busy
+// machine is not an unreachable cluster.
 
-// dialWithin dials the cluster of cfg, giving up after within (DefaultOpenTimeout if 0)
+// dialWithin dials the cluster of cfg, giving up after within (no bound of its own if 0)
 // or when ctx ends. An unreachable cluster is a Connection error that says what was
-// tried: the quorum, the root znode and for how long.
+// tried: each ZooKeeper server and what it answered, or that ZooKeeper answers but no
+// HBase was found under the root znode.
 func dialWithin(ctx context.Context, op string, within time.Duration, cfg hbaserpc.Config) (*hbaserpc.Client, error) {
-	if within <= 0 {
-		within = DefaultOpenTimeout
+	root := cfg.ZKRoot
+	if root == "" {
+		root = "/hbase"
 	}
-	dctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
+	dialTimeout := cfg.DialTimeout
+	if dialTimeout <= 0 {
+		dialTimeout = 5 * time.Second
+	}
+	if tried, reachable := probeQuorum(ctx, cfg.ZKQuorum, dialTimeout); !reachable && ctx.Err() == nil {
+		return nil, driver.Errorf(dcsync.Connection, op, "could not reach the HBase cluster: no ZooKeeper server accepts connections: %s", tried)
+	}
+	dctx := ctx
+	if within > 0 {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(ctx, within)
+		defer cancel()
+	}
 	client, err := hbaserpc.Dial(dctx, cfg)
 	if err == nil {
 		return client, nil
 	}
 	if ctx.Err() == nil && dctx.Err() != nil || dcsync.CodeOf(err) == dcsync.RetriesExhausted {
-		root := cfg.ZKRoot
-		if root == "" {
-			root = "/hbase"
+		tried, _ := probeQuorum(ctx, cfg.ZKQuorum, dialTimeout)
+		what := "gave up"
+		if within > 0 && dctx.Err() != nil {
+			what = "gave up after " + within.String()
 		}
-		return nil, driver.Errorf(dcsync.Connection, op, "could not reach the HBase cluster within %v: %s: %w", within, probeQuorum(ctx, cfg.ZKQuorum, root), err)
+		return nil, driver.Errorf(dcsync.Connection, op, "could not reach the HBase cluster (%s): %s; no HBase meta region was found under znode %s (is HBase running, and is zk_root right?): %w", what, tried, root, err)
 	}
 	return nil, driver.Wrap(err, dcsync.Connection, op)
 }
 
-// probeQuorum says what a failed open tried: each ZooKeeper server and whether a TCP
-// connection to it succeeds now (when one does, ZooKeeper answered but no HBase meta
-// region was found under root: HBase is down or zk_root is wrong).
-func probeQuorum(ctx context.Context, quorum, root string) string {
-	var parts []string
-	reachable := false
+// probeQuorum tries a TCP connection to every ZooKeeper server of quorum at once, each
+// for at most timeout, and says what each answered; reachable reports that one
+// accepted.
+func probeQuorum(ctx context.Context, quorum string, timeout time.Duration) (tried string, reachable bool) {
+	var addrs []string
 	for _, h := range strings.Split(quorum, ",") {
 		if h = strings.TrimSpace(h); h == "" {
 			continue
 		}
-		addr := h
 		if !strings.Contains(h, ":") {
-			addr = net.JoinHostPort(h, "2181")
+			h = net.JoinHostPort(h, "2181")
 		}
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		c, err := (&net.Dialer{}).DialContext(pctx, "tcp", addr)
-		cancel()
-		if err != nil {
-			parts = append(parts, "ZooKeeper "+addr+": "+err.Error())
-			continue
-		}
-		c.Close()
-		reachable = true
-		parts = append(parts, "ZooKeeper "+addr+" accepts connections")
+		addrs = append(addrs, h)
 	}
-	msg := strings.Join(parts, "; ")
-	if reachable {
-		msg += "; no HBase meta region was found under znode " + root + " (is HBase running, and is zk_root right?)"
+	answers := make([]string, len(addrs))
+	ok := make([]bool, len(addrs))
+	var wg sync.WaitGroup
+	for i, addr := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			c, err := (&net.Dialer{}).DialContext(pctx, "tcp", addr)
+			if err != nil {
+				answers[i] = "ZooKeeper " + addr + ": " + err.Error()
+				return
+			}
+			c.Close()
+			ok[i] = true
+			answers[i] = "ZooKeeper " + addr + " accepts connections"
+		}()
 	}
-	return msg
+	wg.Wait()
+	return strings.Join(answers, "; "), slices.Contains(ok, true)
 }

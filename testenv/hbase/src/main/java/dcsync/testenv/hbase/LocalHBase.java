@@ -61,6 +61,13 @@ public final class LocalHBase {
     conf.setInt("hbase.master.wait.on.regionservers.mintostart", 1);
     conf.setInt("hbase.regionserver.msginterval", 1000);
     conf.setInt("hbase.zookeeper.property.maxClientCnxns", 1000);
+    // The master and region server must outlive a starved machine: on a shared 2-core
+    // host at load average 50, their ZooKeeper sessions (default 90 s asked, capped by
+    // the embedded server at 20 ticks of 2 s = 40 s) expired and both aborted. Ticks of
+    // 6 s allow the 120 s asked here. No test here kills a region server on this
+    // launcher (the cluster launcher, LocalHBaseMulti, keeps its own short timeout).
+    conf.setInt("hbase.zookeeper.property.tickTime", 6000);
+    conf.setInt("zookeeper.session.timeout", 120_000);
     return conf;
   }
 

@@ -330,6 +330,7 @@ public final class LocalHBaseMulti {
     // A region server that loses its master or ZooKeeper session gives up soon, and the
     // master declares a crashed one dead as soon as its ZooKeeper node goes.
     conf.setInt("zookeeper.session.timeout", 10_000);
+    conf.setInt("hbase.zookeeper.property.tickTime", 2000); // LocalHBase's 6 s would make the minimum 12 s
     // An aborting region server schedules a task that ends the whole process when the
     // abort has not finished within hbase.regionserver.abort.timeout (20 min): the
     // timer outlives an abort that did finish, and in this JVM it would take the master
