@@ -40,7 +40,7 @@ func PopulateQueue(t *testing.T, ctx context.Context, s driver.QueueStore, name 
 		for i := 0; i < 4; i++ {
 			e := driver.QueueEvent{Partition: p, Key: fmt.Sprintf("k%d", i), Payload: []byte(fmt.Sprintf("p%d-%d", p, i))}
 			if i%2 == 0 {
-				e.ID = fmt.Sprintf("id-%d-%d", p, i)
+				e.ID = populatedID(p, i)
 			}
 			evs = append(evs, e)
 		}
@@ -60,6 +60,17 @@ func PopulateQueue(t *testing.T, ctx context.Context, s driver.QueueStore, name 
 		}
 	}
 	return spec
+}
+
+func populatedID(p, i int) string { return fmt.Sprintf("id-%d-%d", p, i) }
+
+// PopulatedIDs are the event ids PopulateQueue appends to a queue of spec.
+func PopulatedIDs(spec driver.QueueSpec) []string {
+	var ids []string
+	for p := 0; p < spec.StoragePartitions(); p++ {
+		ids = append(ids, populatedID(p, 0), populatedID(p, 2))
+	}
+	return ids
 }
 
 // queueSnapshot is everything the store API shows of a queue.
@@ -159,7 +170,7 @@ func runDeleteStore(t *testing.T, h Harness) {
 	}
 	var evs []driver.QueueEvent
 	for p := 0; p < spec.StoragePartitions(); p++ {
-		evs = append(evs, driver.QueueEvent{Partition: p, ID: fmt.Sprintf("id-%d-0", p), Payload: []byte("new")})
+		evs = append(evs, driver.QueueEvent{Partition: p, ID: populatedID(p, 0), Payload: []byte("new")})
 	}
 	res, err := s.AppendQueue(ctx, name, evs)
 	must(t, err, "AppendQueue to the queue created again")
@@ -175,7 +186,7 @@ func runDeleteStore(t *testing.T, h Harness) {
 	if got := snapshot(t, ctx, s, otherName); !reflect.DeepEqual(got, other) {
 		t.Fatalf("another queue changed under DeleteQueue:\n got %+v\nwant %+v", got, other)
 	}
-	res, err = s.AppendQueue(ctx, otherName, []driver.QueueEvent{{Partition: 1, ID: "id-1-0", Payload: []byte("again")}})
+	res, err = s.AppendQueue(ctx, otherName, []driver.QueueEvent{{Partition: 1, ID: populatedID(1, 0), Payload: []byte("again")}})
 	must(t, err, "AppendQueue to the other queue")
 	if !res[0].Duplicate || res[0].Seq != 0 {
 		t.Fatalf("the other queue forgot an id under DeleteQueue: %+v", res[0])
