@@ -174,10 +174,6 @@ func (a *app) bench(ctx context.Context, f *benchFlags) (err error) {
 		}
 		err = errors.Join(err, queue.Delete(cctx, s, run, append(qopts, queue.WithForce())...))
 	}()
-	consumer, err = q.Consumer(ctx, "bench", queue.Prefetch(benchBatch))
-	if err != nil {
-		return err
-	}
 	batch := make([]queue.Event, benchBatch)
 	rows := make([][]byte, benchBatch)
 	for i := range batch {
@@ -186,7 +182,15 @@ func (a *app) bench(ctx context.Context, f *benchFlags) (err error) {
 		batch[i] = queue.Event{Payload: rows[i]}
 	}
 	var queued, next int64 // events enqueued; events received and acked (the raw offset)
-	receiveAck := func() error {
+	// The consumer runs only while receive+ack is measured: its background writes
+	// would otherwise contend with the other operations' (on SQLite, the raw
+	// statements find the file locked).
+	receiveAck := func() (err error) {
+		if consumer == nil {
+			if consumer, err = q.Consumer(ctx, "bench", queue.Prefetch(benchBatch)); err != nil {
+				return err
+			}
+		}
 		if queued-next < benchBatch { // untimed: enqueue what the batch will take
 			if _, err := q.Enqueue(ctx, batch...); err != nil {
 				return err
@@ -277,6 +281,13 @@ func (a *app) bench(ctx context.Context, f *benchFlags) (err error) {
 			r.durations, r.raws = append(r.durations, t1.Sub(t0)), append(r.raws, time.Since(t1))
 		}
 		results = append(results, r)
+		if consumer != nil {
+			err := consumer.Close(ctx)
+			consumer = nil
+			if err != nil {
+				return err
+			}
+		}
 	}
 
 	// Await: a Wait on a latch of count 1, woken by a count-down sent straight to the
