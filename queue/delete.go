@@ -12,6 +12,10 @@ import (
 // their partition locks and member slots first. Other functions ignore it.
 func WithForce() Option { return func(o *options) { o.force = true } }
 
+// inspectChunk bounds the locks of one driver.InspectLocks call (a queue of 4,096
+// partitions and 64 groups has 524,416 lock keys).
+const inspectChunk = 4096
+
 // releaseTries bounds how often Delete, with WithForce, frees one lock that another
 // consumer keeps taking again.
 const releaseTries = 8
@@ -56,9 +60,13 @@ func Delete(ctx context.Context, s driver.Store, name string, opts ...Option) er
 		return err
 	}
 	keys := lockKeys(spec, o.client, o.farm)
-	res, err := driver.InspectLocks(ctx, s, keys)
-	if err != nil {
-		return err
+	var res []driver.LockResult
+	for from := 0; from < len(keys); from += inspectChunk {
+		part, err := driver.InspectLocks(ctx, s, keys[from:min(from+inspectChunk, len(keys))])
+		if err != nil {
+			return err
+		}
+		res = append(res, part...)
 	}
 	var held []int
 	for i, r := range res {
