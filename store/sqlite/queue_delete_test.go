@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/driver/drivertest"
 	"github.com/dcsync/dcsync/store/sqlite"
 )
@@ -70,5 +72,59 @@ func TestDeleteQueueLeavesNoRow(t *testing.T) {
 		if v != other[k] {
 			t.Fatalf("another queue's rows of %s changed: %d, want %d", k, v, other[k])
 		}
+	}
+}
+
+// TestDeletedQueueIDNotReusedThroughACache: a store that used a queue before another
+// store on the file deleted it gets NotFound on the name, and never writes the rows of
+// the queue that got the deleted queue's id (SQLite gives the highest id again).
+func TestDeletedQueueIDNotReusedThroughACache(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "q.db")
+	a, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	spec := driver.QueueSpec{Name: "old", Partitions: 1, Groups: []string{"g"}}
+	if err := a.CreateQueue(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.AppendQueue(ctx, "old", []driver.QueueEvent{{Payload: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.DeleteQueue(ctx, "old"); err != nil {
+		t.Fatal(err)
+	}
+	spec.Name = "new"
+	if err := a.CreateQueue(ctx, spec); err != nil {
+		t.Fatal(err)
+	}
+	var oldID, newID int64 = 1, 0
+	if err := a.DB().QueryRow(`SELECT id FROM dcsync_queues WHERE name = 'new'`).Scan(&newID); err != nil {
+		t.Fatal(err)
+	}
+	if newID != oldID {
+		t.Logf("the new queue got id %d, not the deleted queue's %d", newID, oldID)
+	}
+	_, err = b.AppendQueue(ctx, "old", []driver.QueueEvent{{Payload: []byte("late")}})
+	if dcsync.CodeOf(err) != dcsync.NotFound {
+		t.Fatalf("append to the deleted queue through a store that cached it: %v, want NotFound", err)
+	}
+	if _, err := b.QueueBounds(ctx, "old", []int{0}); dcsync.CodeOf(err) != dcsync.NotFound {
+		t.Fatalf("bounds of the deleted queue through a store that cached it: %v, want NotFound", err)
+	}
+	bs, err := a.QueueBounds(ctx, "new", []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bs[0].Head != 0 {
+		t.Fatalf("the new queue holds %d events it was never given", bs[0].Head)
 	}
 }
