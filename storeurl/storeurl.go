@@ -6,7 +6,7 @@
 //	aerospike://HOST:PORT/NAMESPACE   Aerospike (query: latch_set_suffix, lock_set_suffix,
 //	                                  attempts, timeout, retry_delay, op_ids_kept)
 //	hbase://ZK_HOST:PORT[,ZK_HOST:PORT]  HBase via its ZooKeeper quorum (query: lock_table,
-//	                                  latch_table_suffix, zk_root)
+//	                                  latch_table_suffix, zk_root, open_timeout)
 //
 // A parameter a store does not know is refused with InvalidArgument naming it, and so
 // are a fragment ("#...") and user information ("user:password@"): nothing in a store

@@ -45,7 +45,11 @@
 // calls (so rate(dcsync_latch_watcher_reads_total) is reads per second), and the wake-up
 // delay is the time from the observation that saw a count at or below zero (a
 // watcher read returning, "read", or a local CountDown/CountUp returning, "update") to
-// the Wait returning.
+// the Wait returning. A store call the store answered with "held by another"
+// (LockUnavailable), "not found" or "already exists" has outcome "refused" and is not
+// counted in dcsync.store.operation.errors: contention and absence are answers, and
+// that counter is for alerting on a store that fails (connection, internal, retries
+// exhausted, ...).
 //
 // Lock keys, owners and tokens are never metric attributes (their number is
 // unbounded); they are span attributes and log fields.
@@ -57,7 +61,8 @@
 //	dcsync.operation   what was done: "lock.acquire", "lock.try_acquire", "lock.release",
 //	                   "lock.refresh", "latch.create", "latch.count_down", "latch.count_up",
 //	                   "latch.wait", "latch.get_or_create", or a store method (above)
-//	dcsync.outcome     "ok", "error", or for acquisitions "acquired", "unavailable", "error"
+//	dcsync.outcome     "ok", "refused" (store calls only: see above), "error", or for
+//	                   acquisitions "acquired", "unavailable", "error"
 //	dcsync.error.code  the dcsync error code in snake case: "lock_unavailable", "connection", ...
 //	dcsync.key         the lock or latch key (spans only)
 //	dcsync.lock.token  the fencing token (spans only)
@@ -152,6 +157,7 @@ const (
 	OutcomeError       = "error"
 	OutcomeAcquired    = "acquired"
 	OutcomeUnavailable = "unavailable"
+	OutcomeRefused     = "refused" // a store call answered "held", "not found" or "exists"
 	SourceRead         = "read"
 	SourceUpdate       = "update"
 )
@@ -219,6 +225,8 @@ type Instruments struct {
 	reads        metric.Int64Counter
 	wakeupDelay  metric.Float64Histogram
 
+	queue queueInstruments
+
 	sets sync.Map // attrs -> metric.MeasurementOption
 }
 
@@ -285,7 +293,7 @@ func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) *Instrumen
 	in.storeTime, _ = m.Float64Histogram(MetricStoreDuration, metric.WithUnit("s"), secondsBuckets,
 		metric.WithDescription("Latency of store calls by store and operation."))
 	in.storeErrors, _ = m.Int64Counter(MetricStoreErrors, metric.WithUnit("{error}"),
-		metric.WithDescription("Failed store calls by store, operation and error code."))
+		metric.WithDescription("Failed store calls by store, operation and error code; a store's answers (a lock held by another, not found, already exists) are not failures."))
 	in.batchSize, _ = m.Int64Histogram(MetricWatcherBatchSize, metric.WithUnit("{latch}"),
 		metric.WithExplicitBucketBoundaries(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000),
 		metric.WithDescription("Latches read by one pass of a latch watcher."))
@@ -293,12 +301,14 @@ func newInstruments(mp metric.MeterProvider, tp trace.TracerProvider) *Instrumen
 		metric.WithDescription("ReadLatches calls made by latch watchers."))
 	in.wakeupDelay, _ = m.Float64Histogram(MetricLatchWakeupDelay, metric.WithUnit("s"), secondsBuckets,
 		metric.WithDescription("Time from the observation of a count at or below zero to the Wait returning."))
+	in.queue = newQueueInstruments(m)
 	return in
 }
 
 // attrs is one combination of metric attributes; empty fields are left out.
 type attrs struct {
 	store, level, operation, outcome, code, source string
+	queue, group                                   string
 }
 
 // set returns the measurement option of a, built once per combination: recording a
@@ -319,15 +329,33 @@ func (in *Instruments) set(a attrs) metric.MeasurementOption {
 	add(AttrOutcome, a.outcome)
 	add(AttrErrorCode, a.code)
 	add(AttrWakeupSource, a.source)
+	add(AttrQueue, a.queue)
+	add(AttrGroup, a.group)
 	o, _ := in.sets.LoadOrStore(a, metric.WithAttributeSet(attribute.NewSet(kv...)))
 	return o.(metric.MeasurementOption)
 }
 
 func outcome(err error) string {
-	if err != nil {
-		return OutcomeError
+	switch {
+	case err == nil:
+		return OutcomeOK
+	case answer(err):
+		return OutcomeRefused
 	}
-	return OutcomeOK
+	return OutcomeError
+}
+
+// answer tells a store call's error that is the store's answer, not its failure: a
+// lock held by another (LockUnavailable: normal contention), a key that does not exist
+// (NotFound: a free lock inspected, a latch ended) or already does (AlreadyExists).
+// They are not counted under dcsync.store.operation.errors, whose alerts are for a
+// store that fails.
+func answer(err error) bool {
+	switch dcsync.CodeOf(err) {
+	case dcsync.LockUnavailable, dcsync.NotFound, dcsync.AlreadyExists:
+		return true
+	}
+	return false
 }
 
 // Scope is what a Manager records its telemetry under: its instruments, its store's
@@ -349,7 +377,7 @@ func (s Scope) StoreCall(ctx context.Context, op string, start time.Time, err er
 	if s.In.storeTime.Enabled(ctx) {
 		s.In.storeTime.Record(ctx, time.Since(start).Seconds(), s.In.set(attrs{store: s.Store, operation: op, outcome: outcome(err)}))
 	}
-	if err != nil && s.In.storeErrors.Enabled(ctx) {
+	if err != nil && !answer(err) && s.In.storeErrors.Enabled(ctx) {
 		s.In.storeErrors.Add(ctx, 1, s.In.set(attrs{store: s.Store, operation: op, code: CodeName(err)}))
 	}
 }

@@ -43,6 +43,7 @@ func TestAerospikeStoreURL(t *testing.T) {
 	if st := c.want(0, "lock", "status", "job"); !strings.HasPrefix(st, "held owner=") {
 		t.Fatalf("status printed %q", st)
 	}
+	lockErrorsInUsersWords(t, c, "words")
 	c.want(0, "latch", "create", "batch", "--count", "2")
 	c.want(1, "latch", "create", "batch", "--count", "2")
 	c.want(0, "latch", "countdown", "batch")

@@ -54,6 +54,7 @@ func TestHBaseStoreURL(t *testing.T) {
 		t.Fatalf("status printed %q", st)
 	}
 	c.want(0, "lock", "release", "job", "--owner", m[1])
+	lockErrorsInUsersWords(t, c, "words")
 	c.want(0, "latch", "create", "batch", "--count", "2", "--level", "xdc")
 	c.want(1, "latch", "create", "batch", "--count", "2", "--level", "xdc")
 	c.want(0, "latch", "countdown", "batch", "--level", "xdc")

@@ -26,7 +26,7 @@ func (a *app) latchManager(ctx context.Context, f *latchFlags) (*latch.Manager, 
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := latch.New(s, a.client, a.farm, latch.WithPollInterval(f.poll))
+	m, err := latch.New(s, a.client, a.farm, latch.WithPollInterval(f.poll), latch.WithLogger(a.cliLogger()))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -35,7 +35,7 @@ func (a *app) latchManager(ctx context.Context, f *latchFlags) (*latch.Manager, 
 
 func newLatchCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "latch", Short: "Create, count down, count up, read and await distributed latches"}
-	f := &latchFlags{poll: latch.DefaultPollInterval}
+	f := &latchFlags{ttl: latch.DefaultTTL, poll: latch.DefaultPollInterval}
 
 	create := &cobra.Command{
 		Use:   "create NAME --count N",
@@ -79,6 +79,9 @@ count past that range is refused with exit 2 and changes nothing.`,
 				if err != nil {
 					return err
 				}
+				if f.json {
+					return a.printJSON(latchJSON{Name: args[0], Level: l.Key().Level.String(), Farm: a.farm, Count: n})
+				}
 				fmt.Fprintln(a.stdout, n)
 				return nil
 			},
@@ -86,6 +89,9 @@ count past that range is refused with exit 2 and changes nothing.`,
 	}
 	down := update("countdown", "Decrement the count by one and print the count after it", -1)
 	up := update("countup", "Increment the count by one and print the count after it", 1)
+	for _, c := range []*cobra.Command{down, up} {
+		c.Flags().BoolVar(&f.json, "json", false, `print one JSON object {"name","level","farm","count"}: the count after the update`)
+	}
 
 	count := &cobra.Command{
 		Use:   "count NAME",
@@ -144,10 +150,12 @@ live; otherwise each change of the count is printed on a line of its own.`,
 	}
 	await.Flags().DurationVar(&f.timeout, "timeout", 0, "give up after this long, exit 4 (0: wait for ever; negative: usage error)")
 
+	// Each command takes only the flags it uses: a flag that would do nothing is refused
+	// as unknown (exit 2), not silently accepted.
+	create.Flags().DurationVar(&f.ttl, "ttl", latch.DefaultTTL, "latch lifetime from its creation (updates never extend it)")
+	await.Flags().DurationVar(&f.poll, "poll", latch.DefaultPollInterval, "how often to read the count while waiting")
 	for _, c := range []*cobra.Command{create, down, up, count, await} {
 		addLevelFlag(c, a)
-		c.Flags().DurationVar(&f.ttl, "ttl", latch.DefaultTTL, "latch lifetime from its creation (updates never extend it)")
-		c.Flags().DurationVar(&f.poll, "poll", latch.DefaultPollInterval, "how often to read the count while waiting")
 		cmd.AddCommand(c)
 	}
 	var listJSON bool

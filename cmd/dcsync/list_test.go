@@ -274,3 +274,42 @@ func TestVersionOfABuiltBinary(t *testing.T) {
 		t.Fatalf("--version printed %q, want revision %s", out, rev)
 	}
 }
+
+// lock acquire and latch countdown/countup print their result as JSON with --json, in
+// the objects 'lock status --json' and 'latch count --json' print.
+func TestAcquireAndCountDownJSON(t *testing.T) {
+	c := newCLI(t)
+	var acq map[string]any
+	if err := json.Unmarshal([]byte(c.want(0, "lock", "acquire", "j", "--ttl", "1m", "--json")), &acq); err != nil {
+		t.Fatal(err)
+	}
+	if acq["name"] != "j" || acq["level"] != "DC" || acq["farm"] != "dc1" || acq["held"] != true || acq["token"] != 1.0 {
+		t.Fatalf("lock acquire --json = %v", acq)
+	}
+	owner, _ := acq["owner"].(string)
+	if ms, _ := acq["expires_in_ms"].(float64); ms <= 0 || ms > 60000 {
+		t.Fatalf("expires_in_ms of a 1m lease = %v", acq["expires_in_ms"])
+	}
+	var st map[string]any
+	if err := json.Unmarshal([]byte(c.want(0, "lock", "status", "j", "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if owner == "" || st["owner"] != owner || st["token"] != acq["token"] {
+		t.Fatalf("status --json = %v after acquire --json = %v", st, acq)
+	}
+	c.want(0, "lock", "release", "j", "--owner", owner)
+
+	c.want(0, "latch", "create", "n", "--count", "2")
+	for _, tc := range []struct {
+		cmd  string
+		want float64
+	}{{"countdown", 1}, {"countup", 2}} {
+		var l map[string]any
+		if err := json.Unmarshal([]byte(c.want(0, "latch", tc.cmd, "n", "--json")), &l); err != nil {
+			t.Fatal(err)
+		}
+		if l["name"] != "n" || l["level"] != "DC" || l["farm"] != "dc1" || l["count"] != tc.want {
+			t.Fatalf("latch %s --json = %v, want count %v", tc.cmd, l, tc.want)
+		}
+	}
+}

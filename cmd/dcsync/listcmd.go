@@ -139,7 +139,7 @@ ID does not hold the lock (its lease lapsed, or another owner holds it).`,
 			k := dcsync.Key{Level: level, Client: a.client, Farm: a.farm, Name: args[0]}
 			st, err := s.RefreshLock(c.Context(), k, owner, ttl)
 			if err != nil {
-				return err
+				return notHeldBy(args[0], owner, err)
 			}
 			fmt.Fprintf(a.stdout, "owner=%s token=%d expires_in=%s\n", owner, st.Token, remaining(st.Expires))
 			return nil
@@ -200,7 +200,7 @@ the whole latch table or set: an operator's command. Stores that cannot list exi
 			return nil
 		},
 	}
-	c.Flags().StringVar(&level, "level", "dc", "dc (one line per farm cell) or xdc (one line per latch, the farms summed)")
+	levelVar(c, &level, "dc (one line per farm cell) or xdc (one line per latch, the farms summed)")
 	return c
 }
 
@@ -287,7 +287,7 @@ latches exit 1 ("not supported by this store").`,
 			return d.DeleteLatch(c.Context(), dcsync.Key{Level: lvl, Client: a.client, Farm: a.farm, Name: args[0]})
 		},
 	}
-	c.Flags().StringVar(&level, "level", "dc", "dc (this farm's count) or xdc (every farm's)")
+	levelVar(c, &level, "dc (this farm's count) or xdc (every farm's)")
 	return c
 }
 

@@ -26,6 +26,7 @@ type lockFlags struct {
 	conflictSet  bool // --conflict-exit-code was given
 	fair         bool // --fair: lock.Fair(true)
 	json         bool // --json
+	force        bool // release --force
 }
 
 // holderTick is how often 'lock acquire --wait' redraws, on a terminal, who holds the
@@ -43,7 +44,7 @@ func (a *app) lockManager(ctx context.Context, wrap func(driver.LockStore) drive
 	if wrap != nil {
 		ls = wrap(ls)
 	}
-	m, err := lock.New(ls, a.client, a.farm)
+	m, err := lock.New(ls, a.client, a.farm, lock.WithLogger(a.cliLogger()))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -58,11 +59,15 @@ func acquire(ctx context.Context, m *lock.Manager, name string, f *lockFlags, op
 		opts = append(opts, lock.Fair(true))
 	}
 	if f.wait == 0 {
-		return m.TryAcquire(ctx, name, opts...)
+		l, err := m.TryAcquire(ctx, name, opts...)
+		return l, heldBy(ctx, m, name, opts, err)
 	}
 	l, err := m.Acquire(ctx, name, append(opts, lock.Wait(f.wait))...)
 	if errors.Is(err, dcsync.ErrLockUnavailable) && !errors.Is(err, context.Canceled) {
-		return nil, withCode(exitTimeout, fmt.Errorf("waited %v: %w", f.wait, err))
+		// The wait is over: the holder is read with a context of its own.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		return nil, withCode(exitTimeout, fmt.Errorf("waited %v: %w", f.wait, heldBy(rctx, m, name, opts, err)))
 	}
 	return l, err
 }
@@ -110,26 +115,47 @@ nothing more when stderr is not a terminal.`,
 			if err != nil {
 				return err
 			}
+			if f.json {
+				at, in := expiry(l.Expires())
+				return a.printJSON(lockJSON{Name: args[0], Level: l.Key().Level.String(), Farm: l.Key().Farm, Held: true,
+					Owner: l.Owner(), Token: l.Token(), ExpiresAt: at, ExpiresInMS: in})
+			}
 			fmt.Fprintf(a.stdout, "owner=%s token=%d\n", l.Owner(), l.Token())
 			return nil
 		},
 	}
 	addTTLWait(acq)
+	acq.Flags().BoolVar(&f.json, "json", false, `print one JSON object {"name","level","farm","held","owner","token","expires_at","expires_in_ms"}`)
 
 	rel := &cobra.Command{
-		Use:   "release NAME --owner ID",
-		Short: "Release a lock held by owner ID (exit 5 if ID does not hold it)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "release NAME (--owner ID | --force)",
+		Short: "Release a lock held by owner ID (exit 5 if ID does not hold it), or break it with --force",
+		Long: `Release a lock held by owner ID (exit 5 if ID does not hold it).
+
+With --force instead of --owner, break the lock whoever holds it (a stale lock whose
+holder is gone but whose lease has long to run): dcsync reads the holder and releases
+the lock as that holder, and prints whom it removed. The release is conditional on
+that holder: if the lock changed hands in between, nothing is removed (exit 5). The
+holder, if alive, loses its lease at its next renewal, and its fencing token is older
+than the next holder's. A lock a Java client holds records no owner and cannot be
+broken this way (exit 1). Free: exit 1.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(c *cobra.Command, args []string) error {
+			if f.force == (f.owner != "") {
+				return withCode(exitUsage, errors.New("give one of --owner ID and --force"))
+			}
 			m, opts, err := a.lockManager(c.Context(), nil)
 			if err != nil {
 				return err
 			}
-			return m.Release(c.Context(), args[0], f.owner, opts...)
+			if !f.force {
+				return notHeldBy(args[0], f.owner, m.Release(c.Context(), args[0], f.owner, opts...))
+			}
+			return a.breakLock(c.Context(), m, args[0], opts)
 		},
 	}
 	rel.Flags().StringVar(&f.owner, "owner", "", "owner id printed by 'lock acquire'")
-	_ = rel.MarkFlagRequired("owner")
+	rel.Flags().BoolVar(&f.force, "force", false, "break the lock whoever holds it, printing whom it removed")
 
 	status := &cobra.Command{
 		Use:   "status NAME",
@@ -208,6 +234,9 @@ CMD's own exit codes); 5 the lease was lost or could not be renewed in time.`,
 			if f.killAfter < 0 {
 				return withCode(exitUsage, fmt.Errorf("--kill-after %v is negative", f.killAfter))
 			}
+			if c.Flags().Changed("kill-after") && f.killAfter > f.ttl/3 {
+				return withCode(exitUsage, fmt.Errorf("--kill-after %v is longer than a third of --ttl %v (at most %v)", f.killAfter, f.ttl, f.ttl/3))
+			}
 			f.conflictSet = c.Flags().Changed("conflict-exit-code")
 			if f.conflictSet && (f.conflictCode < 0 || f.conflictCode > 255) {
 				return withCode(exitUsage, fmt.Errorf("--conflict-exit-code %d is not in 0..255", f.conflictCode))
@@ -230,4 +259,28 @@ CMD's own exit codes); 5 the lease was lost or could not be renewed in time.`,
 		cmd.AddCommand(c)
 	}
 	return cmd
+}
+
+// breakLock releases lock name as its current holder (lock release --force) and prints
+// whom it removed. The release is conditioned on the holder read: a lock that changed
+// hands in between is left alone.
+func (a *app) breakLock(ctx context.Context, m *lock.Manager, name string, opts []lock.CallOption) error {
+	st, err := m.Inspect(ctx, name, opts...)
+	if errors.Is(err, dcsync.ErrNotFound) {
+		return &said{msg: fmt.Sprintf("lock %q is not held: nothing to break", name), err: err}
+	}
+	if err != nil {
+		return err
+	}
+	if st.Owner == "" {
+		return &said{msg: fmt.Sprintf("lock %q is held by a Java client, which records no owner: it cannot be broken from dcsync; it ends with its lease (%s)", name, remaining(st.Expires))}
+	}
+	if err := m.Release(ctx, name, st.Owner, opts...); err != nil {
+		if dcsync.CodeOf(err) == dcsync.LockLost {
+			return &said{msg: fmt.Sprintf("lock %q changed hands while it was being broken (it was held by %s): nothing was removed", name, st.Owner), err: err}
+		}
+		return err
+	}
+	fmt.Fprintf(a.stdout, "released owner=%s token=%d expires_in=%s\n", st.Owner, st.Token, remaining(st.Expires))
+	return nil
 }

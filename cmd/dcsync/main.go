@@ -1,18 +1,18 @@
 // Command dcsync takes distributed locks, works distributed latches and runs queues from
 // the shell.
 //
-//	dcsync lock acquire NAME [--level dc|xdc] [--ttl D] [--wait D] [--fair]
-//	dcsync lock release NAME --owner ID
+//	dcsync lock acquire NAME [--level dc|xdc] [--ttl D] [--wait D] [--fair] [--json]
+//	dcsync lock release NAME (--owner ID | --force)
 //	dcsync lock refresh NAME --owner ID [--ttl D]
 //	dcsync lock status NAME [--json]
 //	dcsync lock list [--json]
 //	dcsync lock run NAME [--ttl D] [--wait D] [--fair] [--kill-after D] [--conflict-exit-code N] -- CMD ARGS...
 //	dcsync latch create NAME --count N [--ttl D]
-//	dcsync latch countdown|countup NAME
+//	dcsync latch countdown|countup NAME [--json]
 //	dcsync latch count NAME [--json]
 //	dcsync latch list [--level dc|xdc] [--json]
 //	dcsync latch delete NAME [--level dc|xdc]
-//	dcsync latch await NAME [--timeout D]
+//	dcsync latch await NAME [--timeout D] [--poll D]
 //	dcsync queue create NAME --partitions N --group G [--group G2 ...] [--dedup D]
 //	dcsync queue send NAME [--key K] [--id-prefix P] [--json]   (lines of stdin)
 //	dcsync queue receive NAME --group G [--max N] [--follow] [--no-ack] [--timeout D] [--json]
@@ -139,6 +139,7 @@ type app struct {
 	client   string
 	farm     string
 	level    string
+	verbose  bool // --verbose: errors with call paths
 	stdout   io.Writer
 	stderr   io.Writer
 	store    driver.Store
@@ -217,7 +218,7 @@ The store is --store URL (env DCSYNC_STORE):
   sqlite://PATH                        a SQLite file: processes of one host
   memory:                              this process only (nothing is shared)
   hbase://ZK_HOST:PORT[,ZK_HOST:PORT]  HBase through its ZooKeeper quorum
-                                       (?lock_table=&latch_table_suffix=&queue_table=&zk_root=)
+                                       (?lock_table=&latch_table_suffix=&queue_table=&zk_root=&open_timeout=)
   aerospike://HOST:PORT/NAMESPACE      Aerospike (?latch_set_suffix=&lock_set_suffix=
                                        &attempts=&retry_delay=&timeout=&op_ids_kept=)
 The default store is per user: a SQLite file in the state directory of the user who
@@ -238,17 +239,70 @@ Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
 		"store URL: sqlite://PATH, memory:, hbase://ZK_HOST:PORT[,...] or aerospike://HOST:PORT/NAMESPACE (env DCSYNC_STORE); the default file is per user")
 	pf.StringVar(&a.client, "client", os.Getenv("DCSYNC_CLIENT"), "client id: the application that owns locks and latches (env DCSYNC_CLIENT)")
 	pf.StringVar(&a.farm, "farm", envOr("DCSYNC_FARM", "local"), "farm id: the data center this runs in (env DCSYNC_FARM)")
+	pf.BoolVar(&a.verbose, "verbose", false, "print errors with the library's call path and every cause")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
 	root.Version = versionString()
 	root.SetVersionTemplate("dcsync {{.Version}}\n")
 	root.AddCommand(newLockCmd(a), newLatchCmd(a), newQueueCmd(a), newBenchCmd(a), newDemoCmd(a), newVersionCmd(a))
+	refuseUnknownSubcommands(root)
+	addCompletions(a, root)
 	return root
 }
 
-// levelFlag adds --level to cmd.
-func addLevelFlag(cmd *cobra.Command, a *app) {
-	cmd.Flags().StringVar(&a.level, "level", "dc", "dc (this farm) or xdc (all farms)")
+// refuseUnknownSubcommands makes every command group below root (lock, latch, queue)
+// refuse an argument that names none of its subcommands with a usage error (exit 2);
+// cobra by itself prints the group's help and exits 0. A group given no argument still
+// prints its help.
+func refuseUnknownSubcommands(root *cobra.Command) {
+	for _, g := range root.Commands() {
+		if !g.HasSubCommands() || g.Runnable() {
+			continue
+		}
+		g.Args = cobra.ArbitraryArgs
+		g.RunE = func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return c.Help()
+			}
+			return withCode(exitUsage, fmt.Errorf("unknown command %q for %q; see '%s --help'", args[0], c.CommandPath(), c.CommandPath()))
+		}
+	}
 }
+
+// addLevelFlag adds --level to cmd. Given twice it is refused (exit 2): which of two
+// levels a user meant is not for dcsync to guess.
+func addLevelFlag(cmd *cobra.Command, a *app) {
+	levelVar(cmd, &a.level, "dc (this farm) or xdc (all farms)")
+}
+
+// levelVar adds --level to cmd, stored in p (default dc), refused when given twice.
+func levelVar(cmd *cobra.Command, p *string, usage string) {
+	*p = "dc"
+	cmd.Flags().Var(&onceString{p: p}, "level", usage)
+}
+
+// onceString is a string flag that may be given at most once.
+type onceString struct {
+	p   *string
+	set bool
+}
+
+func (o *onceString) String() string {
+	if o.p == nil {
+		return ""
+	}
+	return *o.p
+}
+
+func (o *onceString) Set(v string) error {
+	if o.set {
+		return errors.New("given more than once")
+	}
+	o.set = true
+	*o.p = v
+	return nil
+}
+
+func (o *onceString) Type() string { return "string" }
 
 func run(args []string, stdout, stderr io.Writer) int {
 	stdout, stderr = lockedWriter(stdout), lockedWriter(stderr)
@@ -288,21 +342,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		code = exitUsage
 	}
 	if !errors.As(err, &e) || !e.quiet {
-		fmt.Fprintln(stderr, "dcsync:", errorLine(err))
+		fmt.Fprintln(stderr, "dcsync:", errorText(err, a.verbose))
 	}
 	return code
-}
-
-// errorLine renders err on one line: the lines of a multi-line error (errors.Join, the
-// Aerospike client's error chains) joined with "; ".
-func errorLine(err error) string {
-	var parts []string
-	for _, l := range strings.Split(err.Error(), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			parts = append(parts, l)
-		}
-	}
-	return strings.Join(parts, "; ")
 }
 
 // syncWriter serialises writes: the output of the command lock run copies and dcsync's

@@ -192,6 +192,15 @@ func TestUsageAndInvalidInput(t *testing.T) {
 	c := newCLI(t)
 	for _, args := range [][]string{
 		{"bogus"},
+		{"lock", "bogus"},
+		{"latch", "bogus", "x"},
+		{"queue", "bogus"},
+		{"latch", "create", "x", "--count", "1", "--poll", "1s"}, // --poll is await's
+		{"latch", "countdown", "x", "--ttl", "1m"},               // --ttl is create's
+		{"latch", "await", "x", "--ttl", "1m"},
+		{"lock", "acquire", "job", "--level", "dc", "--level", "xdc"},
+		{"latch", "list", "--level", "xdc", "--level", "dc"},
+		{"lock", "run", "job", "--ttl", "30s", "--kill-after", "11s", "--", "true"}, // at most TTL/3
 		{"lock", "acquire"},
 		{"lock", "acquire", "a", "b"},
 		{"lock", "acquire", "job", "--ttl", "10ms"},
@@ -456,12 +465,12 @@ func TestLockRunKillAfterZero(t *testing.T) {
 }
 
 // A command that traps SIGTERM gets it, and the grace period, when the lease is lost.
-// The grace is min(--kill-after, TTL/3): a 15 s lease gives the trap 5 s to run, which a
-// loaded machine has (a 3 s lease gave it 1 s).
+// The grace is --kill-after, at most TTL/3: a 15 s lease gives the trap 5 s to run,
+// which a loaded machine has (a 3 s lease gave it 1 s).
 func TestLockRunKillAfterGivesGrace(t *testing.T) {
 	c := newCLI(t)
 	var stderr bytes.Buffer
-	p := c.startRun(&stderr, "job", "--ttl", "15s", "--kill-after", "1m", "--", "sh", "-c",
+	p := c.startRun(&stderr, "job", "--ttl", "15s", "--kill-after", "5s", "--", "sh", "-c",
 		`trap 'echo got-term; exit 9' TERM; echo ready; while true; do sleep 0.05; done`)
 	c.stealLock()
 	rest := finish(t, p, time.Minute)

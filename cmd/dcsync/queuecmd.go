@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -126,7 +125,7 @@ func (a *app) queueStore(ctx context.Context) (driver.Store, error) {
 func (a *app) queueOptions(f *queueFlags) []queue.Option {
 	opts := []queue.Option{
 		queue.WithIdentity(a.client, a.farm),
-		queue.WithLogger(slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))),
+		queue.WithLogger(a.cliLogger()),
 	}
 	if f.lease > 0 {
 		opts = append(opts, queue.WithLease(f.lease))

@@ -121,6 +121,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -400,7 +401,31 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	if aerr != nil {
 		return nil, driver.Errorf(dcsync.Connection, op, "dial %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), aerr)
 	}
+	if err := checkNamespace(op, client, cfg.Namespace); err != nil {
+		client.Close()
+		return nil, err
+	}
 	return newStore(client, true, cfg)
+}
+
+// checkNamespace refuses, as InvalidArgument, a namespace the cluster does not have,
+// naming the ones it has: without it the first operation fails with the server's
+// INVALID_NAMESPACE. It asks one node ("namespaces" info command); a node that does not
+// answer leaves the check to the first operation.
+func checkNamespace(op string, client *as.Client, ns string) error {
+	nodes := client.GetNodes()
+	if len(nodes) == 0 {
+		return nil
+	}
+	info, err := nodes[0].RequestInfo(as.NewInfoPolicy(), "namespaces")
+	if err != nil {
+		return nil
+	}
+	have := strings.Split(info["namespaces"], ";")
+	if slices.Contains(have, ns) {
+		return nil
+	}
+	return driver.Errorf(dcsync.InvalidArgument, op, "namespace %q: the cluster has no such namespace (it has %s)", ns, strings.Join(have, ", "))
 }
 
 // Close closes the client if the store dialled it (OpenURL); a client passed to New is

@@ -207,6 +207,7 @@ import (
 	"encoding/binary"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -391,10 +392,11 @@ func (s *Store) ready(ctx context.Context, op string, t *lazyTable) error {
 // OpenURL dials the cluster named by u and returns a store that owns its client (Close
 // closes it), as Open does with Options. The form is
 //
-//	hbase://ZKHOST:PORT[,ZKHOST2:PORT...]?lock_table=T&latch_table_suffix=S&queue_table=Q&zk_root=/hbase
+//	hbase://ZKHOST:PORT[,ZKHOST2:PORT...]?lock_table=T&latch_table_suffix=S&queue_table=Q&zk_root=/hbase&open_timeout=5s
 //
 // where the host part is the ZooKeeper quorum and every query parameter is optional
-// (see Config; zk_root is HBase's root znode, default /hbase). Unknown parameters are an
+// (see Config; zk_root is HBase's root znode, default /hbase; open_timeout bounds
+// reaching the cluster, default DefaultOpenTimeout). Unknown parameters are an
 // InvalidArgument error.
 func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	const op = "hbase.OpenURL"
@@ -411,6 +413,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 		return nil, driver.Errorf(dcsync.InvalidArgument, op, "unexpected path %q in %q", u.Path, u.Redacted())
 	}
 	var cfg Config
+	var openTimeout time.Duration
 	rpcCfg := hbaserpc.Config{ZKQuorum: u.Host}
 	for k, vs := range u.Query() {
 		v := ""
@@ -426,13 +429,27 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 			cfg.QueueTable = v
 		case "zk_root":
 			rpcCfg.ZKRoot = v
+		case "open_timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil || d <= 0 {
+				return nil, driver.Errorf(dcsync.InvalidArgument, op, "open_timeout %q is not a positive duration", v)
+			}
+			openTimeout = d
 		default:
-			return nil, driver.Errorf(dcsync.InvalidArgument, op, "unknown parameter %q (want lock_table, latch_table_suffix, queue_table, zk_root)", k)
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "unknown parameter %q (want lock_table, latch_table_suffix, queue_table, zk_root, open_timeout)", k)
 		}
 	}
-	client, err := hbaserpc.Dial(ctx, rpcCfg)
+	if err := checkNames(op, strings.Split(u.Host, ","), cfg, func(p string) string {
+		if p == "quorum" {
+			return "ZooKeeper server"
+		}
+		return p
+	}); err != nil {
+		return nil, err
+	}
+	client, err := dialWithin(ctx, op, openTimeout, rpcCfg)
 	if err != nil {
-		return nil, driver.Wrap(err, dcsync.Connection, op)
+		return nil, err
 	}
 	return newStore(client, true, cfg), nil
 }

@@ -3,6 +3,7 @@ package hbase
 import (
 	"context"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -33,6 +34,9 @@ type Options struct {
 
 	// DialTimeout bounds connecting to ZooKeeper or to one HBase server. Default 5s.
 	DialTimeout time.Duration
+	// OpenTimeout bounds Open as a whole (every attempt to reach ZooKeeper and locate
+	// the meta region), unless ctx ends sooner. Default 5s (DefaultOpenTimeout).
+	OpenTimeout time.Duration
 	// RPCTimeout bounds one attempt of one RPC when the context allows longer; it is
 	// also sent to the server as the call's timeout. Default 30s.
 	RPCTimeout time.Duration
@@ -76,7 +80,17 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 			return nil, driver.Errorf(dcsync.InvalidArgument, op, "quorum entry %q holds a comma: give one server per entry", h)
 		}
 	}
-	client, err := hbaserpc.Dial(ctx, hbaserpc.Config{
+	cfg := Config{
+		LockTable:        opts.LockTable,
+		LatchTableSuffix: opts.LatchTableSuffix,
+		QueueTable:       opts.QueueTable,
+		Logger:           opts.Logger,
+	}
+	fields := map[string]string{"quorum": "Options.Quorum entry", "lock_table": "Options.LockTable", "queue_table": "Options.QueueTable", "latch_table_suffix": "Options.LatchTableSuffix"}
+	if err := checkNames(op, hosts, cfg, func(p string) string { return fields[p] }); err != nil {
+		return nil, err
+	}
+	client, err := dialWithin(ctx, op, opts.OpenTimeout, hbaserpc.Config{
 		ZKQuorum:    strings.Join(hosts, ","),
 		ZKRoot:      opts.ZKRoot,
 		DialTimeout: opts.DialTimeout,
@@ -88,12 +102,65 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		User:        opts.User,
 	})
 	if err != nil {
-		return nil, driver.Wrap(err, dcsync.Connection, op)
+		return nil, err
 	}
-	return newStore(client, true, Config{
-		LockTable:        opts.LockTable,
-		LatchTableSuffix: opts.LatchTableSuffix,
-		QueueTable:       opts.QueueTable,
-		Logger:           opts.Logger,
-	}), nil
+	return newStore(client, true, cfg), nil
+}
+
+// DefaultOpenTimeout bounds Open and OpenURL when no other bound is given.
+const DefaultOpenTimeout = 5 * time.Second
+
+// dialWithin dials the cluster of cfg, giving up after within (DefaultOpenTimeout if 0)
+// or when ctx ends. An unreachable cluster is a Connection error that says what was
+// tried: the quorum, the root znode and for how long.
+func dialWithin(ctx context.Context, op string, within time.Duration, cfg hbaserpc.Config) (*hbaserpc.Client, error) {
+	if within <= 0 {
+		within = DefaultOpenTimeout
+	}
+	dctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	client, err := hbaserpc.Dial(dctx, cfg)
+	if err == nil {
+		return client, nil
+	}
+	if ctx.Err() == nil && dctx.Err() != nil || dcsync.CodeOf(err) == dcsync.RetriesExhausted {
+		root := cfg.ZKRoot
+		if root == "" {
+			root = "/hbase"
+		}
+		return nil, driver.Errorf(dcsync.Connection, op, "could not reach the HBase cluster within %v: %s: %w", within, probeQuorum(ctx, cfg.ZKQuorum, root), err)
+	}
+	return nil, driver.Wrap(err, dcsync.Connection, op)
+}
+
+// probeQuorum says what a failed open tried: each ZooKeeper server and whether a TCP
+// connection to it succeeds now (when one does, ZooKeeper answered but no HBase meta
+// region was found under root: HBase is down or zk_root is wrong).
+func probeQuorum(ctx context.Context, quorum, root string) string {
+	var parts []string
+	reachable := false
+	for _, h := range strings.Split(quorum, ",") {
+		if h = strings.TrimSpace(h); h == "" {
+			continue
+		}
+		addr := h
+		if !strings.Contains(h, ":") {
+			addr = net.JoinHostPort(h, "2181")
+		}
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		c, err := (&net.Dialer{}).DialContext(pctx, "tcp", addr)
+		cancel()
+		if err != nil {
+			parts = append(parts, "ZooKeeper "+addr+": "+err.Error())
+			continue
+		}
+		c.Close()
+		reachable = true
+		parts = append(parts, "ZooKeeper "+addr+" accepts connections")
+	}
+	msg := strings.Join(parts, "; ")
+	if reachable {
+		msg += "; no HBase meta region was found under znode " + root + " (is HBase running, and is zk_root right?)"
+	}
+	return msg
 }

@@ -3,6 +3,7 @@ package hbase
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -65,5 +66,62 @@ func TestOpenRefusesBadQuorum(t *testing.T) {
 		if !errors.Is(err, dcsync.ErrInvalidArgument) || s != nil {
 			t.Errorf("Open(Quorum %q) = %v, %v; want InvalidArgument", q, s, err)
 		}
+	}
+}
+
+// Names HBase would refuse, and ports out of range, are InvalidArgument before any I/O,
+// naming the setting (the URL parameter or the Options field).
+func TestOpenRefusesBadNames(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		url, want string
+	}{
+		{"hbase://127.0.0.1:70000", `ZooKeeper server "127.0.0.1:70000"`},
+		{"hbase://127.0.0.1:0", `ZooKeeper server "127.0.0.1:0"`},
+		{"hbase://127.0.0.1:1?lock_table=bad%20name", `lock_table "bad name"`},
+		{"hbase://127.0.0.1:1?queue_table=ns:-q", `queue_table "ns:-q"`},
+		{"hbase://127.0.0.1:1?queue_table=n-s:q", `queue_table "n-s:q"`},
+		{"hbase://127.0.0.1:1?lock_table=.x", `lock_table ".x"`},
+		{"hbase://127.0.0.1:1?latch_table_suffix=a/b", `latch_table_suffix "a/b"`},
+	} {
+		u, err := url.Parse(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := OpenURL(ctx, u)
+		if !errors.Is(err, dcsync.ErrInvalidArgument) || s != nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("OpenURL(%s) = %v, %v; want InvalidArgument naming %s", tc.url, s, err, tc.want)
+		}
+	}
+	s, err := Open(ctx, Options{Quorum: []string{"127.0.0.1:1"}, LockTable: "a b"})
+	if !errors.Is(err, dcsync.ErrInvalidArgument) || s != nil || !strings.Contains(err.Error(), "Options.LockTable") {
+		t.Errorf("Open(LockTable %q) = %v, %v; want InvalidArgument naming Options.LockTable", "a b", s, err)
+	}
+	for _, name := range []string{"dlm_locks", "ns:t-1.x", "default:T_2"} {
+		if err := checkTableName(name); err != nil {
+			t.Errorf("checkTableName(%q) = %v; HBase accepts it", name, err)
+		}
+	}
+}
+
+// An unreachable cluster fails the open within OpenTimeout (open_timeout), as a
+// Connection error that says what was tried: each ZooKeeper server and what it
+// answered, and, when ZooKeeper answers, that no HBase was found under the root znode.
+func TestOpenUnreachableSaysWhatWasTried(t *testing.T) {
+	ctx := context.Background()
+	u, _ := url.Parse("hbase://127.0.0.1:1?open_timeout=1s")
+	_, err := OpenURL(ctx, u)
+	if dcsync.CodeOf(err) != dcsync.Connection || !strings.Contains(err.Error(), "within 1s") || !strings.Contains(err.Error(), "ZooKeeper 127.0.0.1:1: ") {
+		t.Errorf("OpenURL of a closed port = %v; want Connection naming the server and the 1s bound", err)
+	}
+	_, err = Open(ctx, Options{Quorum: []string{"127.0.0.1:1"}, OpenTimeout: time.Second})
+	if dcsync.CodeOf(err) != dcsync.Connection || !strings.Contains(err.Error(), "within 1s") {
+		t.Errorf("Open of a closed port = %v; want Connection within 1s", err)
+	}
+	zk := zkQuorum(t)
+	u, _ = url.Parse("hbase://" + zk + "?zk_root=/no_hbase_here&open_timeout=1s")
+	_, err = OpenURL(ctx, u)
+	if dcsync.CodeOf(err) != dcsync.Connection || !strings.Contains(err.Error(), "accepts connections") || !strings.Contains(err.Error(), "/no_hbase_here") {
+		t.Errorf("OpenURL with a wrong zk_root = %v; want Connection saying ZooKeeper answers and no HBase is under the znode", err)
 	}
 }
