@@ -30,3 +30,23 @@ type Baseline interface {
 	// Close deletes every record the baseline wrote.
 	Close(ctx context.Context) error
 }
+
+// QueueBaseline is implemented by a Baseline that can also run the raw operations a
+// queue stands on, on rows or records of its own shaped as the queue's entries and
+// offsets (in the queue's own table or set where the store has one): the floor of an
+// enqueue is WriteRows of the same payloads, the floor of a receive and its durable
+// ack is ReadRows of the same count plus one CommitOffset per batch. Describe then
+// also has keys "enqueue" and "receive". Close deletes the rows too. Every store in
+// this module offers it.
+type QueueBaseline interface {
+	// WriteRows writes one row per payload in one batched call of the back end (one
+	// transaction, one multi-put, one batch write).
+	WriteRows(ctx context.Context, payloads [][]byte) error
+	// ReadRows reads n rows that WriteRows wrote, oldest first from where the last
+	// ReadRows ended (starting over at the first row when fewer than n are left), in
+	// one call where the back end allows, and returns how many it read.
+	ReadRows(ctx context.Context, n int) (int, error)
+	// CommitOffset writes next in one plain write of one row or record, as durably
+	// as the store writes anything.
+	CommitOffset(ctx context.Context, next int64) error
+}

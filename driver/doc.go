@@ -3,7 +3,8 @@
 // as database/sql/driver is to database/sql: the one [Store] interface a back end
 // implements, the optional capabilities it may add (each an interface found by type
 // assertion: [CloseNotifier], [LockLister], [LatchLister], [LatchDeleter],
-// [QueueTxCommitter], [LockBatcher], [QueueLister]), the records that cross it (lock states, latch counts, queue
+// [QueueLister], [QueueDeleter], [QueueTxCommitter], [LockBatcher], [Baseliner]), the
+// records that cross it (lock states, latch counts, queue
 // events, entries and offsets), and the validation and error helpers every back end
 // uses so that bad input gets the same typed error, before any write, on every store.
 //

@@ -72,8 +72,8 @@ type LatchStore interface {
 // Close. storeurl.Open returns one, and lock.New, latch.New and queue.Create/Open
 // accept one. What a back end may offer beyond it is an optional capability, each
 // an interface of this package found by type assertion: [CloseNotifier],
-// [LockLister], [LatchLister], [LatchDeleter], [QueueTxCommitter], [LockBatcher] and
-// [QueueLister].
+// [LockLister], [LatchLister], [LatchDeleter], [QueueLister], [QueueDeleter],
+// [QueueTxCommitter], [LockBatcher] and [Baseliner].
 type Store interface {
 	LockStore
 	LatchStore

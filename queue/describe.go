@@ -7,7 +7,6 @@ package queue
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/dcsync/dcsync"
@@ -26,32 +25,23 @@ func List(ctx context.Context, s driver.Store) ([]Spec, error) {
 	return l.ListQueues(ctx)
 }
 
-// adminLockName is the name of the lock of a member slot (kind "m") or partition
-// (kind "p") of group in queue name, of its dead-letter consumers when dead: the name
-// a Consumer's lockName builds (TestAdminLockNamesAreTheConsumers checks).
-func adminLockName(name, group, kind string, dead bool, n int) string {
-	d := ""
-	if dead {
-		d = "d"
-	}
-	return fmt.Sprintf("queue:%d:%s%d:%s%s%s/%d", len(name), name, len(group), group, kind, d, n)
-}
-
-// lockKey is the store key of a lock of the queue's consumers (of this handle's
-// identity, WithIdentity), as their lock manager builds it at level XDC.
-func (q *Queue) lockKey(name string) dcsync.Key {
-	return dcsync.Key{Level: dcsync.XDC, Client: q.opts.client, Farm: q.opts.farm, Name: name}
-}
-
-// inspectChunk bounds the keys of one InspectLocks call of Describe and Reset.
-const inspectChunk = 1024
-
-// inspect reads the locks at keys, inspectChunk at a time (one round trip each on a
-// store with driver.LockBatcher); result i belongs to keys[i], Err NotFound when free.
+// inspect reads the locks at keys (inspectLocks).
 func (q *Queue) inspect(ctx context.Context, keys []dcsync.Key) ([]driver.LockResult, error) {
+	return inspectLocks(ctx, q.store, keys)
+}
+
+// inspectChunk bounds the keys of one InspectLocks call of the operators' calls
+// (Describe, Reset, Delete: a queue of 4,096 partitions has that many partition locks
+// per group).
+const inspectChunk = 4096
+
+// inspectLocks reads the locks at keys, inspectChunk at a time (one round trip each on
+// a store with driver.LockBatcher); result i belongs to keys[i], its Err nil (held) or
+// NotFound (free). Any other error of a lock is returned.
+func inspectLocks(ctx context.Context, s driver.LockStore, keys []dcsync.Key) ([]driver.LockResult, error) {
 	out := make([]driver.LockResult, 0, len(keys))
 	for i := 0; i < len(keys); i += inspectChunk {
-		res, err := driver.InspectLocks(ctx, q.store, keys[i:min(len(keys), i+inspectChunk)])
+		res, err := driver.InspectLocks(ctx, s, keys[i:min(len(keys), i+inspectChunk)])
 		if err != nil {
 			return nil, err
 		}
@@ -175,17 +165,7 @@ func (q *Queue) describeGroup(ctx context.Context, spec Spec, group string) (Gro
 	if err != nil {
 		return GroupState{}, err
 	}
-	// Keys: P partition locks, the dead-letter partition's, P member slots, the
-	// dead-letter consumers' slot.
-	keys := make([]dcsync.Key, 0, 2*P+2)
-	for p := 0; p < P; p++ {
-		keys = append(keys, q.lockKey(adminLockName(spec.Name, group, "p", false, p)))
-	}
-	keys = append(keys, q.lockKey(adminLockName(spec.Name, group, "p", true, P+gi)))
-	for s := 0; s < P; s++ {
-		keys = append(keys, q.lockKey(adminLockName(spec.Name, group, "m", false, s)))
-	}
-	keys = append(keys, q.lockKey(adminLockName(spec.Name, group, "m", true, 0)))
+	keys := groupLockKeys(spec, gi, q.opts.client, q.opts.farm)
 	locks, err := q.inspect(ctx, keys)
 	if err != nil {
 		return GroupState{}, err

@@ -110,6 +110,7 @@ type options struct {
 	lockOpts             []lock.Option
 	retentionCheckPeriod time.Duration
 	retention            time.Duration
+	force                bool // Delete only (delete.go)
 }
 
 // WithIdentity sets the client and farm ids of the queue's locks (defaults "dcsync" and

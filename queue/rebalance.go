@@ -55,11 +55,17 @@ import (
 // lockName names the lock of a member slot ("m") or partition ("p") of the group:
 // the queue's and group's names are length-prefixed, so names never collide.
 func (c *Consumer) lockName(kind string, n int) string {
+	return lockName(c.name, c.group, kind, c.dead, n)
+}
+
+// lockName names lock n of kind "m" or "p" of a group's consumers (dead: of its
+// dead-letter consumers) in queue name.
+func lockName(name, group, kind string, dead bool, n int) string {
 	d := ""
-	if c.dead {
+	if dead {
 		d = "d"
 	}
-	return fmt.Sprintf("queue:%d:%s%d:%s%s%s/%d", len(c.name), c.name, len(c.group), c.group, kind, d, n)
+	return fmt.Sprintf("queue:%d:%s%d:%s%s%s/%d", len(name), name, len(group), group, kind, d, n)
 }
 
 // join reads the member slots once and takes a free one directly: the lowest free slot,

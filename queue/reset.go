@@ -233,7 +233,7 @@ func (q *Queue) applyReset(ctx context.Context, spec Spec, res ResetResult, forc
 		}
 	}()
 	for i, pr := range res.Partitions {
-		name := adminLockName(spec.Name, res.Group, "p", pr.Dead, pr.Partition)
+		name := lockName(spec.Name, res.Group, "p", pr.Dead, pr.Partition)
 		lk, err := q.locks.TryAcquire(ctx, name, lock.Level(dcsync.XDC))
 		if errors.Is(err, dcsync.ErrLockUnavailable) && force {
 			var st lock.State

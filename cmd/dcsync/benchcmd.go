@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -16,6 +18,15 @@ import (
 	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/lock"
+	"github.com/dcsync/dcsync/queue"
+)
+
+// The queue operations of 'bench': batches of benchBatch events of benchPayload bytes
+// each, in a queue of one partition (so the raw floor reads and writes the rows of one
+// partition too).
+const (
+	benchBatch   = 100
+	benchPayload = 1024
 )
 
 // benchFlags are the flags of 'bench'.
@@ -50,17 +61,22 @@ func newBenchCmd(a *app) *cobra.Command {
 		Use:   "bench",
 		Short: "Time dcsync's operations on the store next to the raw store operations they stand on",
 		Long: `Time dcsync's operations against the store (--store) next to the raw store operation
-each stands on, in one run: lock acquire+release, latch count-down, count, and the
-wake-up of an await after a count-down made through the store by someone else. Each
+each stands on, in one run: lock acquire+release, latch count-down, count, enqueue of a
+batch of 100 events of 1 KiB, receive+ack of such a batch, and the wake-up of an await
+after a count-down made through the store by someone else. Each
 dcsync operation alternates with its raw counterpart in one loop, so that the noise of
 a busy machine falls on both alike; the ratio of their medians is the figure to read.
 The raw operations are those the Java libraries send where they exist (Aerospike: a
 gen-0 put and a delete, an operate add, a get; HBase: a check-and-put and a Delete, an
-Increment, a Get; SQLite: one autocommitted statement each; memory: a map access).
+Increment, a Get; SQLite: one autocommitted statement each; memory: a map access). The
+queue's floor is the raw write of the same rows in one batched call (enqueue), and a raw
+read of the same rows plus one raw offset write per batch (receive+ack: the least a
+durable ack costs), on rows shaped as the queue's entries in its own table or set.
 
 It writes only records of its own, named for the run (client "dcsync-bench" unless
---client is given), and deletes them when it ends, also when it fails or is
-interrupted. --duration is shared by the operations.`,
+--client is given; the queue "bench-<run id>"), and deletes them when it ends, also
+when it fails or is interrupted (the queue with queue.Delete). --duration is shared by
+the operations.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if f.duration <= 0 || f.duration > time.Hour {
@@ -140,6 +156,50 @@ func (a *app) bench(ctx context.Context, f *benchFlags) (err error) {
 	}
 	made = append(made, key(run+"-count"))
 
+	qraw, ok := raw.(driver.QueueBaseline)
+	if !ok {
+		return driver.Errorf(dcsync.NotImplemented, "bench", "this store offers no raw queue operations to compare with")
+	}
+	qopts := []queue.Option{queue.WithIdentity(client, a.farm), queue.WithPollInterval(f.poll), queue.WithLogger(slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))}
+	q, err := queue.Create(ctx, s, queue.Spec{Name: run, Partitions: 1, Groups: []string{"bench"}}, qopts...)
+	if err != nil {
+		return err
+	}
+	var consumer *queue.Consumer
+	defer func() {
+		cctx, cancel := context.WithTimeout(cleanup, 30*time.Second)
+		defer cancel()
+		if consumer != nil {
+			err = errors.Join(err, consumer.Close(cctx))
+		}
+		err = errors.Join(err, queue.Delete(cctx, s, run, append(qopts, queue.WithForce())...))
+	}()
+	batch := make([]queue.Event, benchBatch)
+	rows := make([][]byte, benchBatch)
+	for i := range batch {
+		rows[i] = make([]byte, benchPayload)
+		_, _ = rand.Read(rows[i])
+		batch[i] = queue.Event{Payload: rows[i]}
+	}
+	var queued, next int64 // events enqueued; events received and acked (the raw offset)
+	// The consumer runs only while receive+ack is measured: its background writes
+	// would otherwise contend with the other operations' (on SQLite, the raw
+	// statements find the file locked).
+	receiveAck := func() (err error) {
+		if consumer == nil {
+			if consumer, err = q.Consumer(ctx, "bench", queue.Prefetch(benchBatch)); err != nil {
+				return err
+			}
+		}
+		if queued-next < benchBatch { // untimed: enqueue what the batch will take
+			if _, err := q.Enqueue(ctx, batch...); err != nil {
+				return err
+			}
+			queued += benchBatch
+		}
+		return nil
+	}
+
 	desc := raw.Describe()
 	lockName := run + "-lock"
 	ops := []struct {
@@ -158,13 +218,58 @@ func (a *app) bench(ctx context.Context, f *benchFlags) (err error) {
 			func() error { return raw.Add(ctx, -1) }},
 		{"latch count", desc["get"], func() error { _, err := counter.Count(ctx); return err },
 			func() error { return raw.Get(ctx) }},
+		{fmt.Sprintf("enqueue (%d events)", benchBatch), desc["enqueue"], func() error {
+			_, err := q.Enqueue(ctx, batch...)
+			queued += benchBatch
+			return err
+		}, func() error { return qraw.WriteRows(ctx, rows) }},
+		{fmt.Sprintf("receive+ack (%d events)", benchBatch), desc["receive"], func() error {
+			var got []*queue.Message
+			for len(got) < benchBatch {
+				msgs, err := consumer.Receive(ctx, benchBatch-len(got))
+				if err != nil {
+					return err
+				}
+				got = append(got, msgs...)
+			}
+			next += benchBatch
+			return consumer.Ack(ctx, got...)
+		}, func() error {
+			n, err := qraw.ReadRows(ctx, benchBatch)
+			if err == nil && n != benchBatch {
+				err = fmt.Errorf("raw read got %d rows, want %d", n, benchBatch)
+			}
+			if err != nil {
+				return err
+			}
+			return qraw.CommitOffset(ctx, next)
+		}},
 	}
+	// Receive+ack: enqueue what each batch takes, untimed, and take one batch untimed
+	// first (the consumer joins its group and takes the partition).
+	prepare := map[int]func() error{len(ops) - 1: receiveAck}
+	warm := map[int]bool{len(ops) - 1: true}
 	share := f.duration / time.Duration(len(ops)+1)
 	var results []*benchResult
-	for _, op := range ops {
+	for i, op := range ops {
 		r := &benchResult{Op: op.name, Raw: op.raw}
+		if strings.HasPrefix(op.name, "enqueue") || strings.HasPrefix(op.name, "receive") {
+			r.Note = "queue " + run + ", 1 partition, deleted at the end"
+		}
+		if warm[i] {
+			for _, f := range []func() error{prepare[i], op.dcsync, op.floor} {
+				if err := f(); err != nil {
+					return fmt.Errorf("%s (warm-up): %w", op.name, err)
+				}
+			}
+		}
 		end := time.Now().Add(share)
 		for n := 0; n < 2 || time.Now().Before(end); n++ {
+			if prep := prepare[i]; prep != nil {
+				if err := prep(); err != nil {
+					return fmt.Errorf("%s: %w", op.name, err)
+				}
+			}
 			t0 := time.Now()
 			if err := op.dcsync(); err != nil {
 				return fmt.Errorf("%s: %w", op.name, err)
@@ -176,6 +281,13 @@ func (a *app) bench(ctx context.Context, f *benchFlags) (err error) {
 			r.durations, r.raws = append(r.durations, t1.Sub(t0)), append(r.raws, time.Since(t1))
 		}
 		results = append(results, r)
+		if consumer != nil {
+			err := consumer.Close(ctx)
+			consumer = nil
+			if err != nil {
+				return err
+			}
+		}
 	}
 
 	// Await: a Wait on a latch of count 1, woken by a count-down sent straight to the

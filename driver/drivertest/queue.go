@@ -34,6 +34,7 @@ func runQueue(t *testing.T, h Harness) {
 	})
 	t.Run("Front", func(t *testing.T) { runFront(t, h) })
 	t.Run("AcrossOwners", func(t *testing.T) { runExactlyOnceAcrossOwners(t, h) })
+	t.Run("Delete", func(t *testing.T) { runQueueDelete(t, h) })
 }
 
 // create makes a queue with a unique name, partitions and groups, and returns its spec

@@ -35,7 +35,8 @@
 //     tombstone (bin x) for an aborted seq.
 //   - offset: one per (queue, group, partition): token, next, attempts, held.
 //   - id: one per (queue, event id) with the dedup window as TTL: which append claimed
-//     the id and, once it reserved, where the event goes (partition, seq).
+//     the id and, once it reserved, where the event goes (partition, seq), and the
+//     queue's name (bin qbQueue, for DeleteQueue's filtered scan).
 //
 // # Appending
 //
@@ -232,9 +233,10 @@ func nonce() int64 {
 
 // ---- the store's queue cache ----
 
-// Queues are never deleted and their dedup window never changes, so a store
-// remembers the queues it has seen: every operation checks that its queue exists
-// (NotFound), and after the first it costs no round trip. It also remembers the
+// A queue's dedup window never changes, so a store remembers the queues it has seen:
+// every operation checks that its queue exists (NotFound), and after the first it
+// costs no round trip. DeleteQueue forgets the queue in the store that deletes it;
+// another store (process) keeps it until it is closed (see DeleteQueue). It also remembers the
 // highest head it read of each partition (heads only grow), for ReadQueue's one-trip
 // read.
 type queueCache struct {

@@ -255,7 +255,7 @@ func (a *appender) claim(ctx context.Context, claim []int) ([]placement, []int, 
 	recs := make([]as.BatchRecordIfc, len(claim))
 	for k, i := range claim {
 		recs[k] = as.NewBatchWrite(a.idPolicy(as.UPDATE, a.mine()), a.s.idKey(a.name, a.events[i].ID),
-			as.PutOp(as.NewBin(qbWriter, a.w)))
+			as.PutOp(as.NewBin(qbWriter, a.w)), as.PutOp(as.NewBin(qbQueue, a.name)))
 	}
 	if err := a.s.runBatch(ctx, a.op, true, recs, nil, types.FILTERED_OUT); err != nil {
 		return nil, nil, err

@@ -523,7 +523,8 @@ func (s *Store) rememberSpec(spec driver.QueueSpec) {
 
 // knownSpec returns the queue's spec from the cache, or reads it (NotFound when the
 // queue does not exist). Only what never changes (the dedup window, the partitions) is
-// used from it.
+// used from it. DeleteQueue drops it from the deleting store's cache only (see
+// DeleteQueue).
 func (s *Store) knownSpec(ctx context.Context, db queueOps, table, op, name string) (driver.QueueSpec, error) {
 	q := s.queue()
 	q.mu.Lock()

@@ -33,10 +33,13 @@ type baseline struct {
 	mu   sync.Mutex
 	m    map[string]int64
 	name string
+	rows [][]byte // WriteRows' rows
+	pos  int      // the next row ReadRows reads
 }
 
 func (b *baseline) Describe() map[string]string {
-	return map[string]string{"lock": "map insert-if-absent + delete", "add": "map add", "get": "map read"}
+	return map[string]string{"lock": "map insert-if-absent + delete", "add": "map add", "get": "map read",
+		"enqueue": "slice append of copies", "receive": "copies of the rows + map write"}
 }
 
 func (b *baseline) LockPair(context.Context) error {
@@ -67,4 +70,45 @@ func (b *baseline) Get(context.Context) error {
 	return nil
 }
 
-func (b *baseline) Close(context.Context) error { return nil }
+func (b *baseline) Close(context.Context) error {
+	b.mu.Lock()
+	b.rows, b.pos = nil, 0
+	b.mu.Unlock()
+	return nil
+}
+
+var _ driver.QueueBaseline = (*baseline)(nil)
+
+// WriteRows implements driver.QueueBaseline: copies appended to a slice under the mutex.
+func (b *baseline) WriteRows(_ context.Context, payloads [][]byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, p := range payloads {
+		b.rows = append(b.rows, append([]byte(nil), p...))
+	}
+	return nil
+}
+
+// ReadRows implements driver.QueueBaseline: copies of n rows under the mutex.
+func (b *baseline) ReadRows(_ context.Context, n int) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.pos+n > len(b.rows) {
+		b.pos = 0
+	}
+	end := min(b.pos+n, len(b.rows))
+	out := make([][]byte, 0, end-b.pos)
+	for _, r := range b.rows[b.pos:end] {
+		out = append(out, append([]byte(nil), r...))
+	}
+	b.pos = end
+	return len(out), nil
+}
+
+// CommitOffset implements driver.QueueBaseline: a map write under the mutex.
+func (b *baseline) CommitOffset(_ context.Context, next int64) error {
+	b.mu.Lock()
+	b.m[b.name+"/offset"] = next
+	b.mu.Unlock()
+	return nil
+}

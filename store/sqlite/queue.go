@@ -22,8 +22,9 @@ var (
 )
 
 // The queue tables, created by the first CreateQueue of a file. A queue is known in
-// the other tables by its integer id (dcsync_queues.id), which keeps their keys short;
-// queues are never deleted, so an id always means the same queue.
+// the other tables by its integer id (dcsync_queues.id), which keeps their keys short.
+// DeleteQueue (queue_delete.go) removes a queue's rows and its id may then be given
+// to a queue created later: every call checks the id it cached against the file.
 //
 // Every partition has consecutive entries from floor to head-1: an append reserves and
 // writes its seqs in one transaction, so the store has no holes and never needs
@@ -127,7 +128,11 @@ func (s *Store) read(ctx context.Context, op string, fn func(tx *sql.Tx) error) 
 	})
 }
 
-// queue returns the id and dedup window of queue name, or NotFound.
+// queue returns the id and dedup window of queue name, or NotFound. A cached id is
+// checked against the file (one lookup by the name's unique index, in q's snapshot or
+// transaction): the queue may have been deleted since, by this store or another
+// process (DeleteQueue), and its id given to a queue created later, so a call on the
+// deleted name gets NotFound and never writes another queue's rows.
 func (s *Store) queue(ctx context.Context, q queryRower, op, name string) (queueMeta, error) {
 	st := &s.queues
 	st.mu.Lock()
@@ -135,7 +140,21 @@ func (s *Store) queue(ctx context.Context, q queryRower, op, name string) (queue
 	tables := st.tables
 	st.mu.Unlock()
 	if ok {
-		return m, nil
+		var id int64
+		err := q.QueryRowContext(ctx, `SELECT id FROM dcsync_queues WHERE name = ?`, name).Scan(&id)
+		switch {
+		case err == nil && id == m.id:
+			return m, nil
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return m, err
+		}
+		st.mu.Lock()
+		delete(st.meta, name)
+		st.mu.Unlock()
+		if err != nil {
+			return m, driver.Errorf(dcsync.NotFound, op, "queue %q does not exist in %s", name, s.path)
+		}
+		// Deleted and created again: read the new queue's id and window below.
 	}
 	if !tables {
 		var n int
