@@ -173,7 +173,7 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 		}
 	}
 	c.mu.Unlock()
-	parallel(len(release), func(i int) { c.release(ctx, release[i]) })
+	c.releaseAll(ctx, release)
 	c.mu.Lock()
 	owned := make([]*part, 0, len(c.owned))
 	for _, pt := range c.owned {
@@ -205,16 +205,30 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 			take = free
 		}
 	}
+	if _, moving := c.q.store.(driver.LockMover); moving && len(take) > 1 {
+		// One batched acquire of their locks and one batched claim of their offsets,
+		// instead of two writes per partition.
+		if c.takeMany(ctx, take) {
+			failed.Store(true)
+		}
+		return waiting || failed.Load(), rejoin
+	}
 	parallel(len(take), func(i int) {
 		p := take[i]
 		if err := c.take(ctx, p); err != nil {
-			if !errors.Is(err, dcsync.ErrLockUnavailable) && ctx.Err() == nil {
-				c.q.opts.log.Debug("queue: taking partition", "queue", c.name, "partition", p, "err", err)
-			}
+			c.logTake(ctx, p, err)
 			failed.Store(true)
 		}
 	})
 	return waiting || failed.Load(), rejoin
+}
+
+// logTake logs why partition p was not taken, unless someone else holds it or the
+// consumer is closing.
+func (c *Consumer) logTake(ctx context.Context, p int, err error) {
+	if !errors.Is(err, dcsync.ErrLockUnavailable) && ctx.Err() == nil {
+		c.q.opts.log.Debug("queue: taking partition", "queue", c.name, "partition", p, "err", err)
+	}
 }
 
 // freeParts returns the partitions of ps whose locks are free, read in one batched
@@ -278,12 +292,86 @@ func (c *Consumer) take(ctx context.Context, p int) error {
 		return err
 	}
 	lost := lk.KeepAlive(c.bg)
-	st := c.q.store
-	off, err := st.ClaimQueuePartition(ctx, c.name, c.group, p, lk.Token())
+	off, err := c.q.store.ClaimQueuePartition(ctx, c.name, c.group, p, lk.Token())
 	if err != nil {
 		c.releaseLock(lk)
 		return err
 	}
+	return c.adopt(ctx, p, lk, lost, off)
+}
+
+// takeMany takes the partitions of ps as take does each, in two store calls on a store
+// with driver.LockMover (and driver.QueueClaimer): one batched acquire of their locks,
+// then one batched claim, with the fencing token of each lock taken, of their offsets
+// (each outcome that of the single operation: a partition whose claim the store
+// refuses has its lock freed). It reports whether any partition was not taken.
+func (c *Consumer) takeMany(ctx context.Context, ps []int) (failed bool) {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = c.lockName("p", p)
+	}
+	taken, err := c.q.locks.TryAcquireMany(ctx, names, lock.Level(dcsync.XDC))
+	if err != nil {
+		c.logTake(ctx, -1, err)
+		return true
+	}
+	var got []int
+	var lks []*lock.Lock
+	for i, t := range taken {
+		if t.Err != nil {
+			c.logTake(ctx, ps[i], t.Err)
+			failed = true
+			continue
+		}
+		got, lks = append(got, ps[i]), append(lks, t.Lock)
+	}
+	if len(got) == 0 {
+		return failed
+	}
+	losts := make([]context.Context, len(lks))
+	claims := make([]driver.QueueClaim, len(lks))
+	for i, lk := range lks {
+		losts[i] = lk.KeepAlive(c.bg)
+		claims[i] = driver.QueueClaim{P: got[i], Token: lk.Token()}
+	}
+	res, err := driver.ClaimQueuePartitions(ctx, c.q.store, c.name, c.group, claims)
+	if err == nil && len(res) != len(claims) {
+		err = driver.Errorf(dcsync.Internal, "queue.take", "the store returned %d claims for %d", len(res), len(claims))
+	}
+	if err != nil {
+		c.logTake(ctx, -1, err)
+		c.releaseLocks(lks)
+		return true
+	}
+	var refused []*lock.Lock
+	var ok []int
+	for i, r := range res {
+		if r.Err != nil {
+			c.logTake(ctx, got[i], r.Err)
+			refused = append(refused, lks[i])
+			failed = true
+			continue
+		}
+		ok = append(ok, i)
+	}
+	c.releaseLocks(refused)
+	var adoptFailed atomic.Bool
+	parallel(len(ok), func(j int) {
+		i := ok[j]
+		if err := c.adopt(ctx, got[i], lks[i], losts[i], res[i].Offset); err != nil {
+			c.logTake(ctx, got[i], err)
+			adoptFailed.Store(true)
+		}
+	})
+	return failed || adoptFailed.Load()
+}
+
+// adopt makes partition p, whose lock lk (KeepAlive context lost) this consumer took
+// and whose offset it claimed (off, with lk's token), one of its owned partitions:
+// when the record says Held, the entry at the offset is charged one failed attempt and
+// Held cleared, in one write, first. On any failure it frees the lock.
+func (c *Consumer) adopt(ctx context.Context, p int, lk *lock.Lock, lost context.Context, off driver.QueueOffset) error {
+	st := c.q.store
 	marks, err := off.Marks.Decode(off.Next)
 	if err != nil {
 		c.releaseLock(lk)
@@ -354,11 +442,36 @@ func (c *Consumer) drop(pt *part) {
 	}
 }
 
-// release writes pt's whole state (the acked prefix, acks above it and every failed
-// attempt, deliveries in flight included, as Marks; Held cleared) in one write, and
-// frees the lock: the next owner delivers exactly the entries not acked, each with
+// releaseLocks frees lks: in one store call on a store with driver.LockMover, else
+// each on its own, concurrently.
+func (c *Consumer) releaseLocks(lks []*lock.Lock) {
+	if _, moving := c.q.store.(driver.LockMover); !moving || len(lks) < 2 {
+		parallel(len(lks), func(i int) { c.releaseLock(lks[i]) })
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c.q.locks.ReleaseMany(ctx, lks)
+}
+
+// releaseAll releases the partitions of pts: it writes each one's whole state (the
+// acked prefix, acks above it and every failed attempt, deliveries in flight included,
+// as Marks; Held cleared) in one write each, concurrently (none where the record is
+// stored already), and then frees their locks, in one store call on a store with
+// driver.LockMover: the next owner delivers exactly the entries not acked, each with
 // its attempts. A Nack's backoff is not kept: the next owner delivers at once.
-func (c *Consumer) release(ctx context.Context, pt *part) {
+func (c *Consumer) releaseAll(ctx context.Context, pts []*part) {
+	parallel(len(pts), func(i int) { c.writeReleased(ctx, pts[i]) })
+	lks := make([]*lock.Lock, len(pts))
+	for i, pt := range pts {
+		lks[i] = pt.lk
+	}
+	c.releaseLocks(lks)
+}
+
+// writeReleased writes pt's whole state as releaseAll does, and forgets pt; its lock
+// is left to the caller to free.
+func (c *Consumer) writeReleased(ctx context.Context, pt *part) {
 	pt.commitMu.Lock()
 	c.mu.Lock()
 	s, err := c.snapshot(pt, writeRelease)
@@ -373,5 +486,4 @@ func (c *Consumer) release(ctx context.Context, pt *part) {
 	if err != nil {
 		c.q.opts.log.Debug("queue: releasing partition", "queue", c.name, "partition", pt.p, "err", err)
 	}
-	c.releaseLock(pt.lk)
 }

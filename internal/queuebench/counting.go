@@ -17,8 +17,10 @@ import (
 //
 // Operations are named by their driver method; AcquireLock is further split by the kind
 // of queue lock ("AcquireLock/member", "AcquireLock/partition") and whether the store
-// refused it ("…/unavailable"); the batched lock calls add "InspectLocks.keys" and
-// "RefreshLocks.keys", the locks they carried, and InspectLocks is split by the kind of
+// refused it ("…/unavailable"); the batched calls add "InspectLocks.keys",
+// "RefreshLocks.keys", "AcquireLocks.keys", "ReleaseLocks.keys" and
+// "ClaimQueuePartitions.keys", the locks or partitions they carried (and
+// "AcquireLocks/partition.unavailable", those refused), and InspectLocks is split by the kind of
 // its first lock ("InspectLocks/member", "InspectLocks/member.keys", …).
 type Counts struct {
 	mu sync.Mutex
@@ -108,14 +110,51 @@ func lockKind(name string) string {
 }
 
 // Count wraps s so that every call is counted in counts. The wrapper offers
-// driver.LockBatcher exactly when s does (so the lock and queue packages make the same
-// calls through it as on s), and driver.CloseNotifier.
+// driver.LockBatcher exactly when s does, and driver.LockMover and driver.QueueClaimer
+// when s offers all three (so the lock and queue packages make the same calls through
+// it as on s, on every store of this module), and driver.CloseNotifier.
 func Count(s driver.Store, counts *Counts) driver.Store {
 	c := &counting{s: s, c: counts}
-	if b, ok := s.(driver.LockBatcher); ok {
+	b, batching := s.(driver.LockBatcher)
+	m, moving := s.(driver.LockMover)
+	q, claiming := s.(driver.QueueClaimer)
+	switch {
+	case batching && moving && claiming:
+		return &countingMover{countingBatcher: &countingBatcher{counting: c, b: b}, m: m, q: q}
+	case batching:
 		return &countingBatcher{counting: c, b: b}
 	}
 	return c
+}
+
+type countingMover struct {
+	*countingBatcher
+	m driver.LockMover
+	q driver.QueueClaimer
+}
+
+func (w *countingMover) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire) ([]driver.LockResult, error) {
+	w.c.add("AcquireLocks", 1)
+	w.c.add("AcquireLocks.keys", int64(len(reqs)))
+	res, err := w.m.AcquireLocks(ctx, reqs)
+	for i, r := range res {
+		if errors.Is(r.Err, dcsync.ErrLockUnavailable) {
+			w.c.add("AcquireLocks/"+lockKind(reqs[i].Key.Name)+".unavailable", 1)
+		}
+	}
+	return res, err
+}
+
+func (w *countingMover) ReleaseLocks(ctx context.Context, reqs []driver.LockRelease) ([]driver.LockResult, error) {
+	w.c.add("ReleaseLocks", 1)
+	w.c.add("ReleaseLocks.keys", int64(len(reqs)))
+	return w.m.ReleaseLocks(ctx, reqs)
+}
+
+func (w *countingMover) ClaimQueuePartitions(ctx context.Context, name, group string, claims []driver.QueueClaim) ([]driver.QueueClaimResult, error) {
+	w.c.add("ClaimQueuePartitions", 1)
+	w.c.add("ClaimQueuePartitions.keys", int64(len(claims)))
+	return w.q.ClaimQueuePartitions(ctx, name, group, claims)
 }
 
 // EmulateBatches returns s with driver.LockBatcher added when s lacks it, done one lock

@@ -99,3 +99,82 @@ func (s *Store) InspectLocks(ctx context.Context, keys []dcsync.Key) ([]driver.L
 	}
 	return out, nil
 }
+
+var _ driver.LockMover = (*Store)(nil)
+
+// AcquireLocks implements driver.LockMover: every acquire of reqs in one IMMEDIATE
+// transaction, in order, each with AcquireLock's outcome (the same reads and writes,
+// at one instant, now). A lock held by anyone gets its holder's state and
+// LockUnavailable and leaves the others alone; a database error rolls the whole
+// transaction back and fails the batch (no token is spent, no lock taken), as does any
+// invalid request, before anything is written.
+func (s *Store) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire) ([]driver.LockResult, error) {
+	const op = "sqlite.AcquireLocks"
+	for _, r := range reqs {
+		if err := driver.CheckLease(r.Key, r.Owner, r.TTL); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]driver.LockResult, len(reqs))
+	if len(reqs) == 0 {
+		return out, nil
+	}
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		clear(out) // a try that failed busy is run again
+		now := s.now()
+		for i, r := range reqs {
+			st, err := acquireTx(ctx, tx, r.Key, r.Owner, r.TTL, now)
+			var de *dcsync.Error
+			switch {
+			case err == nil:
+				out[i].State = st
+			case errors.As(err, &de):
+				out[i] = driver.LockResult{State: st, Err: err}
+			default:
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReleaseLocks implements driver.LockMover: every release of reqs in one IMMEDIATE
+// transaction, in order, each with ReleaseLock's outcome (LockLost for a lock the owner
+// does not hold, which stays as it is). A database error rolls the whole transaction
+// back and fails the batch, as does any invalid request, before anything is written.
+func (s *Store) ReleaseLocks(ctx context.Context, reqs []driver.LockRelease) ([]driver.LockResult, error) {
+	const op = "sqlite.ReleaseLocks"
+	for _, r := range reqs {
+		if err := driver.CheckLock(r.Key, r.Owner, 0); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]driver.LockResult, len(reqs))
+	if len(reqs) == 0 {
+		return out, nil
+	}
+	err := s.write(ctx, op, func(tx *sql.Tx) error {
+		clear(out)
+		now := s.now()
+		for i, r := range reqs {
+			err := releaseTx(ctx, tx, r.Key, r.Owner, now)
+			var de *dcsync.Error
+			switch {
+			case err == nil:
+			case errors.As(err, &de):
+				out[i].Err = err
+			default:
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
