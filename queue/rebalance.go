@@ -191,10 +191,14 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 	}
 	slices.Sort(take)
 	var failed atomic.Bool
-	if _, batching := c.q.store.(driver.LockBatcher); batching && len(take) > 1 {
+	_, batching := c.q.store.(driver.LockBatcher)
+	_, moving := c.q.store.(driver.LockMover)
+	if batching && (len(take) > 1 || moving && len(take) > 0) {
 		// One batched read of their locks first: only the free ones are tried (while
 		// their owners drain, trying each would cost a failed acquire per partition
-		// per round). Without a batch it would cost as much as trying.
+		// per round). Without a batch it would cost as much as trying. On a store
+		// with driver.LockMover (memory, SQLite) even one partition is read first:
+		// a read there is cheaper than a write attempt (SQLite's single writer).
 		free, err := c.freeParts(ctx, take)
 		if err != nil {
 			c.q.opts.log.Debug("queue: reading partition locks", "queue", c.name, "err", err)
@@ -205,7 +209,7 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 			take = free
 		}
 	}
-	if _, moving := c.q.store.(driver.LockMover); moving && len(take) > 1 {
+	if moving && len(take) > 1 {
 		// One batched acquire of their locks and one batched claim of their offsets,
 		// instead of two writes per partition.
 		if c.takeMany(ctx, take) {
