@@ -3,9 +3,10 @@
 // as database/sql/driver is to database/sql: the one [Store] interface a back end
 // implements, the optional capabilities it may add (each an interface found by type
 // assertion: [CloseNotifier], [LockLister], [LatchLister], [LatchDeleter],
-// [QueueTxCommitter], [LockBatcher]), the records that cross it (lock states, latch counts, queue
-// events, entries and offsets), and the validation and error helpers every back end
-// uses so that bad input gets the same typed error, before any write, on every store.
+// [QueueTxCommitter], [LockBatcher], [LockMover], [QueueClaimer]), the records that
+// cross it (lock states, latch counts, queue events, entries and offsets), and the
+// validation and error helpers every back end uses so that bad input gets the same
+// typed error, before any write, on every store.
 //
 // A store implements a handful of semantic operations, each atomic in its back end
 // (acquire-if-free, owner-checked release, create-only counter, add, read-many,

@@ -72,7 +72,8 @@ type LatchStore interface {
 // Close. storeurl.Open returns one, and lock.New, latch.New and queue.Create/Open
 // accept one. What a back end may offer beyond it is an optional capability, each
 // an interface of this package found by type assertion: [CloseNotifier],
-// [LockLister], [LatchLister], [LatchDeleter], [QueueTxCommitter] and [LockBatcher].
+// [LockLister], [LatchLister], [LatchDeleter], [QueueTxCommitter], [LockBatcher],
+// [LockMover] and [QueueClaimer].
 type Store interface {
 	LockStore
 	LatchStore
