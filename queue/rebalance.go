@@ -36,6 +36,15 @@ package queue
 //     slot), and a consumer of a full group backs off rather than retry.
 //     TestMemberAboveAGapMovesDown (the joiner takes slot 20, the lowest free, at
 //     once), TestFullGroupStandbyBacksOff (internal/queuebench).
+//   - On a store with driver.LockMover and driver.QueueClaimer the partitions a round
+//     takes move together: one batched acquire of their locks, then one batched claim
+//     with each lock's token, each partition's outcome that of take alone (a partition
+//     is adopted only once its own claim succeeded; one whose claim failed has its
+//     lock freed); those a round releases (and Close) have their records written
+//     first, then their locks freed in one batched release. No partition is taken,
+//     claimed or freed one at a time there: TestPartitionMovesAreBatched
+//     (internal/queuebench); each outcome the single operation's: suite parts
+//     LockMove and QueueClaims.
 
 import (
 	"context"
