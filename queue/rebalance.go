@@ -462,7 +462,9 @@ func (c *Consumer) releaseLocks(lks []*lock.Lock) {
 		parallel(len(lks), func(i int) { c.releaseLock(lks[i]) })
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// As long as one release may take (releaseLock): a batch that cannot finish by
+	// then leaves its locks to expire, as a single release would.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c.q.locks.ReleaseMany(ctx, lks)
 }
