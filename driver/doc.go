@@ -3,10 +3,11 @@
 // as database/sql/driver is to database/sql: the one [Store] interface a back end
 // implements, the optional capabilities it may add (each an interface found by type
 // assertion: [CloseNotifier], [LockLister], [LatchLister], [LatchDeleter],
-// [QueueLister], [QueueDeleter], [QueueTxCommitter], [LockBatcher], [Baseliner]), the
-// records that cross it (lock states, latch counts, queue
-// events, entries and offsets), and the validation and error helpers every back end
-// uses so that bad input gets the same typed error, before any write, on every store.
+// [QueueLister], [QueueDeleter], [QueueTxCommitter], [LockBatcher], [LockMover],
+// [QueueClaimer], [Baseliner]), the records that cross it (lock states, latch counts,
+// queue events, entries and offsets), and the validation and error helpers every back
+// end uses so that bad input gets the same typed error, before any write, on every
+// store.
 //
 // A store implements a handful of semantic operations, each atomic in its back end
 // (acquire-if-free, owner-checked release, create-only counter, add, read-many,

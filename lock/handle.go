@@ -260,6 +260,19 @@ func (l *Lock) lostCause(err error) error {
 func (l *Lock) Release(ctx context.Context) (err error) {
 	ctx, span := l.m.tel.Start(ctx, "lock.release", l.key)
 	defer func() { telemetry.End(span, err) }()
+	if err := l.stopForRelease(ctx); err != nil {
+		return err
+	}
+	start := time.Now()
+	err = l.m.store.ReleaseLock(ctx, l.key, l.owner)
+	l.m.tel.StoreCall(ctx, "release_lock", start, err)
+	return l.releasedWith(err)
+}
+
+// stopForRelease marks l released and stops its KeepAlive, waiting for a renewal round
+// out with it; it returns a Connection error if ctx ends first (the lock is then left
+// to expire).
+func (l *Lock) stopForRelease(ctx context.Context) error {
 	l.mu.Lock()
 	l.released = true
 	l.endLocked(l.m.clk.now())
@@ -274,9 +287,11 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 			return driver.Errorf(dcsync.Connection, "lock.Release", "%s: keep-alive still in a store call: %w", l.key, ctx.Err())
 		}
 	}
-	start := time.Now()
-	err = l.m.store.ReleaseLock(ctx, l.key, l.owner)
-	l.m.tel.StoreCall(ctx, "release_lock", start, err)
+	return nil
+}
+
+// releasedWith takes the store's answer to the release of l (err) and returns Release's.
+func (l *Lock) releasedWith(err error) error {
 	err = driver.Wrap(err, dcsync.Internal, "lock.Release")
 	if err == nil || errors.Is(err, dcsync.ErrLockLost) {
 		// Freed now, or earlier when the lease lapsed: acquirers waiting in this

@@ -26,7 +26,7 @@ package queue
 // TestConformance/Queue):
 //
 //   - Close releases every partition it owns with its whole state written (see
-//     rebalance.go, release) before it lets the lock go: deliveries in flight count
+//     rebalance.go, releaseAll) before it lets the lock go: deliveries in flight count
 //     as failed attempts, Held is cleared. TestCloseRecordsDeliveriesInFlightAsFailed.
 //   - A Receive waiting during Close, and every later Receive, returns ErrClosed.
 //     Suite Front/Close.
@@ -333,9 +333,7 @@ func (c *Consumer) Close(ctx context.Context) error {
 	c.bgCancel()
 	c.hub.unsubscribe(c)
 	c.signal()
-	for _, pt := range pts {
-		c.release(ctx, pt)
-	}
+	c.releaseAll(ctx, pts)
 	c.wg.Wait()
 	return nil
 }

@@ -58,7 +58,7 @@ func newFailing(t *testing.T, ctx context.Context, opts ...queue.Option) (*faili
 }
 
 // Close records the partition's whole state before it lets the lock go: a delivery in
-// flight counts as a failed attempt and Held is cleared (rebalance.go, release; retry.go,
+// flight counts as a failed attempt and Held is cleared (rebalance.go, releaseAll; retry.go,
 // failed).
 func TestCloseRecordsDeliveriesInFlightAsFailed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

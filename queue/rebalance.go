@@ -36,6 +36,15 @@ package queue
 //     slot), and a consumer of a full group backs off rather than retry.
 //     TestMemberAboveAGapMovesDown (the joiner takes slot 20, the lowest free, at
 //     once), TestFullGroupStandbyBacksOff (internal/queuebench).
+//   - On a store with driver.LockMover and driver.QueueClaimer the partitions a round
+//     takes move together: one batched acquire of their locks, then one batched claim
+//     with each lock's token, each partition's outcome that of take alone (a partition
+//     is adopted only once its own claim succeeded; one whose claim failed has its
+//     lock freed); those a round releases (and Close) have their records written
+//     first, then their locks freed in one batched release. No partition is taken,
+//     claimed or freed one at a time there: TestPartitionMovesAreBatched
+//     (internal/queuebench); each outcome the single operation's: suite parts
+//     LockMove and QueueClaims.
 
 import (
 	"context"
@@ -179,7 +188,7 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 		}
 	}
 	c.mu.Unlock()
-	parallel(len(release), func(i int) { c.release(ctx, release[i]) })
+	c.releaseAll(ctx, release)
 	c.mu.Lock()
 	owned := make([]*part, 0, len(c.owned))
 	for _, pt := range c.owned {
@@ -197,10 +206,14 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 	}
 	slices.Sort(take)
 	var failed atomic.Bool
-	if _, batching := c.q.store.(driver.LockBatcher); batching && len(take) > 1 {
+	_, batching := c.q.store.(driver.LockBatcher)
+	_, moving := c.q.store.(driver.LockMover)
+	if batching && (len(take) > 1 || moving && len(take) > 0) {
 		// One batched read of their locks first: only the free ones are tried (while
 		// their owners drain, trying each would cost a failed acquire per partition
-		// per round). Without a batch it would cost as much as trying.
+		// per round). Without a batch it would cost as much as trying. On a store
+		// with driver.LockMover (memory, SQLite) even one partition is read first:
+		// a read there is cheaper than a write attempt (SQLite's single writer).
 		free, err := c.freeParts(ctx, take)
 		if err != nil {
 			c.q.opts.log.Debug("queue: reading partition locks", "queue", c.name, "err", err)
@@ -211,16 +224,30 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 			take = free
 		}
 	}
+	if moving && len(take) > 1 {
+		// One batched acquire of their locks and one batched claim of their offsets,
+		// instead of two writes per partition.
+		if c.takeMany(ctx, take) {
+			failed.Store(true)
+		}
+		return waiting || failed.Load(), rejoin
+	}
 	parallel(len(take), func(i int) {
 		p := take[i]
 		if err := c.take(ctx, p); err != nil {
-			if !errors.Is(err, dcsync.ErrLockUnavailable) && ctx.Err() == nil {
-				c.q.opts.log.Debug("queue: taking partition", "queue", c.name, "partition", p, "err", err)
-			}
+			c.logTake(ctx, p, err)
 			failed.Store(true)
 		}
 	})
 	return waiting || failed.Load(), rejoin
+}
+
+// logTake logs why partition p was not taken, unless someone else holds it or the
+// consumer is closing.
+func (c *Consumer) logTake(ctx context.Context, p int, err error) {
+	if !errors.Is(err, dcsync.ErrLockUnavailable) && ctx.Err() == nil {
+		c.q.opts.log.Debug("queue: taking partition", "queue", c.name, "partition", p, "err", err)
+	}
 }
 
 // freeParts returns the partitions of ps whose locks are free, read in one batched
@@ -284,12 +311,86 @@ func (c *Consumer) take(ctx context.Context, p int) error {
 		return err
 	}
 	lost := lk.KeepAlive(c.bg)
-	st := c.q.store
-	off, err := st.ClaimQueuePartition(ctx, c.name, c.group, p, lk.Token())
+	off, err := c.q.store.ClaimQueuePartition(ctx, c.name, c.group, p, lk.Token())
 	if err != nil {
 		c.releaseLock(lk)
 		return err
 	}
+	return c.adopt(ctx, p, lk, lost, off)
+}
+
+// takeMany takes the partitions of ps as take does each, in two store calls on a store
+// with driver.LockMover (and driver.QueueClaimer): one batched acquire of their locks,
+// then one batched claim, with the fencing token of each lock taken, of their offsets
+// (each outcome that of the single operation: a partition whose claim the store
+// refuses has its lock freed). It reports whether any partition was not taken.
+func (c *Consumer) takeMany(ctx context.Context, ps []int) (failed bool) {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = c.lockName("p", p)
+	}
+	taken, err := c.q.locks.TryAcquireMany(ctx, names, lock.Level(dcsync.XDC))
+	if err != nil {
+		c.logTake(ctx, -1, err)
+		return true
+	}
+	var got []int
+	var lks []*lock.Lock
+	for i, t := range taken {
+		if t.Err != nil {
+			c.logTake(ctx, ps[i], t.Err)
+			failed = true
+			continue
+		}
+		got, lks = append(got, ps[i]), append(lks, t.Lock)
+	}
+	if len(got) == 0 {
+		return failed
+	}
+	losts := make([]context.Context, len(lks))
+	claims := make([]driver.QueueClaim, len(lks))
+	for i, lk := range lks {
+		losts[i] = lk.KeepAlive(c.bg)
+		claims[i] = driver.QueueClaim{P: got[i], Token: lk.Token()}
+	}
+	res, err := driver.ClaimQueuePartitions(ctx, c.q.store, c.name, c.group, claims)
+	if err == nil && len(res) != len(claims) {
+		err = driver.Errorf(dcsync.Internal, "queue.take", "the store returned %d claims for %d", len(res), len(claims))
+	}
+	if err != nil {
+		c.logTake(ctx, -1, err)
+		c.releaseLocks(lks)
+		return true
+	}
+	var refused []*lock.Lock
+	var ok []int
+	for i, r := range res {
+		if r.Err != nil {
+			c.logTake(ctx, got[i], r.Err)
+			refused = append(refused, lks[i])
+			failed = true
+			continue
+		}
+		ok = append(ok, i)
+	}
+	c.releaseLocks(refused)
+	var adoptFailed atomic.Bool
+	parallel(len(ok), func(j int) {
+		i := ok[j]
+		if err := c.adopt(ctx, got[i], lks[i], losts[i], res[i].Offset); err != nil {
+			c.logTake(ctx, got[i], err)
+			adoptFailed.Store(true)
+		}
+	})
+	return failed || adoptFailed.Load()
+}
+
+// adopt makes partition p, whose lock lk (KeepAlive context lost) this consumer took
+// and whose offset it claimed (off, with lk's token), one of its owned partitions:
+// when the record says Held, the entry at the offset is charged one failed attempt and
+// Held cleared, in one write, first. On any failure it frees the lock.
+func (c *Consumer) adopt(ctx context.Context, p int, lk *lock.Lock, lost context.Context, off driver.QueueOffset) error {
+	st := c.q.store
 	marks, err := off.Marks.Decode(off.Next)
 	if err != nil {
 		c.releaseLock(lk)
@@ -360,11 +461,38 @@ func (c *Consumer) drop(pt *part) {
 	}
 }
 
-// release writes pt's whole state (the acked prefix, acks above it and every failed
-// attempt, deliveries in flight included, as Marks; Held cleared) in one write, and
-// frees the lock: the next owner delivers exactly the entries not acked, each with
+// releaseLocks frees lks: in one store call on a store with driver.LockMover, else
+// each on its own, concurrently.
+func (c *Consumer) releaseLocks(lks []*lock.Lock) {
+	if _, moving := c.q.store.(driver.LockMover); !moving || len(lks) < 2 {
+		parallel(len(lks), func(i int) { c.releaseLock(lks[i]) })
+		return
+	}
+	// As long as one release may take (releaseLock): a batch that cannot finish by
+	// then leaves its locks to expire, as a single release would.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c.q.locks.ReleaseMany(ctx, lks)
+}
+
+// releaseAll releases the partitions of pts: it writes each one's whole state (the
+// acked prefix, acks above it and every failed attempt, deliveries in flight included,
+// as Marks; Held cleared) in one write each, concurrently (none where the record is
+// stored already), and then frees their locks, in one store call on a store with
+// driver.LockMover: the next owner delivers exactly the entries not acked, each with
 // its attempts. A Nack's backoff is not kept: the next owner delivers at once.
-func (c *Consumer) release(ctx context.Context, pt *part) {
+func (c *Consumer) releaseAll(ctx context.Context, pts []*part) {
+	parallel(len(pts), func(i int) { c.writeReleased(ctx, pts[i]) })
+	lks := make([]*lock.Lock, len(pts))
+	for i, pt := range pts {
+		lks[i] = pt.lk
+	}
+	c.releaseLocks(lks)
+}
+
+// writeReleased writes pt's whole state as releaseAll does, and forgets pt; its lock
+// is left to the caller to free.
+func (c *Consumer) writeReleased(ctx context.Context, pt *part) {
 	pt.commitMu.Lock()
 	c.mu.Lock()
 	s, err := c.snapshot(pt, writeRelease)
@@ -379,5 +507,4 @@ func (c *Consumer) release(ctx context.Context, pt *part) {
 	if err != nil {
 		c.q.opts.log.Debug("queue: releasing partition", "queue", c.name, "partition", pt.p, "err", err)
 	}
-	c.releaseLock(pt.lk)
 }

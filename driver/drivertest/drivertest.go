@@ -17,6 +17,14 @@
 //	                 (held, lost to another owner, free, released, lapsed), a batch
 //	                 failing validation writes nothing, no lease ends before an end
 //	                 a refresh reported
+//	LockMove         AcquireLocks and ReleaseLocks, when the store implements
+//	                 driver.LockMover: each lock's outcome that of the single op in
+//	                 request order (tokens strictly increase, a held lock is never
+//	                 taken, a release frees only the owner's lock), a batch failing
+//	                 validation writes nothing
+//	QueueClaims      ClaimQueuePartitions, when the store implements
+//	                 driver.QueueClaimer: each claim's outcome that of the single op
+//	                 in order, a batch failing validation writes nothing
 //	Queue            the driver.QueueStore contract (Queue/Spec, Queue/Append, ...),
 //	                 package queue on top of it (Queue/Front) and its exactly-once
 //	                 guarantees across owners (Queue/AcrossOwners)
@@ -131,6 +139,22 @@ func Run(t *testing.T, h Harness) {
 			t.Skip("store does not implement driver.LockBatcher")
 		}
 		runLockBatch(t, h, s, b)
+	})
+	t.Run("LockMove", func(t *testing.T) {
+		s := h.open(t)
+		b, ok := s.(driver.LockMover)
+		if !ok {
+			t.Skip("store does not implement driver.LockMover")
+		}
+		runLockMove(t, h, s, b)
+	})
+	t.Run("QueueClaims", func(t *testing.T) {
+		s := h.open(t)
+		b, ok := s.(driver.QueueClaimer)
+		if !ok {
+			t.Skip("store does not implement driver.QueueClaimer")
+		}
+		runQueueClaims(t, s, b)
 	})
 	t.Run("Queue", func(t *testing.T) { runQueue(t, h) })
 }

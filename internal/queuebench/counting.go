@@ -18,8 +18,10 @@ import (
 //
 // Operations are named by their driver method; AcquireLock is further split by the kind
 // of queue lock ("AcquireLock/member", "AcquireLock/partition") and whether the store
-// refused it ("…/unavailable"); the batched lock calls add "InspectLocks.keys" and
-// "RefreshLocks.keys", the locks they carried, and InspectLocks is split by the kind of
+// refused it ("…/unavailable"); the batched calls add "InspectLocks.keys",
+// "RefreshLocks.keys", "AcquireLocks.keys", "ReleaseLocks.keys" and
+// "ClaimQueuePartitions.keys", the locks or partitions they carried (and
+// "AcquireLocks/partition.unavailable", those refused), and InspectLocks is split by the kind of
 // its first lock ("InspectLocks/member", "InspectLocks/member.keys", …).
 type Counts struct {
 	mu sync.Mutex
@@ -109,21 +111,30 @@ func lockKind(name string) string {
 }
 
 // Count wraps s so that every call is counted in counts. The wrapper offers
-// driver.LockBatcher exactly when s does, and driver.QueueTxCommitter with WriteTx
+// driver.LockBatcher exactly when s does; driver.LockMover and driver.QueueClaimer
+// when s offers them and LockBatcher; and driver.QueueTxCommitter with WriteTx
 // exactly when s offers both (SQLite: its transactions are counted as "WriteTx", the
 // offset commits within them as "WriteTx.commits"), so that the lock and queue
-// packages make the same calls through it as on s; and driver.CloseNotifier.
+// packages make the same calls through it as on s, on every store of this module;
+// and driver.CloseNotifier.
 func Count(s driver.Store, counts *Counts) driver.Store {
 	c := &counting{s: s, c: counts}
 	txc, ok1 := s.(driver.QueueTxCommitter)
 	txs, ok2 := s.(txWriter)
+	tx := ok1 && ok2
 	b, batching := s.(driver.LockBatcher)
+	m, moving := s.(driver.LockMover)
+	q, claiming := s.(driver.QueueClaimer)
 	switch {
-	case batching && ok1 && ok2:
+	case batching && moving && claiming && tx:
+		return &countingMoverTx{countingMover: &countingMover{countingBatcher: &countingBatcher{counting: c, b: b}, m: m, q: q}, tx: countingTx{txc, txs, counts}}
+	case batching && moving && claiming:
+		return &countingMover{countingBatcher: &countingBatcher{counting: c, b: b}, m: m, q: q}
+	case batching && tx:
 		return &countingTxBatcher{countingBatcher: &countingBatcher{counting: c, b: b}, tx: countingTx{txc, txs, counts}}
 	case batching:
 		return &countingBatcher{counting: c, b: b}
-	case ok1 && ok2:
+	case tx:
 		return &countingTxStore{counting: c, tx: countingTx{txc, txs, counts}}
 	}
 	return c
@@ -174,6 +185,49 @@ func (w *countingTxBatcher) WriteTx(ctx context.Context, fn func(tx *sql.Tx) err
 }
 
 func (w *countingTxBatcher) CommitQueueOffsetTx(ctx context.Context, tx any, name, group string, p int, off driver.QueueOffset) error {
+	return w.tx.CommitQueueOffsetTx(ctx, tx, name, group, p, off)
+}
+
+type countingMover struct {
+	*countingBatcher
+	m driver.LockMover
+	q driver.QueueClaimer
+}
+
+func (w *countingMover) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire) ([]driver.LockResult, error) {
+	w.c.add("AcquireLocks", 1)
+	w.c.add("AcquireLocks.keys", int64(len(reqs)))
+	res, err := w.m.AcquireLocks(ctx, reqs)
+	for i, r := range res {
+		if errors.Is(r.Err, dcsync.ErrLockUnavailable) {
+			w.c.add("AcquireLocks/"+lockKind(reqs[i].Key.Name)+".unavailable", 1)
+		}
+	}
+	return res, err
+}
+
+func (w *countingMover) ReleaseLocks(ctx context.Context, reqs []driver.LockRelease) ([]driver.LockResult, error) {
+	w.c.add("ReleaseLocks", 1)
+	w.c.add("ReleaseLocks.keys", int64(len(reqs)))
+	return w.m.ReleaseLocks(ctx, reqs)
+}
+
+func (w *countingMover) ClaimQueuePartitions(ctx context.Context, name, group string, claims []driver.QueueClaim) ([]driver.QueueClaimResult, error) {
+	w.c.add("ClaimQueuePartitions", 1)
+	w.c.add("ClaimQueuePartitions.keys", int64(len(claims)))
+	return w.q.ClaimQueuePartitions(ctx, name, group, claims)
+}
+
+type countingMoverTx struct {
+	*countingMover
+	tx countingTx
+}
+
+func (w *countingMoverTx) WriteTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	return w.tx.WriteTx(ctx, fn)
+}
+
+func (w *countingMoverTx) CommitQueueOffsetTx(ctx context.Context, tx any, name, group string, p int, off driver.QueueOffset) error {
 	return w.tx.CommitQueueOffsetTx(ctx, tx, name, group, p, off)
 }
 

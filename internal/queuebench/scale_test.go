@@ -250,3 +250,40 @@ func TestFullGroupStandbyBacksOff(t *testing.T) {
 		t.Errorf("the standby read the slots %d times in %v, want at most %d (backing off to 8 intervals of %v)", n, waited, limit, poll)
 	}
 }
+
+// Partitions move in batches on a store with driver.LockMover and driver.QueueClaimer
+// (memory): a consumer taking many partitions takes their locks in one AcquireLocks and
+// claims them in one ClaimQueuePartitions per round, and one handing many over frees
+// them in one ReleaseLocks per round; no partition lock is taken, claimed or freed one
+// at a time. Counted in calls per membership read (each round makes at most one of
+// each), not in time.
+func TestPartitionMovesAreBatched(t *testing.T) {
+	s := memory.New()
+	defer s.Close()
+	const p, c = 64, 4
+	r := queuebench.Scale(t, queuebench.ScaleConfig{Store: s, Partitions: p, Consumers: c,
+		Poll: 20 * time.Millisecond, Idle: 100 * time.Millisecond, BalanceWithin: time.Minute})
+	t.Logf("P=%d C=%d: %v", p, c, r)
+	if r.Balanced < 0 {
+		t.Fatalf("P=%d C=%d: not balanced within a minute", p, c)
+	}
+	calls := r.StartCalls
+	for _, op := range []string{"AcquireLock/partition", "ClaimQueuePartition", "ReleaseLock"} {
+		if n := calls[op]; n > 0 {
+			t.Errorf("%d %s calls while the group formed, want none (partitions move in batches)", n, op)
+		}
+	}
+	rounds := calls["InspectLocks/member"]
+	if calls["AcquireLocks"] == 0 || calls["ReleaseLocks"] == 0 || calls["ClaimQueuePartitions"] == 0 {
+		t.Fatalf("no batched acquire, claim or release while %d consumers shared %d partitions: %v", c, p, calls)
+	}
+	// The locks taken in batches: at least every partition once.
+	if n := calls["AcquireLocks.keys"] - calls["AcquireLocks/partition.unavailable"]; n < p {
+		t.Errorf("%d partition locks taken in batches, want at least %d", n, p)
+	}
+	for _, op := range []string{"AcquireLocks", "ClaimQueuePartitions", "ReleaseLocks"} {
+		if n := calls[op]; n > rounds+c {
+			t.Errorf("%d %s calls in %d membership reads, want at most one per read", n, op, rounds)
+		}
+	}
+}

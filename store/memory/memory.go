@@ -107,7 +107,12 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return driver.LockState{}, err
 	}
 	defer s.mu.Unlock()
-	id, now := toLockID(k), s.now()
+	return s.acquireLocked(k, owner, ttl, s.now())
+}
+
+// acquireLocked takes k for owner at now if it is free. s.mu must be held.
+func (s *Store) acquireLocked(k dcsync.Key, owner string, ttl time.Duration, now time.Time) (driver.LockState, error) {
+	id := toLockID(k)
 	if e, ok := s.liveLock(id, now); ok {
 		return e.LockState, driver.Errorf(dcsync.LockUnavailable, "memory.AcquireLock", "%s is held by %s", k, e.Owner)
 	}
@@ -144,8 +149,13 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 		return err
 	}
 	defer s.mu.Unlock()
+	return s.releaseLocked(k, owner, s.now())
+}
+
+// releaseLocked frees k if owner holds it at now. s.mu must be held.
+func (s *Store) releaseLocked(k dcsync.Key, owner string, now time.Time) error {
 	id := toLockID(k)
-	e, ok := s.liveLock(id, s.now())
+	e, ok := s.liveLock(id, now)
 	if !ok || e.Owner != owner {
 		return driver.Errorf(dcsync.LockLost, "memory.ReleaseLock", "%s is not held by %s", k, owner)
 	}

@@ -448,27 +448,37 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return driver.LockState{}, err
 	}
 	var st driver.LockState
-	err := s.write(ctx, "sqlite.AcquireLock", func(tx *sql.Tx) error {
-		now := s.now()
-		held, ok, err := liveLock(ctx, tx, k, now)
-		if err != nil {
-			return err
-		}
-		if ok {
-			st = held
-			return driver.Errorf(dcsync.LockUnavailable, "sqlite.AcquireLock", "%s is held by %s", k, held.Owner)
-		}
-		err = tx.QueryRowContext(ctx, `INSERT INTO dcsync_fences (level, farm, client, name, token) VALUES (?, ?, ?, ?, 1)
-			ON CONFLICT (level, farm, client, name) DO UPDATE SET token = token + 1 RETURNING token`, lockArgs(k)...).Scan(&st.Token)
-		if err != nil {
-			return err
-		}
-		st.Owner, st.Expires = owner, now.Add(ttl)
-		_, err = tx.ExecContext(ctx, `INSERT OR REPLACE INTO dcsync_locks (level, farm, client, name, owner, token, expires_ms)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`, append(lockArgs(k), owner, st.Token, st.Expires.UnixMilli())...)
+	err := s.write(ctx, "sqlite.AcquireLock", func(tx *sql.Tx) (err error) {
+		st, err = acquireTx(ctx, tx, k, owner, ttl, s.now())
 		return err
 	})
 	return st, err
+}
+
+// acquireTx takes k for owner in tx at now if it is free: the next fencing token and
+// the lock row. A held lock gets its holder's state and LockUnavailable, written
+// nothing; any other error is the database's.
+func acquireTx(ctx context.Context, tx *sql.Tx, k dcsync.Key, owner string, ttl time.Duration, now time.Time) (driver.LockState, error) {
+	held, ok, err := liveLock(ctx, tx, k, now)
+	if err != nil {
+		return driver.LockState{}, err
+	}
+	if ok {
+		return held, driver.Errorf(dcsync.LockUnavailable, "sqlite.AcquireLock", "%s is held by %s", k, held.Owner)
+	}
+	var st driver.LockState
+	err = tx.QueryRowContext(ctx, `INSERT INTO dcsync_fences (level, farm, client, name, token) VALUES (?, ?, ?, ?, 1)
+		ON CONFLICT (level, farm, client, name) DO UPDATE SET token = token + 1 RETURNING token`, lockArgs(k)...).Scan(&st.Token)
+	if err != nil {
+		return driver.LockState{}, err
+	}
+	st.Owner, st.Expires = owner, now.Add(ttl)
+	_, err = tx.ExecContext(ctx, `INSERT OR REPLACE INTO dcsync_locks (level, farm, client, name, owner, token, expires_ms)
+		VALUES (?, ?, ?, ?, ?, ?, ?)`, append(lockArgs(k), owner, st.Token, st.Expires.UnixMilli())...)
+	if err != nil {
+		return driver.LockState{}, err
+	}
+	return st, nil
 }
 
 // RefreshLock implements driver.LockStore.
@@ -512,16 +522,21 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 		return err
 	}
 	return s.write(ctx, "sqlite.ReleaseLock", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM dcsync_locks WHERE `+lockWhere+` AND owner = ? AND expires_ms > ?`,
-			append(lockArgs(k), owner, s.now().UnixMilli())...)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n != 1 {
-			return driver.Errorf(dcsync.LockLost, "sqlite.ReleaseLock", "%s is not held by %s", k, owner)
-		}
-		return nil
+		return releaseTx(ctx, tx, k, owner, s.now())
 	})
+}
+
+// releaseTx frees k in tx at now if owner holds it; LockLost, writing nothing, if not.
+func releaseTx(ctx context.Context, tx *sql.Tx, k dcsync.Key, owner string, now time.Time) error {
+	res, err := tx.ExecContext(ctx, `DELETE FROM dcsync_locks WHERE `+lockWhere+` AND owner = ? AND expires_ms > ?`,
+		append(lockArgs(k), owner, now.UnixMilli())...)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return driver.Errorf(dcsync.LockLost, "sqlite.ReleaseLock", "%s is not held by %s", k, owner)
+	}
+	return nil
 }
 
 // InspectLock implements driver.LockStore.
