@@ -267,7 +267,7 @@ func (s *Store) create(ctx context.Context, op string, k dcsync.Key, count int64
 		if err := r.collision(op, k); err != nil {
 			return false, err
 		}
-		if k.Level == dcsync.XDC && len(r.cells) > 0 || r.exists(k) {
+		if k.Level == dcsync.XDC && len(latchCells(r.cells)) > 0 || r.exists(k) {
 			return false, nil
 		}
 	}
@@ -312,7 +312,7 @@ func (s *Store) create(ctx context.Context, op string, k dcsync.Key, count int64
 			return false, r.collision(op, k)
 		case err == nil:
 			return false, nil // refused: another create's latch
-		case k.Level == dcsync.XDC && len(r.cells) > 0 || r.exists(k):
+		case k.Level == dcsync.XDC && len(latchCells(r.cells)) > 0 || r.exists(k):
 			return false, nil // in doubt, and another create's latch is there
 		}
 		// In doubt and nothing there: not applied (or not yet); send it again.
@@ -352,11 +352,17 @@ func (s *Store) create(ctx context.Context, op string, k dcsync.Key, count int64
 // share) skips the read: one call, the write planned from what the store remembers,
 // checked against the Increment's result (latch_known.go).
 //
-// Every Increment carries a nonce and is retried with it when an attempt's outcome is
-// unknown, so it is applied at most once. At level DC AddLatch returns the Increment's
-// result. At level XDC the same call to the server reads the row right after the
-// update and AddLatch returns its sum: a state after this update (another client's
-// update may land in between, and is then included), never an estimate.
+// Every attempt of one AddLatch carries the same op marker and is conditional on its
+// absence (latch_op.go), so it is applied at most once, whichever region server it
+// reaches, also after a clean region move (where the Increment's nonce is unknown).
+// When an attempt's outcome is unknown, AddLatch reads the row: its marker there means
+// applied, and AddLatch returns the count read (a state after this update); absent, it
+// plans the update again from that read and sends it with the same marker. At level DC
+// AddLatch returns the Increment's result. At level XDC the same call to the server
+// reads the row right after the update and AddLatch returns its sum: a state after this
+// update (another client's update may land in between, and is then included), never an
+// estimate. An update whose outcome stays unknown (the row unreadable, or
+// opResendWindow passed) fails with Connection: it may have been applied.
 func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
 	const op = "hbase.AddLatch"
 	if err := driver.CheckLatch(k, 0); err != nil {
@@ -372,29 +378,40 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 	q := layout.HBaseLatchQualifier(k.Farm)
 	notFound := func() error { return driver.Errorf(dcsync.NotFound, op, "latch %s does not exist", k) }
 	oneCall := k.Level == dcsync.DC && !layout.AmbiguousHBaseLatchRow(k.Client, k.Name)
+	o := newLatchOp()
 	if l, ok := s.latchMem.get(row, q); oneCall && ok && time.Since(l.anchorR) < maxAnchorAge {
 		if _, err := driver.AddCount(op, l.val, delta); err == nil {
-			own, done, err := s.addKnown(ctx, op, row, q, l, delta)
+			own, done, err := s.addKnown(ctx, op, o, row, q, l, delta)
 			if err != nil {
 				return 0, wrap(err, op)
 			}
 			if done {
 				if pre := own - delta; delta > 0 && pre > own || delta < 0 && pre < own {
+					lower := l.lower(time.Now())
 					cond := hbaserpc.IfEquals(famLatch, l.marker, zero8)
-					return 0, s.takeBack(ctx, op, k, row, cond, timedWrite(q, delta, l.endsMs, l.lower(time.Now()), 0)[:1], delta, "farm "+k.Farm+"'s count")
+					return 0, s.takeBack(ctx, op, k, row, cond, timedWrite(q, delta, l.endsMs, lower, 0)[0].(*hbaserpc.Increment), delta, l.endsMs, lower, "farm "+k.Farm+"'s count")
 				}
 				return own, nil
 			}
+			// Not applied (the full path reads why), or in doubt (o.doubted: the full
+			// path's read tells whether it was applied).
 		}
 	}
 	for try := 0; try < maxTries; try++ {
+		if o.tooLate() {
+			break
+		}
 		sent := time.Now()
 		cells, now, err := s.db.GetWithClock(ctx, s.latchTable, row, famLatch, hbaserpc.Column{Family: famLatch})
 		if err != nil {
-			return 0, wrap(err, op)
+			return 0, o.fail(op, k, err)
 		}
 		anchorR := time.Now()
 		r := parseLatchView(cells)
+		if !o.first.IsZero() && r.hasCell(o.qual) {
+			// An earlier attempt of this update, whose reply was lost, was applied.
+			return s.appliedEarlier(op, k, r, now, sent, anchorR, oneCall)
+		}
 		if err := r.collision(op, k); err != nil {
 			return 0, err
 		}
@@ -421,10 +438,13 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 				return 0, driver.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to count %d would overflow int64; nothing was written", k, delta, driver.SumCounts(vals...))
 			}
 		}
-		cond, muts, ok := r.update(k, delta, now)
+		w, ok := r.update(k, delta, now)
 		if !ok {
 			return 0, notFound() // the latch has ended, by the server's clock
 		}
+		o.settled = s.latchMem.takeSettled(row, q)
+		cond, muts := o.guard(w.cond, w.muts, w.endsMs, w.lower)
+		o.sending()
 		var applied bool
 		var res, after []hbaserpc.Cell
 		if k.Level == dcsync.DC {
@@ -432,15 +452,25 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		} else {
 			applied, res, after, err = s.db.CheckAndMutateRead(ctx, s.latchTable, row, cond, muts, hbaserpc.Column{Family: famLatch})
 		}
+		if err != nil || !applied {
+			s.latchMem.giveSettled(row, q, o.settled...)
+		}
 		if err != nil {
-			return 0, wrap(err, op)
+			if !inDoubt(err) {
+				return 0, o.fail(op, k, err)
+			}
+			o.doubted = true
+			s.log.Debug("hbase: latch update in doubt; reading the row for its op marker", "key", k.String(), "try", try, "err", err)
+			continue
 		}
 		if !applied {
-			// The marker or cell the update was conditional on is gone: the latch ended
-			// in between (the next read tells), or the Java cell chosen expired.
+			// The marker or cell the update was conditional on is gone (the latch ended
+			// in between, or the Java cell chosen expired), or an earlier attempt of
+			// this update was applied: the next read tells.
 			s.log.Debug("hbase: latch update not applied; reading again", "key", k.String(), "try", try)
 			continue
 		}
+		s.settle(o, row, q)
 		var own int64
 		found := false
 		for _, c := range res {
@@ -457,8 +487,9 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		// A concurrent update between the read and the write may still have carried the
 		// cell (HBase adds with Java's wrapping arithmetic) or the sum out of range: take
 		// this update back and refuse it.
+		inc := w.muts[0].(*hbaserpc.Increment)
 		if pre := own - delta; delta > 0 && pre > own || delta < 0 && pre < own {
-			return 0, s.takeBack(ctx, op, k, row, cond, muts, delta, "farm "+k.Farm+"'s count")
+			return 0, s.takeBack(ctx, op, k, row, w.cond, inc, delta, w.endsMs, w.lower, "farm "+k.Farm+"'s count")
 		}
 		if k.Level == dcsync.DC {
 			m, marked := r.markerOf(k.Farm)
@@ -475,30 +506,108 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		}
 		// The counts before this update: the ones read back, less delta.
 		if !driver.SumUpdateFits(append(vals, -delta), delta) {
-			return 0, s.takeBack(ctx, op, k, row, cond, muts, delta, "the sum")
+			return 0, s.takeBack(ctx, op, k, row, w.cond, inc, delta, w.endsMs, w.lower, "the sum")
 		}
 		return driver.SumCounts(vals...), nil
+	}
+	if o.doubted {
+		return 0, o.fail(op, k, nil)
 	}
 	return 0, notFound()
 }
 
-// takeBack undoes an applied update of delta whose result left the int64 range (muts
-// is the update: its Increment is sent again with -delta, under the same condition)
-// and returns the InvalidArgument error AddLatch reports.
-func (s *Store) takeBack(ctx context.Context, op string, k dcsync.Key, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, delta int64, what string) error {
-	inc := *muts[0].(*hbaserpc.Increment)
-	inc.Deltas = []hbaserpc.Delta{{Family: famLatch, Qualifier: layout.HBaseLatchQualifier(k.Farm), Amount: -delta}}
-	if _, _, err := s.db.CheckAndMutate(ctx, s.latchTable, row, cond, &inc); err != nil {
-		s.log.Warn("hbase: taking back an update that overflowed failed", "key", k.String(), "delta", delta, "err", err)
+// fail returns AddLatch's error for err (nil: no attempt may be sent any more): when an
+// attempt of o was in doubt, Connection, saying that the update may have been applied.
+func (o *latchOp) fail(op string, k dcsync.Key, err error) error {
+	if !o.doubted {
 		return wrap(err, op)
+	}
+	if err == nil {
+		return driver.Errorf(dcsync.Connection, op, "latch %s: the update's outcome is unknown (it may have been applied): neither confirmed nor refused in %d tries within %v", k, maxTries, opResendWindow)
+	}
+	return driver.Errorf(dcsync.Connection, op, "latch %s: the update's outcome is unknown (it may have been applied): %w", k, err)
+}
+
+// settle records o as applied: when none of its attempts was in doubt, nothing of it is
+// in flight any more, and the store's next update of the cell deletes its marker.
+func (s *Store) settle(o *latchOp, row, q []byte) {
+	if !o.doubted {
+		s.latchMem.giveSettled(row, q, o.qual)
+	}
+}
+
+// appliedEarlier returns AddLatch's result for an update an earlier attempt of which was
+// applied, from the row r read (with the server clock now, sent at sent and answered at
+// anchorR) and holding its op marker: k's farm count (DC) or the sum (XDC), a state
+// after the update. (A count carried out of the int64 range by a concurrent update in
+// between is not detected here, as it is from an Increment's result.)
+func (s *Store) appliedEarlier(op string, k dcsync.Key, r latchView, now int64, sent, anchorR time.Time, oneCall bool) (int64, error) {
+	if !r.exists(k) {
+		return 0, driver.Errorf(dcsync.NotFound, op, "latch %s was updated and has been deleted since", k)
+	}
+	if k.Level == dcsync.XDC {
+		return sumCells(op, r.cells)
+	}
+	c := r.counts[k.Farm]
+	own, err := decode64(op, c)
+	if err != nil {
+		return 0, err
+	}
+	if m, marked := r.markerOf(k.Farm); oneCall && marked {
+		row := layout.HBaseLatchRow(k.Client, k.Name)
+		s.latchMem.put(row, c.Qualifier, knownLatch{marker: m.qual, endsMs: m.endsMs, ts: c.Timestamp, val: own,
+			anchorS: now, anchorR: anchorR, anchorRTT: anchorR.Sub(sent)})
+	}
+	return own, nil
+}
+
+// takeBack undoes an applied update of delta whose result left the int64 range (inc is
+// the update's Increment: it is sent again with -delta, under the same condition cond,
+// with an op marker of its own) and returns the InvalidArgument error AddLatch reports.
+func (s *Store) takeBack(ctx context.Context, op string, k dcsync.Key, row []byte, cond hbaserpc.Condition, inc *hbaserpc.Increment, delta, endsMs, lower int64, what string) error {
+	back := *inc
+	back.Deltas = []hbaserpc.Delta{{Family: famLatch, Qualifier: layout.HBaseLatchQualifier(k.Farm), Amount: -delta}}
+	o := newLatchOp()
+	for try := 0; try < maxTries && !o.tooLate(); try++ {
+		gcond, muts := o.guard(cond, []hbaserpc.Mutation{&back}, endsMs, lower)
+		o.sending()
+		applied, _, err := s.db.CheckAndMutate(ctx, s.latchTable, row, gcond, muts...)
+		if err == nil && applied {
+			break
+		}
+		if err != nil && !inDoubt(err) {
+			s.log.Warn("hbase: taking back an update that overflowed failed", "key", k.String(), "delta", delta, "err", err)
+			return o.fail(op, k, err)
+		}
+		if err != nil {
+			o.doubted = true
+		} else if !o.doubted {
+			break // not applied: the latch has ended
+		}
+		cells, rerr := s.db.Get(ctx, s.latchTable, row, hbaserpc.Column{Family: famLatch, Qualifier: o.qual})
+		if rerr != nil {
+			s.log.Warn("hbase: taking back an update that overflowed: outcome unknown", "key", k.String(), "delta", delta, "err", rerr)
+			return o.fail(op, k, rerr)
+		}
+		if len(cells) > 0 {
+			break // applied
+		}
 	}
 	return driver.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d carried %s out of the int64 range; the update was taken back", k, delta, what)
 }
 
+// latchWrite is AddLatch's planned write: the condition, the mutations (the first is the
+// Increment), the latch's end (0 when unknown: a Java cell) and the lower bound of the
+// server's time the plan assumed.
+type latchWrite struct {
+	cond          hbaserpc.Condition
+	muts          []hbaserpc.Mutation
+	endsMs, lower int64
+}
+
 // update plans AddLatch's write from the row as read with the server clock now (see
-// AddLatch): the condition and the mutations. ok is false when the latch's end has
-// passed by now.
-func (r latchView) update(k dcsync.Key, delta int64, now int64) (cond hbaserpc.Condition, muts []hbaserpc.Mutation, ok bool) {
+// AddLatch). ok is false when the latch's end has passed by now.
+func (r latchView) update(k dcsync.Key, delta int64, now int64) (w latchWrite, ok bool) {
 	q := layout.HBaseLatchQualifier(k.Farm)
 	_, hasOwn := r.counts[k.Farm]
 	m, hasMarker := r.markerOf(k.Farm)
@@ -512,12 +621,13 @@ func (r latchView) update(k dcsync.Key, delta int64, now int64) (cond hbaserpc.C
 		// created at level XDC: it ends with the latch.
 		return r.timed(k, delta, hbaserpc.IfEquals(famLatch, latest.qual, zero8), latest.endsMs, now, adopt)
 	case hasOwn:
-		cond = hbaserpc.IfPresent(famLatch, q)
+		w.cond = hbaserpc.IfPresent(famLatch, q)
 	default: // a Java XDC latch updated from a farm without a cell
-		cond = hbaserpc.IfPresent(famLatch, layout.HBaseLatchQualifier(sortedFarms(r.counts)[0]))
+		w.cond = hbaserpc.IfPresent(famLatch, layout.HBaseLatchQualifier(sortedFarms(r.counts)[0]))
 	}
 	inc := &hbaserpc.Increment{Deltas: []hbaserpc.Delta{{Family: famLatch, Qualifier: q, Amount: delta}}}
-	return cond, []hbaserpc.Mutation{inc}, true
+	w.muts, w.lower = []hbaserpc.Mutation{inc}, now
+	return w, true
 }
 
 // timed plans an update of a latch that ends at endsMs: one Increment, with a TTL that
@@ -525,7 +635,7 @@ func (r latchView) update(k dcsync.Key, delta int64, now int64) (cond hbaserpc.C
 // delta and (adopt) of every other unmarked farm cell by 0, with a marker for each of
 // those cells that has none; and a delete of the versions read of each existing cell
 // it updates, so that none of them can outlive the new ones.
-func (r latchView) timed(k dcsync.Key, delta int64, cond hbaserpc.Condition, endsMs, now int64, adopt bool) (hbaserpc.Condition, []hbaserpc.Mutation, bool) {
+func (r latchView) timed(k dcsync.Key, delta int64, cond hbaserpc.Condition, endsMs, now int64, adopt bool) (latchWrite, bool) {
 	type cell struct {
 		farm   string
 		amount int64
@@ -549,7 +659,7 @@ func (r latchView) timed(k dcsync.Key, delta int64, cond hbaserpc.Condition, end
 	}
 	ttl := time.Duration(endsMs-lower) * time.Millisecond
 	if ttl < time.Millisecond {
-		return cond, nil, false
+		return latchWrite{}, false
 	}
 	inc := &hbaserpc.Increment{TTL: ttl}
 	var deletes []hbaserpc.Mutation
@@ -565,7 +675,7 @@ func (r latchView) timed(k dcsync.Key, delta int64, cond hbaserpc.Condition, end
 			deletes = append(deletes, &hbaserpc.Delete{Columns: []hbaserpc.Column{{Family: famLatch, Qualifier: qual}}, Timestamp: old.Timestamp})
 		}
 	}
-	return cond, append([]hbaserpc.Mutation{inc}, deletes...), true
+	return latchWrite{cond: cond, muts: append([]hbaserpc.Mutation{inc}, deletes...), endsMs: endsMs, lower: lower}, true
 }
 
 // xdcCreated reports whether dcsync created the row's latch at level XDC (the cell
@@ -590,7 +700,7 @@ func sortedFarms(counts map[string]hbaserpc.Cell) []string {
 
 // ReadLatches reads all keys in one MultiGet (one Multi call per region server; a
 // single key is one Get): the caller's farm cell for a DC key, the whole family C,
-// summed, for an XDC key. A latch is found when any cell was read.
+// summed, for an XDC key. A latch is found when any cell but an op marker was read.
 func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.LatchCount, error) {
 	const op = "hbase.ReadLatches"
 	for _, k := range keys {
@@ -630,8 +740,8 @@ func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.La
 		return nil, driver.Errorf(dcsync.Internal, op, "%d results for %d keys", len(res), len(keys))
 	}
 	for i, cells := range res {
-		if len(cells) == 0 {
-			continue
+		if len(latchCells(cells)) == 0 {
+			continue // nothing, or only op markers (latch_op.go) outliving the latch
 		}
 		n, err := sumCells(op, cells)
 		if err != nil {
