@@ -19,11 +19,12 @@ import (
 // latch row, its reply is held back while the row's region moves cleanly to the other
 // region server, and then the reply is dropped (the call's outcome is unknown). The new
 // server rebuilt no nonces (a clean move replays no WAL), so the update's Increment,
-// sent again with its nonce, would be applied a second time; the update's op marker
-// makes the resend refused, or (as the store does) the read of the row finds the
-// marker. The count must move by exactly the update's delta, on the one-call DC path,
-// the DC path that reads first, and at level XDC. With the op marker's condition
-// removed, the client's resend is applied again (count moved by 2).
+// sent again with its nonce, would be applied a second time; the update's op lane
+// makes a resend refused, and the store's read of the row finds the update's value in
+// it. The count must move by exactly the update's delta, on the one-call DC path,
+// the DC path that reads first, and at level XDC. With the op lane taken
+// out of the update (the code before: the client resends the Increment with its
+// nonce), it is applied again (count moved by 2).
 func TestClusterLatchResendAfterMove(t *testing.T) {
 	if os.Getenv(envCluster) != "1" {
 		t.Skip("DCSYNC_CLUSTER=1 runs the cluster tests (on testenv/hbase/up-cluster)")

@@ -156,9 +156,14 @@ func sumCells(op string, cells []hbaserpc.Cell) (int64, error) {
 	return driver.SumCounts(vals...), nil
 }
 
+// cellValues decodes every cell but op lanes (latch_op.go: their longer values read as
+// 0 to a Java reader, which takes their first 8 bytes).
 func cellValues(op string, cells []hbaserpc.Cell) ([]int64, error) {
 	vals := make([]int64, 0, len(cells))
 	for _, c := range cells {
+		if isOpLane(c.Qualifier) {
+			continue
+		}
 		v, err := decode64(op, c)
 		if err != nil {
 			return nil, err
@@ -352,17 +357,20 @@ func (s *Store) create(ctx context.Context, op string, k dcsync.Key, count int64
 // share) skips the read: one call, the write planned from what the store remembers,
 // checked against the Increment's result (latch_known.go).
 //
-// Every attempt of one AddLatch carries the same op marker and is conditional on its
-// absence (latch_op.go), so it is applied at most once, whichever region server it
-// reaches, also after a clean region move (where the Increment's nonce is unknown).
-// When an attempt's outcome is unknown, AddLatch reads the row: its marker there means
-// applied, and AddLatch returns the count read (a state after this update); absent, it
-// plans the update again from that read and sends it with the same marker. At level DC
-// AddLatch returns the Increment's result. At level XDC the same call to the server
-// reads the row right after the update and AddLatch returns its sum: a state after this
-// update (another client's update may land in between, and is then included), never an
-// estimate. An update whose outcome stays unknown (the row unreadable, or
-// opResendWindow passed) fails with Connection: it may have been applied.
+// Every update is also a compare-and-set on an op lane of the store's (latch_op.go):
+// every attempt of one AddLatch is conditional on the lane holding what it held before
+// the update and writes the update's own value into it, so the update is applied at
+// most once, whichever region server an attempt reaches, also after a clean region
+// move (where the Increment's nonce is unknown) and also when an attempt lands late.
+// When an attempt's outcome is unknown, AddLatch reads the row: its value in the lane
+// means applied, and AddLatch returns the count read (a state after this update); the
+// value before, not applied, and it plans the update again from that read and sends it
+// with the same lane and value. At level DC AddLatch returns the Increment's result. At
+// level XDC the same call to the server reads the row right after the update and
+// AddLatch returns its sum: a state after this update (another client's update may land
+// in between, and is then included), never an estimate. An update whose outcome stays
+// unknown (the row unreadable, or opResendWindow passed) fails with Connection: it may
+// have been applied.
 func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
 	const op = "hbase.AddLatch"
 	if err := driver.CheckLatch(k, 0); err != nil {
@@ -378,10 +386,13 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 	q := layout.HBaseLatchQualifier(k.Farm)
 	notFound := func() error { return driver.Errorf(dcsync.NotFound, op, "latch %s does not exist", k) }
 	oneCall := k.Level == dcsync.DC && !layout.AmbiguousHBaseLatchRow(k.Client, k.Name)
-	o := newLatchOp()
+	o := s.newLatchOp(row, q)
+	applied := false
+	defer func() { s.end(o, applied) }()
 	if l, ok := s.latchMem.get(row, q); oneCall && ok && time.Since(l.anchorR) < maxAnchorAge {
 		if _, err := driver.AddCount(op, l.val, delta); err == nil {
 			own, done, err := s.addKnown(ctx, op, o, row, q, l, delta)
+			applied = done
 			if err != nil {
 				return 0, wrap(err, op)
 			}
@@ -408,9 +419,13 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		}
 		anchorR := time.Now()
 		r := parseLatchView(cells)
-		if !o.first.IsZero() && r.hasCell(o.qual) {
-			// An earlier attempt of this update, whose reply was lost, was applied.
-			return s.appliedEarlier(op, k, r, now, sent, anchorR, oneCall)
+		if !o.first.IsZero() {
+			if o.appliedIn(r) {
+				// An earlier attempt of this update, whose reply was lost, was applied.
+				applied = true
+				return s.appliedEarlier(op, k, r, now, sent, anchorR, oneCall)
+			}
+			s.recheck(o, r)
 		}
 		if err := r.collision(op, k); err != nil {
 			return 0, err
@@ -442,25 +457,20 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		if !ok {
 			return 0, notFound() // the latch has ended, by the server's clock
 		}
-		o.settled = s.latchMem.takeSettled(row, q)
 		cond, muts := o.guard(w.cond, w.muts, w.endsMs, w.lower)
 		o.sending()
-		var applied bool
 		var res, after []hbaserpc.Cell
 		if k.Level == dcsync.DC {
 			applied, res, err = s.db.CheckAndMutate(ctx, s.latchTable, row, cond, muts...)
 		} else {
 			applied, res, after, err = s.db.CheckAndMutateRead(ctx, s.latchTable, row, cond, muts, hbaserpc.Column{Family: famLatch})
 		}
-		if err != nil || !applied {
-			s.latchMem.giveSettled(row, q, o.settled...)
-		}
 		if err != nil {
 			if !inDoubt(err) {
 				return 0, o.fail(op, k, err)
 			}
 			o.doubted = true
-			s.log.Debug("hbase: latch update in doubt; reading the row for its op marker", "key", k.String(), "try", try, "err", err)
+			s.log.Debug("hbase: latch update in doubt; reading the row for its op lane", "key", k.String(), "try", try, "err", err)
 			continue
 		}
 		if !applied {
@@ -470,7 +480,6 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 			s.log.Debug("hbase: latch update not applied; reading again", "key", k.String(), "try", try)
 			continue
 		}
-		s.settle(o, row, q)
 		var own int64
 		found := false
 		for _, c := range res {
@@ -528,17 +537,9 @@ func (o *latchOp) fail(op string, k dcsync.Key, err error) error {
 	return driver.Errorf(dcsync.Connection, op, "latch %s: the update's outcome is unknown (it may have been applied): %w", k, err)
 }
 
-// settle records o as applied: when none of its attempts was in doubt, nothing of it is
-// in flight any more, and the store's next update of the cell deletes its marker.
-func (s *Store) settle(o *latchOp, row, q []byte) {
-	if !o.doubted {
-		s.latchMem.giveSettled(row, q, o.qual)
-	}
-}
-
 // appliedEarlier returns AddLatch's result for an update an earlier attempt of which was
 // applied, from the row r read (with the server clock now, sent at sent and answered at
-// anchorR) and holding its op marker: k's farm count (DC) or the sum (XDC), a state
+// anchorR) and holding its value in its op lane: k's farm count (DC) or the sum (XDC), a state
 // after the update. (A count carried out of the int64 range by a concurrent update in
 // between is not detected here, as it is from an Increment's result.)
 func (s *Store) appliedEarlier(op string, k dcsync.Key, r latchView, now int64, sent, anchorR time.Time, oneCall bool) (int64, error) {
@@ -563,16 +564,21 @@ func (s *Store) appliedEarlier(op string, k dcsync.Key, r latchView, now int64, 
 
 // takeBack undoes an applied update of delta whose result left the int64 range (inc is
 // the update's Increment: it is sent again with -delta, under the same condition cond,
-// with an op marker of its own) and returns the InvalidArgument error AddLatch reports.
+// as an update of its own, in a lane of its own) and returns the InvalidArgument error
+// AddLatch reports.
 func (s *Store) takeBack(ctx context.Context, op string, k dcsync.Key, row []byte, cond hbaserpc.Condition, inc *hbaserpc.Increment, delta, endsMs, lower int64, what string) error {
+	q := layout.HBaseLatchQualifier(k.Farm)
 	back := *inc
-	back.Deltas = []hbaserpc.Delta{{Family: famLatch, Qualifier: layout.HBaseLatchQualifier(k.Farm), Amount: -delta}}
-	o := newLatchOp()
+	back.Deltas = []hbaserpc.Delta{{Family: famLatch, Qualifier: q, Amount: -delta}}
+	o := s.newLatchOp(row, q)
+	applied := false
+	defer func() { s.end(o, applied) }()
 	for try := 0; try < maxTries && !o.tooLate(); try++ {
 		gcond, muts := o.guard(cond, []hbaserpc.Mutation{&back}, endsMs, lower)
 		o.sending()
-		applied, _, err := s.db.CheckAndMutate(ctx, s.latchTable, row, gcond, muts...)
-		if err == nil && applied {
+		ok, _, err := s.db.CheckAndMutate(ctx, s.latchTable, row, gcond, muts...)
+		if err == nil && ok {
+			applied = true
 			break
 		}
 		if err != nil && !inDoubt(err) {
@@ -581,17 +587,23 @@ func (s *Store) takeBack(ctx context.Context, op string, k dcsync.Key, row []byt
 		}
 		if err != nil {
 			o.doubted = true
-		} else if !o.doubted {
-			break // not applied: the latch has ended
 		}
-		cells, rerr := s.db.Get(ctx, s.latchTable, row, hbaserpc.Column{Family: famLatch, Qualifier: o.qual})
+		cells, rerr := s.db.Get(ctx, s.latchTable, row, hbaserpc.Column{Family: famLatch})
 		if rerr != nil {
 			s.log.Warn("hbase: taking back an update that overflowed: outcome unknown", "key", k.String(), "delta", delta, "err", rerr)
 			return o.fail(op, k, rerr)
 		}
-		if len(cells) > 0 {
-			break // applied
+		r := parseLatchView(cells)
+		if o.appliedIn(r) {
+			applied = true
+			break
 		}
+		if err == nil && !o.doubted {
+			if v, ok := r.value(o.lane.qual); ok == (o.lane.prev != nil) && (!ok || bytes.Equal(v, o.lane.prev)) {
+				break // not applied, and not for its lane: the latch has ended
+			}
+		}
+		s.recheck(o, r)
 	}
 	return driver.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d carried %s out of the int64 range; the update was taken back", k, delta, what)
 }
@@ -700,7 +712,7 @@ func sortedFarms(counts map[string]hbaserpc.Cell) []string {
 
 // ReadLatches reads all keys in one MultiGet (one Multi call per region server; a
 // single key is one Get): the caller's farm cell for a DC key, the whole family C,
-// summed, for an XDC key. A latch is found when any cell but an op marker was read.
+// summed, for an XDC key. A latch is found when any cell but an op lane was read.
 func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.LatchCount, error) {
 	const op = "hbase.ReadLatches"
 	for _, k := range keys {
@@ -741,7 +753,7 @@ func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.La
 	}
 	for i, cells := range res {
 		if len(latchCells(cells)) == 0 {
-			continue // nothing, or only op markers (latch_op.go) outliving the latch
+			continue // nothing, or only op lanes (latch_op.go) outliving the latch
 		}
 		n, err := sumCells(op, cells)
 		if err != nil {

@@ -86,7 +86,7 @@ func readCount(t *testing.T, s *Store, k dcsync.Key) int64 {
 // marker's condition and the store finds its marker in the row. On every path: the
 // one-call DC update of a cell the store updated last, the DC and XDC updates planned
 // from a read, an XDC update creating its farm's cell, and a cell a Java client
-// created (no lifetime marker). Without the op marker's condition the resend is
+// created (no lifetime marker). Without the op lane's condition the resend is
 // applied again: a count-down counted twice.
 func TestLatchUpdateResentAfterApplied(t *testing.T) {
 	s := openStore(t)
@@ -197,15 +197,27 @@ func TestLatchUpdateInDoubt(t *testing.T) {
 	})
 }
 
-// TestLatchOpMarkersCleared (real HBase): a store that updates a cell again and again
-// deletes the op markers of its settled updates with its next update: the row keeps one
-// marker, not one per update. Readers ignore op markers: an XDC latch whose row holds
-// only op markers is not found.
-func TestLatchOpMarkersCleared(t *testing.T) {
+// TestLatchOpLanes (real HBase): a store that updates a cell again and again uses one op
+// lane for it, so the row holds one lane whatever the number of updates; concurrent
+// updates by one store use one lane each. Readers skip lanes: an XDC latch whose row
+// holds only a lane is not found.
+func TestLatchOpLanes(t *testing.T) {
 	s := openStore(t)
 	defer s.Close()
 	ctx := ctxT(t, time.Minute)
 	c := shared(t)
+	lanes := func(k dcsync.Key) int {
+		t.Helper()
+		cells, err := c.Get(ctx, s.latchTable, latchRow(k))
+		must(t, err, "Get")
+		n := 0
+		for _, x := range cells {
+			if isOpLane(x.Qualifier) {
+				n++
+			}
+		}
+		return n
+	}
 	for _, level := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
 		k := key(level, "dc1")
 		must(t, s.CreateLatch(ctx, k, 100, time.Minute), "create")
@@ -213,27 +225,68 @@ func TestLatchOpMarkersCleared(t *testing.T) {
 			_, err := s.AddLatch(ctx, k, -1)
 			must(t, err, "count-down")
 		}
-		cells, err := c.Get(ctx, s.latchTable, latchRow(k))
-		must(t, err, "Get")
-		ops := 0
-		for _, x := range cells {
-			if isOpMarker(x.Qualifier) {
-				ops++
-			}
+		if n := lanes(k); n != 1 {
+			t.Errorf("%s: %d op lanes in the row after 10 updates by one store, want 1", level, n)
 		}
-		if ops != 1 {
-			t.Errorf("%s: %d op markers in the row after 10 updates by one store, want 1", level, ops)
+		var wg sync.WaitGroup
+		for i := 0; i < 4; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := 0; j < 5; j++ {
+					if _, err := s.AddLatch(ctx, k, -1); err != nil {
+						t.Error(err)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if n := lanes(k); n < 1 || n > 4 {
+			t.Errorf("%s: %d op lanes in the row after 4 goroutines' updates, want 1 to 4", level, n)
+		}
+		if got := readCount(t, s, k); got != 70 {
+			t.Errorf("%s: count %d after 30 count-downs of 100, want 70", level, got)
 		}
 	}
 	k := key(dcsync.XDC, "dc1")
-	o := newLatchOp()
-	must(t, c.Put(ctx, s.latchTable, &hbaserpc.Put{Row: latchRow(k), Values: []hbaserpc.Value{{Family: famLatch, Qualifier: o.qual, Value: zero8}}, TTL: time.Minute}), "put an op marker")
+	lane := s.latchMem.newLane()
+	must(t, c.Put(ctx, s.latchTable, &hbaserpc.Put{Row: latchRow(k), Values: []hbaserpc.Value{{Family: famLatch, Qualifier: lane.qual, Value: make([]byte, 24)}}, TTL: time.Minute}), "put an op lane")
 	got, err := s.ReadLatches(ctx, []dcsync.Key{k})
 	must(t, err, "ReadLatches")
 	if got[0] != (driver.LatchCount{}) {
-		t.Fatalf("a row of op markers only reads as %+v, want not found", got[0])
+		t.Fatalf("a row of an op lane only reads as %+v, want not found", got[0])
 	}
 	_, err = s.AddLatch(ctx, k, -1)
-	wantCode(t, err, dcsync.NotFound, "AddLatch on a row of op markers only")
-	must(t, s.CreateLatch(ctx, k, 3, time.Minute), "XDC create over a row of op markers only")
+	wantCode(t, err, dcsync.NotFound, "AddLatch on a row of an op lane only")
+	must(t, s.CreateLatch(ctx, k, 3, time.Minute), "XDC create over a row of an op lane only")
+	if n := readCount(t, s, k); n != 3 {
+		t.Fatalf("count %d, want 3", n)
+	}
+}
+
+// TestLatchOpLaneLost (real HBase): a lane that no longer holds what the store left
+// there (here deleted under it) is given up: the update goes on, once, in a new lane.
+func TestLatchOpLaneLost(t *testing.T) {
+	s := openStore(t)
+	defer s.Close()
+	ctx := ctxT(t, time.Minute)
+	c := shared(t)
+	for _, level := range []dcsync.Level{dcsync.DC, dcsync.XDC} {
+		k := key(level, "dc1")
+		must(t, s.CreateLatch(ctx, k, 10, time.Minute), "create")
+		_, err := s.AddLatch(ctx, k, -1)
+		must(t, err, "count-down")
+		cells, err := c.Get(ctx, s.latchTable, latchRow(k))
+		must(t, err, "Get")
+		for _, x := range cells {
+			if isOpLane(x.Qualifier) {
+				must(t, c.Delete(ctx, s.latchTable, &hbaserpc.Delete{Row: latchRow(k), Columns: []hbaserpc.Column{{Family: famLatch, Qualifier: x.Qualifier}}}), "delete the lane")
+			}
+		}
+		n, err := s.AddLatch(ctx, k, -1)
+		must(t, err, "count-down after the lane was lost")
+		if got := readCount(t, s, k); got != 8 || n != 8 {
+			t.Fatalf("%s: AddLatch = %d, count %d; want 8", level, n, got)
+		}
+	}
 }
