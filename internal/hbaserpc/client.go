@@ -165,6 +165,8 @@ func newClient(cfg Config) *Client {
 		stop:       stop,
 		conns:      make(map[string]*connSlot),
 		nonceGroup: randUint64(),
+
+		dropResponse: cfg.DropReply,
 	}
 }
 

@@ -45,6 +45,13 @@ type Config struct {
 	// connections) and for deployments to go through a proxy or tunnel. Default: a
 	// net.Dialer with DialTimeout and 30s TCP keep-alives.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// DropReply, for tests only (nil otherwise), is called by a connection's reader
+	// with the RPC method of each reply from a region server or the master before it
+	// is delivered. When it returns true the reply is discarded and the connection
+	// closed: the call fails with its outcome unknown although the server did what was
+	// asked (a reply lost on the way), and is retried only if idempotent. It may block
+	// (the reader waits), e.g. to move a region before the caller can retry.
+	DropReply func(method string) bool
 }
 
 func (c Config) withDefaults() (Config, error) {

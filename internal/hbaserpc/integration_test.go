@@ -714,6 +714,11 @@ func TestIntegration(t *testing.T) {
 			{"IfAll", IfAll(IfEquals(f, []byte("L"), []byte("M")), IfEquals(f, []byte("O"), []byte("me"))), true},
 			{"IfAllOneWrong", IfAll(IfEquals(f, []byte("L"), []byte("M")), IfEquals(f, []byte("O"), []byte("you"))), false},
 			{"IfAllOneMissing", IfAll(IfEquals(f, []byte("L"), []byte("M")), IfEquals(f, []byte("Z"), []byte("me"))), false},
+			{"IfAllAbsent", IfAll(IfEquals(f, []byte("L"), []byte("M")), IfAbsent(f, []byte("Z"))), true},
+			{"IfAllAbsentThere", IfAll(IfEquals(f, []byte("L"), []byte("M")), IfAbsent(f, []byte("O"))), false},
+			{"IfAllPresent", IfAll(IfPresent(f, []byte("O")), IfAbsent(f, []byte("Z"))), true},
+			{"IfAllPresentMissing", IfAll(IfPresent(f, []byte("Z")), IfEquals(f, []byte("L"), []byte("M"))), false},
+			{"IfAllAbsentOneWrong", IfAll(IfEquals(f, []byte("L"), []byte("X")), IfAbsent(f, []byte("Z"))), false},
 		} {
 			ok, _, err := c.CheckAndMutate(ctx, table, row, tc.cond, put(tc.name))
 			if err != nil || ok != tc.want {

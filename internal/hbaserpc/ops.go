@@ -468,9 +468,13 @@ func IfEquals(family, qualifier, value []byte) Condition {
 	return Condition{Family: family, Qualifier: qualifier, Value: value}
 }
 
-// IfAll is a Condition that every one of conds holds. Each must be an IfEquals; they
-// are checked together, on the latest version of each column, as one HBase filter
-// (a FilterList of SingleColumnValueFilters; HBase 2.4+).
+// IfAll is a Condition that every one of conds holds. Each must be an IfEquals,
+// IfAbsent or IfPresent on one column; they are checked together, on the latest
+// version of each column, as one HBase filter (a FilterList of
+// SingleColumnValueFilters; HBase 2.4+). As single conditions, IfAbsent holds for a
+// column that is missing or holds an empty value, and IfPresent for one with a
+// non-empty value. The row must hold at least one cell for any IfAll to hold (HBase
+// applies the filter to the row's cells: an empty row passes no filter).
 func IfAll(conds ...Condition) Condition {
 	return Condition{all: conds}
 }
@@ -527,18 +531,36 @@ func appendFilter(b []byte, field protowire.Number, name string, ser []byte) []b
 	return protowire.AppendBytes(b, f)
 }
 
-// allFilter encodes conds (each an IfEquals) as FilterList(MUST_PASS_ALL) of
-// SingleColumnValueFilter(family, qualifier, EQUAL, value, filterIfMissing=true,
-// latestVersionOnly=true): a row passes only when every column holds its value.
+// allFilter encodes conds as FilterList(MUST_PASS_ALL) of one
+// SingleColumnValueFilter(family, qualifier, op, comparator, filterIfMissing,
+// latestVersionOnly=true) each: a row passes only when every one holds. A
+// SingleColumnValueFilter lets a row through when the column's latest value compares
+// as op asks, and, when the column is missing, only without filterIfMissing. So
+//
+//	IfEquals(v):  EQUAL to v,            filterIfMissing: the column holds v
+//	IfPresent:    NOT_EQUAL to nothing,  filterIfMissing: a non-empty value
+//	IfAbsent:     EQUAL to nothing,      missing passes:  missing or empty
+//
+// (BinaryComparator with an empty value compares equal to an empty value only.)
 func allFilter(conds []Condition) (*pb.Filter, error) {
 	var list []byte
 	list = protowire.AppendTag(list, filterListOperator, protowire.VarintType)
 	list = protowire.AppendVarint(list, filterListPassAll)
 	for _, c := range conds {
-		if len(c.all) > 0 || c.Absent || c.Present || len(c.Value) == 0 || len(c.Family) == 0 {
-			return nil, errors.New("condition: IfAll takes IfEquals conditions with a family and a value")
+		if len(c.all) > 0 || c.Absent && c.Present || len(c.Family) == 0 || !c.Absent && !c.Present && len(c.Value) == 0 {
+			return nil, errors.New("condition: IfAll takes IfEquals (with a value), IfAbsent and IfPresent conditions with a family")
 		}
-		cmp, err := binaryComparator(c.Value)
+		var value []byte
+		op, ifMissing := pb.CompareType_EQUAL, uint64(1)
+		switch {
+		case c.Present:
+			op = pb.CompareType_NOT_EQUAL
+		case c.Absent:
+			ifMissing = 0
+		default:
+			value = c.Value
+		}
+		cmp, err := binaryComparator(value)
 		if err != nil {
 			return nil, err
 		}
@@ -552,11 +574,11 @@ func allFilter(conds []Condition) (*pb.Filter, error) {
 		scvf = protowire.AppendTag(scvf, scvfQualifier, protowire.BytesType)
 		scvf = protowire.AppendBytes(scvf, nonNil(c.Qualifier))
 		scvf = protowire.AppendTag(scvf, scvfCompareOp, protowire.VarintType)
-		scvf = protowire.AppendVarint(scvf, uint64(pb.CompareType_EQUAL))
+		scvf = protowire.AppendVarint(scvf, uint64(op))
 		scvf = protowire.AppendTag(scvf, scvfComparator, protowire.BytesType)
 		scvf = protowire.AppendBytes(scvf, cmpBytes)
 		scvf = protowire.AppendTag(scvf, scvfFilterIfMissing, protowire.VarintType)
-		scvf = protowire.AppendVarint(scvf, 1)
+		scvf = protowire.AppendVarint(scvf, ifMissing)
 		scvf = protowire.AppendTag(scvf, scvfLatestVersion, protowire.VarintType)
 		scvf = protowire.AppendVarint(scvf, 1)
 		list = appendFilter(list, filterListFilters, filterSCVF, scvf)

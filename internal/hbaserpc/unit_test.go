@@ -703,7 +703,75 @@ func TestConditionKinds(t *testing.T) {
 	if len(names) != 2 || names[0] != filterSCVF || names[1] != filterSCVF {
 		t.Fatalf("filters %v", names)
 	}
-	for _, bad := range []Condition{IfAll(IfAbsent(f, f)), IfAll(IfEquals(nil, f, f)), {Family: f, Absent: true, Present: true}} {
+	// IfAll of IfAbsent and IfPresent: EQUAL to nothing with missing columns passing,
+	// NOT_EQUAL to nothing with missing columns filtered.
+	pc, err = IfAll(IfEquals(f, []byte("a"), []byte("1")), IfAbsent(f, []byte("b")), IfPresent(f, []byte("c"))).toProto([]byte("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	type scvf struct {
+		qual      string
+		op        uint64
+		value     []byte
+		ifMissing uint64
+	}
+	var got []scvf
+	b = pc.GetFilter().GetSerializedFilter()
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		b = b[n:]
+		if num != filterListFilters || typ != protowire.BytesType {
+			n = protowire.ConsumeFieldValue(num, typ, b)
+			b = b[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(b)
+		b = b[n:]
+		var fl pb.Filter
+		mustUnmarshal(t, v, &fl)
+		var x scvf
+		ser := fl.GetSerializedFilter()
+		for len(ser) > 0 {
+			num, typ, n := protowire.ConsumeTag(ser)
+			ser = ser[n:]
+			switch {
+			case num == scvfQualifier:
+				q, n := protowire.ConsumeBytes(ser)
+				x.qual, ser = string(q), ser[n:]
+			case num == scvfCompareOp:
+				x.op, n = protowire.ConsumeVarint(ser)
+				ser = ser[n:]
+			case num == scvfFilterIfMissing:
+				x.ifMissing, n = protowire.ConsumeVarint(ser)
+				ser = ser[n:]
+			case num == scvfComparator:
+				cb, n := protowire.ConsumeBytes(ser)
+				ser = ser[n:]
+				var cmp pb.Comparator
+				mustUnmarshal(t, cb, &cmp)
+				var bc pb.BinaryComparator
+				mustUnmarshal(t, cmp.GetSerializedComparator(), &bc)
+				x.value = bc.GetComparable().GetValue()
+			default:
+				ser = ser[protowire.ConsumeFieldValue(num, typ, ser):]
+			}
+		}
+		got = append(got, x)
+	}
+	want := []scvf{
+		{"a", uint64(pb.CompareType_EQUAL), []byte("1"), 1},
+		{"b", uint64(pb.CompareType_EQUAL), nil, 0},
+		{"c", uint64(pb.CompareType_NOT_EQUAL), nil, 1},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("filters %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i].qual != want[i].qual || got[i].op != want[i].op || !bytes.Equal(got[i].value, want[i].value) || got[i].ifMissing != want[i].ifMissing {
+			t.Errorf("filter %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	for _, bad := range []Condition{IfAll(IfEquals(f, f, nil)), IfAll(IfEquals(nil, f, f)), IfAll(IfAll(IfAbsent(f, f))), IfAll(Condition{Family: f, Absent: true, Present: true}), {Family: f, Absent: true, Present: true}} {
 		if _, err := bad.toProto([]byte("r")); err == nil {
 			t.Errorf("condition %+v accepted", bad)
 		}

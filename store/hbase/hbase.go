@@ -11,7 +11,8 @@
 // latch exists when the caller's count_<farm> cell exists; an XDC latch when any cell of
 // family C exists, and its count is the sum of all of them, as a Java reader sums them
 // (HBaseLatchStorage.java:128-134: Bytes.toLong of every cell). Every other cell dcsync
-// writes into family C therefore holds an 8-byte zero, which changes no sum:
+// writes into family C therefore holds an 8-byte zero (an op lane: a longer value whose
+// first 8 bytes, all Bytes.toLong reads, are zero), which changes no sum:
 //
 //	C:count_<farm>   the count of a farm                      (Java's cell)
 //	C:dcsync_lt:<ttl ms>:<op id>:<IdentityKey(DC, farm, client, latch)>
@@ -22,6 +23,11 @@
 //	                 latch unambiguously (layout.IdentityKey)
 //	C:dcsync_xdc     written with the creator's cell by an XDC create, only if absent,
 //	                 so that concurrent XDC creates from several farms have one winner
+//	C:dcsync_op:<store id>:<n>
+//	                 an op lane (latch_op.go): 8 zero bytes then the id of the update
+//	                 that wrote it last; every update is a compare-and-set on one, so
+//	                 it is applied once whichever region server its attempts reach. Its
+//	                 longer value reads as 0 to Java (Bytes.toLong takes the first 8 bytes)
 //
 // # The latch lifetime rule on HBase
 //
@@ -194,8 +200,10 @@
 // # Failures
 //
 // Every operation validates its input before any I/O. Reads, Puts and Increments are
-// retried by the client (Increments carry a nonce, so a retry is never applied twice;
-// this includes conditional Increments). A check-and-mutate whose outcome is unknown is
+// retried by the client (Increments carry a nonce, so a retry reaching the same region
+// server is not applied twice; after a clean region move the new server does not know
+// the nonce, which is why latch updates are compare-and-sets on an op lane and are not
+// resent blindly). A check-and-mutate whose outcome is unknown is
 // resolved by reading the row back, and every operation recognises its own earlier
 // attempt in what it reads, also one that reached the server after the read-back: an
 // acquire its owner id, a release the row gone while its lease was live, a create its

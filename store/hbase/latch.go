@@ -156,9 +156,14 @@ func sumCells(op string, cells []hbaserpc.Cell) (int64, error) {
 	return driver.SumCounts(vals...), nil
 }
 
+// cellValues decodes every cell but op lanes (latch_op.go: their longer values read as
+// 0 to a Java reader, which takes their first 8 bytes).
 func cellValues(op string, cells []hbaserpc.Cell) ([]int64, error) {
 	vals := make([]int64, 0, len(cells))
 	for _, c := range cells {
+		if isOpLane(c.Qualifier) {
+			continue
+		}
 		v, err := decode64(op, c)
 		if err != nil {
 			return nil, err
@@ -267,7 +272,7 @@ func (s *Store) create(ctx context.Context, op string, k dcsync.Key, count int64
 		if err := r.collision(op, k); err != nil {
 			return false, err
 		}
-		if k.Level == dcsync.XDC && len(r.cells) > 0 || r.exists(k) {
+		if k.Level == dcsync.XDC && len(latchCells(r.cells)) > 0 || r.exists(k) {
 			return false, nil
 		}
 	}
@@ -312,7 +317,7 @@ func (s *Store) create(ctx context.Context, op string, k dcsync.Key, count int64
 			return false, r.collision(op, k)
 		case err == nil:
 			return false, nil // refused: another create's latch
-		case k.Level == dcsync.XDC && len(r.cells) > 0 || r.exists(k):
+		case k.Level == dcsync.XDC && len(latchCells(r.cells)) > 0 || r.exists(k):
 			return false, nil // in doubt, and another create's latch is there
 		}
 		// In doubt and nothing there: not applied (or not yet); send it again.
@@ -352,11 +357,20 @@ func (s *Store) create(ctx context.Context, op string, k dcsync.Key, count int64
 // share) skips the read: one call, the write planned from what the store remembers,
 // checked against the Increment's result (latch_known.go).
 //
-// Every Increment carries a nonce and is retried with it when an attempt's outcome is
-// unknown, so it is applied at most once. At level DC AddLatch returns the Increment's
-// result. At level XDC the same call to the server reads the row right after the
-// update and AddLatch returns its sum: a state after this update (another client's
-// update may land in between, and is then included), never an estimate.
+// Every update is also a compare-and-set on an op lane of the store's (latch_op.go):
+// every attempt of one AddLatch is conditional on the lane holding what it held before
+// the update and writes the update's own value into it, so the update is applied at
+// most once, whichever region server an attempt reaches, also after a clean region
+// move (where the Increment's nonce is unknown) and also when an attempt lands late.
+// When an attempt's outcome is unknown, AddLatch reads the row: its value in the lane
+// means applied, and AddLatch returns the count read (a state after this update); the
+// value before, not applied, and it plans the update again from that read and sends it
+// with the same lane and value. At level DC AddLatch returns the Increment's result. At
+// level XDC the same call to the server reads the row right after the update and
+// AddLatch returns its sum: a state after this update (another client's update may land
+// in between, and is then included), never an estimate. An update whose outcome stays
+// unknown (the row unreadable, or opResendWindow passed) fails with Connection: it may
+// have been applied.
 func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
 	const op = "hbase.AddLatch"
 	if err := driver.CheckLatch(k, 0); err != nil {
@@ -372,29 +386,47 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 	q := layout.HBaseLatchQualifier(k.Farm)
 	notFound := func() error { return driver.Errorf(dcsync.NotFound, op, "latch %s does not exist", k) }
 	oneCall := k.Level == dcsync.DC && !layout.AmbiguousHBaseLatchRow(k.Client, k.Name)
+	o := s.newLatchOp(row, q)
+	applied := false
+	defer func() { s.end(o, applied) }()
 	if l, ok := s.latchMem.get(row, q); oneCall && ok && time.Since(l.anchorR) < maxAnchorAge {
 		if _, err := driver.AddCount(op, l.val, delta); err == nil {
-			own, done, err := s.addKnown(ctx, op, row, q, l, delta)
+			own, done, err := s.addKnown(ctx, op, o, row, q, l, delta)
+			applied = done
 			if err != nil {
 				return 0, wrap(err, op)
 			}
 			if done {
 				if pre := own - delta; delta > 0 && pre > own || delta < 0 && pre < own {
+					lower := l.lower(time.Now())
 					cond := hbaserpc.IfEquals(famLatch, l.marker, zero8)
-					return 0, s.takeBack(ctx, op, k, row, cond, timedWrite(q, delta, l.endsMs, l.lower(time.Now()), 0)[:1], delta, "farm "+k.Farm+"'s count")
+					return 0, s.takeBack(ctx, op, k, row, cond, timedWrite(q, delta, l.endsMs, lower, 0)[0].(*hbaserpc.Increment), delta, l.endsMs, lower, "farm "+k.Farm+"'s count")
 				}
 				return own, nil
 			}
+			// Not applied (the full path reads why), or in doubt (o.doubted: the full
+			// path's read tells whether it was applied).
 		}
 	}
 	for try := 0; try < maxTries; try++ {
+		if o.tooLate() {
+			break
+		}
 		sent := time.Now()
 		cells, now, err := s.db.GetWithClock(ctx, s.latchTable, row, famLatch, hbaserpc.Column{Family: famLatch})
 		if err != nil {
-			return 0, wrap(err, op)
+			return 0, o.fail(op, k, err)
 		}
 		anchorR := time.Now()
 		r := parseLatchView(cells)
+		if !o.first.IsZero() {
+			if o.appliedIn(r) {
+				// An earlier attempt of this update, whose reply was lost, was applied.
+				applied = true
+				return s.appliedEarlier(op, k, r, now, sent, anchorR, oneCall)
+			}
+			s.recheck(o, r)
+		}
 		if err := r.collision(op, k); err != nil {
 			return 0, err
 		}
@@ -421,11 +453,12 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 				return 0, driver.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d to count %d would overflow int64; nothing was written", k, delta, driver.SumCounts(vals...))
 			}
 		}
-		cond, muts, ok := r.update(k, delta, now)
+		w, ok := r.update(k, delta, now)
 		if !ok {
 			return 0, notFound() // the latch has ended, by the server's clock
 		}
-		var applied bool
+		cond, muts := o.guard(w.cond, w.muts, w.endsMs, w.lower)
+		o.sending()
 		var res, after []hbaserpc.Cell
 		if k.Level == dcsync.DC {
 			applied, res, err = s.db.CheckAndMutate(ctx, s.latchTable, row, cond, muts...)
@@ -433,11 +466,17 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 			applied, res, after, err = s.db.CheckAndMutateRead(ctx, s.latchTable, row, cond, muts, hbaserpc.Column{Family: famLatch})
 		}
 		if err != nil {
-			return 0, wrap(err, op)
+			if !inDoubt(err) {
+				return 0, o.fail(op, k, err)
+			}
+			o.doubted = true
+			s.log.Debug("hbase: latch update in doubt; reading the row for its op lane", "key", k.String(), "try", try, "err", err)
+			continue
 		}
 		if !applied {
-			// The marker or cell the update was conditional on is gone: the latch ended
-			// in between (the next read tells), or the Java cell chosen expired.
+			// The marker or cell the update was conditional on is gone (the latch ended
+			// in between, or the Java cell chosen expired), or an earlier attempt of
+			// this update was applied: the next read tells.
 			s.log.Debug("hbase: latch update not applied; reading again", "key", k.String(), "try", try)
 			continue
 		}
@@ -457,8 +496,9 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		// A concurrent update between the read and the write may still have carried the
 		// cell (HBase adds with Java's wrapping arithmetic) or the sum out of range: take
 		// this update back and refuse it.
+		inc := w.muts[0].(*hbaserpc.Increment)
 		if pre := own - delta; delta > 0 && pre > own || delta < 0 && pre < own {
-			return 0, s.takeBack(ctx, op, k, row, cond, muts, delta, "farm "+k.Farm+"'s count")
+			return 0, s.takeBack(ctx, op, k, row, w.cond, inc, delta, w.endsMs, w.lower, "farm "+k.Farm+"'s count")
 		}
 		if k.Level == dcsync.DC {
 			m, marked := r.markerOf(k.Farm)
@@ -475,30 +515,111 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		}
 		// The counts before this update: the ones read back, less delta.
 		if !driver.SumUpdateFits(append(vals, -delta), delta) {
-			return 0, s.takeBack(ctx, op, k, row, cond, muts, delta, "the sum")
+			return 0, s.takeBack(ctx, op, k, row, w.cond, inc, delta, w.endsMs, w.lower, "the sum")
 		}
 		return driver.SumCounts(vals...), nil
+	}
+	if o.doubted {
+		return 0, o.fail(op, k, nil)
 	}
 	return 0, notFound()
 }
 
-// takeBack undoes an applied update of delta whose result left the int64 range (muts
-// is the update: its Increment is sent again with -delta, under the same condition)
-// and returns the InvalidArgument error AddLatch reports.
-func (s *Store) takeBack(ctx context.Context, op string, k dcsync.Key, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, delta int64, what string) error {
-	inc := *muts[0].(*hbaserpc.Increment)
-	inc.Deltas = []hbaserpc.Delta{{Family: famLatch, Qualifier: layout.HBaseLatchQualifier(k.Farm), Amount: -delta}}
-	if _, _, err := s.db.CheckAndMutate(ctx, s.latchTable, row, cond, &inc); err != nil {
-		s.log.Warn("hbase: taking back an update that overflowed failed", "key", k.String(), "delta", delta, "err", err)
+// fail returns AddLatch's error for err (nil: no attempt may be sent any more): when an
+// attempt of o was in doubt, Connection, saying that the update may have been applied.
+func (o *latchOp) fail(op string, k dcsync.Key, err error) error {
+	if !o.doubted {
 		return wrap(err, op)
+	}
+	if err == nil {
+		return driver.Errorf(dcsync.Connection, op, "latch %s: the update's outcome is unknown (it may have been applied): neither confirmed nor refused in %d tries within %v", k, maxTries, opResendWindow)
+	}
+	return driver.Errorf(dcsync.Connection, op, "latch %s: the update's outcome is unknown (it may have been applied): %w", k, err)
+}
+
+// appliedEarlier returns AddLatch's result for an update an earlier attempt of which was
+// applied, from the row r read (with the server clock now, sent at sent and answered at
+// anchorR) and holding its value in its op lane: k's farm count (DC) or the sum (XDC), a state
+// after the update. (A count carried out of the int64 range by a concurrent update in
+// between is not detected here, as it is from an Increment's result.)
+func (s *Store) appliedEarlier(op string, k dcsync.Key, r latchView, now int64, sent, anchorR time.Time, oneCall bool) (int64, error) {
+	if !r.exists(k) {
+		return 0, driver.Errorf(dcsync.NotFound, op, "latch %s was updated and has been deleted since", k)
+	}
+	if k.Level == dcsync.XDC {
+		return sumCells(op, r.cells)
+	}
+	c := r.counts[k.Farm]
+	own, err := decode64(op, c)
+	if err != nil {
+		return 0, err
+	}
+	if m, marked := r.markerOf(k.Farm); oneCall && marked {
+		row := layout.HBaseLatchRow(k.Client, k.Name)
+		s.latchMem.put(row, c.Qualifier, knownLatch{marker: m.qual, endsMs: m.endsMs, ts: c.Timestamp, val: own,
+			anchorS: now, anchorR: anchorR, anchorRTT: anchorR.Sub(sent)})
+	}
+	return own, nil
+}
+
+// takeBack undoes an applied update of delta whose result left the int64 range (inc is
+// the update's Increment: it is sent again with -delta, under the same condition cond,
+// as an update of its own, in a lane of its own) and returns the InvalidArgument error
+// AddLatch reports.
+func (s *Store) takeBack(ctx context.Context, op string, k dcsync.Key, row []byte, cond hbaserpc.Condition, inc *hbaserpc.Increment, delta, endsMs, lower int64, what string) error {
+	q := layout.HBaseLatchQualifier(k.Farm)
+	back := *inc
+	back.Deltas = []hbaserpc.Delta{{Family: famLatch, Qualifier: q, Amount: -delta}}
+	o := s.newLatchOp(row, q)
+	applied := false
+	defer func() { s.end(o, applied) }()
+	for try := 0; try < maxTries && !o.tooLate(); try++ {
+		gcond, muts := o.guard(cond, []hbaserpc.Mutation{&back}, endsMs, lower)
+		o.sending()
+		ok, _, err := s.db.CheckAndMutate(ctx, s.latchTable, row, gcond, muts...)
+		if err == nil && ok {
+			applied = true
+			break
+		}
+		if err != nil && !inDoubt(err) {
+			s.log.Warn("hbase: taking back an update that overflowed failed", "key", k.String(), "delta", delta, "err", err)
+			return o.fail(op, k, err)
+		}
+		if err != nil {
+			o.doubted = true
+		}
+		cells, rerr := s.db.Get(ctx, s.latchTable, row, hbaserpc.Column{Family: famLatch})
+		if rerr != nil {
+			s.log.Warn("hbase: taking back an update that overflowed: outcome unknown", "key", k.String(), "delta", delta, "err", rerr)
+			return o.fail(op, k, rerr)
+		}
+		r := parseLatchView(cells)
+		if o.appliedIn(r) {
+			applied = true
+			break
+		}
+		if err == nil && !o.doubted {
+			if v, ok := r.value(o.lane.qual); ok == (o.lane.prev != nil) && (!ok || bytes.Equal(v, o.lane.prev)) {
+				break // not applied, and not for its lane: the latch has ended
+			}
+		}
+		s.recheck(o, r)
 	}
 	return driver.Errorf(dcsync.InvalidArgument, op, "latch %s: adding %d carried %s out of the int64 range; the update was taken back", k, delta, what)
 }
 
+// latchWrite is AddLatch's planned write: the condition, the mutations (the first is the
+// Increment), the latch's end (0 when unknown: a Java cell) and the lower bound of the
+// server's time the plan assumed.
+type latchWrite struct {
+	cond          hbaserpc.Condition
+	muts          []hbaserpc.Mutation
+	endsMs, lower int64
+}
+
 // update plans AddLatch's write from the row as read with the server clock now (see
-// AddLatch): the condition and the mutations. ok is false when the latch's end has
-// passed by now.
-func (r latchView) update(k dcsync.Key, delta int64, now int64) (cond hbaserpc.Condition, muts []hbaserpc.Mutation, ok bool) {
+// AddLatch). ok is false when the latch's end has passed by now.
+func (r latchView) update(k dcsync.Key, delta int64, now int64) (w latchWrite, ok bool) {
 	q := layout.HBaseLatchQualifier(k.Farm)
 	_, hasOwn := r.counts[k.Farm]
 	m, hasMarker := r.markerOf(k.Farm)
@@ -512,12 +633,13 @@ func (r latchView) update(k dcsync.Key, delta int64, now int64) (cond hbaserpc.C
 		// created at level XDC: it ends with the latch.
 		return r.timed(k, delta, hbaserpc.IfEquals(famLatch, latest.qual, zero8), latest.endsMs, now, adopt)
 	case hasOwn:
-		cond = hbaserpc.IfPresent(famLatch, q)
+		w.cond = hbaserpc.IfPresent(famLatch, q)
 	default: // a Java XDC latch updated from a farm without a cell
-		cond = hbaserpc.IfPresent(famLatch, layout.HBaseLatchQualifier(sortedFarms(r.counts)[0]))
+		w.cond = hbaserpc.IfPresent(famLatch, layout.HBaseLatchQualifier(sortedFarms(r.counts)[0]))
 	}
 	inc := &hbaserpc.Increment{Deltas: []hbaserpc.Delta{{Family: famLatch, Qualifier: q, Amount: delta}}}
-	return cond, []hbaserpc.Mutation{inc}, true
+	w.muts, w.lower = []hbaserpc.Mutation{inc}, now
+	return w, true
 }
 
 // timed plans an update of a latch that ends at endsMs: one Increment, with a TTL that
@@ -525,7 +647,7 @@ func (r latchView) update(k dcsync.Key, delta int64, now int64) (cond hbaserpc.C
 // delta and (adopt) of every other unmarked farm cell by 0, with a marker for each of
 // those cells that has none; and a delete of the versions read of each existing cell
 // it updates, so that none of them can outlive the new ones.
-func (r latchView) timed(k dcsync.Key, delta int64, cond hbaserpc.Condition, endsMs, now int64, adopt bool) (hbaserpc.Condition, []hbaserpc.Mutation, bool) {
+func (r latchView) timed(k dcsync.Key, delta int64, cond hbaserpc.Condition, endsMs, now int64, adopt bool) (latchWrite, bool) {
 	type cell struct {
 		farm   string
 		amount int64
@@ -549,7 +671,7 @@ func (r latchView) timed(k dcsync.Key, delta int64, cond hbaserpc.Condition, end
 	}
 	ttl := time.Duration(endsMs-lower) * time.Millisecond
 	if ttl < time.Millisecond {
-		return cond, nil, false
+		return latchWrite{}, false
 	}
 	inc := &hbaserpc.Increment{TTL: ttl}
 	var deletes []hbaserpc.Mutation
@@ -565,7 +687,7 @@ func (r latchView) timed(k dcsync.Key, delta int64, cond hbaserpc.Condition, end
 			deletes = append(deletes, &hbaserpc.Delete{Columns: []hbaserpc.Column{{Family: famLatch, Qualifier: qual}}, Timestamp: old.Timestamp})
 		}
 	}
-	return cond, append([]hbaserpc.Mutation{inc}, deletes...), true
+	return latchWrite{cond: cond, muts: append([]hbaserpc.Mutation{inc}, deletes...), endsMs: endsMs, lower: lower}, true
 }
 
 // xdcCreated reports whether dcsync created the row's latch at level XDC (the cell
@@ -590,7 +712,7 @@ func sortedFarms(counts map[string]hbaserpc.Cell) []string {
 
 // ReadLatches reads all keys in one MultiGet (one Multi call per region server; a
 // single key is one Get): the caller's farm cell for a DC key, the whole family C,
-// summed, for an XDC key. A latch is found when any cell was read.
+// summed, for an XDC key. A latch is found when any cell but an op lane was read.
 func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.LatchCount, error) {
 	const op = "hbase.ReadLatches"
 	for _, k := range keys {
@@ -630,8 +752,8 @@ func (s *Store) ReadLatches(ctx context.Context, keys []dcsync.Key) ([]driver.La
 		return nil, driver.Errorf(dcsync.Internal, op, "%d results for %d keys", len(res), len(keys))
 	}
 	for i, cells := range res {
-		if len(cells) == 0 {
-			continue
+		if len(latchCells(cells)) == 0 {
+			continue // nothing, or only op lanes (latch_op.go) outliving the latch
 		}
 		n, err := sumCells(op, cells)
 		if err != nil {

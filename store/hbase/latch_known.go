@@ -70,8 +70,11 @@ func (l knownLatch) lower(t time.Time) int64 {
 }
 
 type knownLatches struct {
-	mu sync.Mutex
-	m  map[string]knownLatch
+	mu        sync.Mutex
+	m         map[string]knownLatch
+	lanes     map[string][]*opLane // free op lanes per cell (latch_op.go)
+	storeID   string               // names this store's lanes
+	lanesMade uint64
 }
 
 func (kl *knownLatches) get(row, qual []byte) (knownLatch, bool) {
@@ -128,10 +131,11 @@ func timedWrite(q []byte, delta int64, endsMs, lower, prev int64) []hbaserpc.Mut
 	}
 }
 
-// addKnown is AddLatch of delta on a DC cell this store remembers as l (see above). ok
-// false: nothing was written, and the full path is to run. err: the write's error (it
-// may have been applied: the caller returns it).
-func (s *Store) addKnown(ctx context.Context, op string, row, q []byte, l knownLatch, delta int64) (own int64, ok bool, err error) {
+// addKnown is AddLatch of delta on a DC cell this store remembers as l (see above), the
+// first attempt of the update o (its op lane rides in the same write, latch_op.go).
+// ok false: not applied, or in doubt (o.doubted), and the full path is to run (its read
+// tells which). err: the write failed without being applied.
+func (s *Store) addKnown(ctx context.Context, op string, o *latchOp, row, q []byte, l knownLatch, delta int64) (own int64, ok bool, err error) {
 	sent := time.Now()
 	lower := max(l.lower(sent), l.ts+1)
 	if l.endsMs-lower < 1 {
@@ -139,9 +143,16 @@ func (s *Store) addKnown(ctx context.Context, op string, row, q []byte, l knownL
 		return 0, false, nil
 	}
 	cond := hbaserpc.IfEquals(famLatch, l.marker, zero8)
-	applied, res, err := s.db.CheckAndMutate(ctx, s.latchTable, row, cond, timedWrite(q, delta, l.endsMs, lower, l.ts)...)
+	gcond, muts := o.guard(cond, timedWrite(q, delta, l.endsMs, lower, l.ts), l.endsMs, lower)
+	o.sending()
+	applied, res, err := s.db.CheckAndMutate(ctx, s.latchTable, row, gcond, muts...)
 	if err != nil || !applied {
 		s.latchMem.forget(row, q)
+		if err != nil && inDoubt(err) {
+			o.doubted = true
+			s.log.Debug("hbase: latch update in doubt; reading the row for its op lane", "row", row, "err", err)
+			return 0, false, nil
+		}
 		return 0, false, err
 	}
 	c, found := cellOf(res, q)
