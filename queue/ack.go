@@ -74,10 +74,16 @@ func (c *Consumer) Ack(ctx context.Context, msgs ...*Message) error {
 		for _, en := range byPart[pt] {
 			recorded = recorded && en.durable
 		}
+		if recorded {
+			c.countAcks(ctx, byPart[pt])
+		}
 		c.mu.Unlock()
 		if !recorded {
 			if werr == nil {
 				werr = driver.Errorf(dcsync.LockLost, "queue.Ack", "partition %d: the ack was not recorded", pt.p)
+			}
+			if errors.Is(werr, dcsync.ErrLockLost) {
+				c.tel.ZombieAcks(ctx, len(byPart[pt]))
 			}
 			errs = append(errs, werr)
 		}
@@ -143,4 +149,15 @@ func (c *Consumer) holding(op string, m *Message, now time.Time) (*part, *entry,
 		return pt, en, nil
 	}
 	return nil, nil, driver.Errorf(dcsync.LockLost, op, "message %d/%d (attempt %d) is no longer held: %s", m.Partition, m.Seq, m.Attempt, why)
+}
+
+// countAcks records the acks of ens in the queue's metrics, each entry's once (an Ack
+// of a message acked already counts nothing more). Under c.mu.
+func (c *Consumer) countAcks(ctx context.Context, ens []*entry) {
+	for _, en := range ens {
+		if !en.ackCounted {
+			en.ackCounted = true
+			c.tel.Acked(ctx, en.deliveredAt)
+		}
+	}
 }

@@ -50,6 +50,7 @@ import (
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/lock"
+	"github.com/dcsync/dcsync/telemetry"
 )
 
 // ErrClosed is returned by a Consumer's methods after Close.
@@ -112,6 +113,7 @@ type Consumer struct {
 	dead  bool
 	parts []int // the partitions its group's members share
 	co    consumerOptions
+	tel   telemetry.QueueScope
 
 	mu      sync.Mutex
 	owned   map[int]*part
@@ -154,7 +156,7 @@ func (q *Queue) Consumer(ctx context.Context, group string, opts ...CallOption) 
 	if co.prefetch < 1 || co.prefetch > driver.MaxQueueBatch {
 		return nil, driver.Errorf(dcsync.InvalidArgument, "queue.Consumer", "prefetch %d is outside [1, %d]", co.prefetch, driver.MaxQueueBatch)
 	}
-	c := &Consumer{q: q, group: group, gi: gi, name: spec.Name, dead: co.dead, co: co,
+	c := &Consumer{q: q, group: group, gi: gi, name: spec.Name, dead: co.dead, co: co, tel: q.tel.ForGroup(group),
 		owned: map[int]*part{}, wakeCh: make(chan struct{}, 1), tick: make(chan struct{}, 1), slot: -1, pokeDue: true}
 	if co.dead {
 		c.parts = []int{spec.Partitions + gi}
@@ -232,6 +234,10 @@ type entry struct {
 	deadLettered bool
 	deadline     time.Time
 	notBefore    time.Time
+	// deliveredAt: when its latest delivery was handed out (the receive-to-ack metric).
+	deliveredAt time.Time
+	// ackCounted: its ack is counted in the queue's metrics.
+	ackCounted bool
 }
 
 func (c *Consumer) signal() {

@@ -107,6 +107,7 @@ func (c *Consumer) deadLetter(ctx context.Context, refs []deadRef) error {
 		return err
 	}
 	c.q.opts.log.Info("queue: dead-lettered", "queue", c.name, "group", c.group, "events", len(live))
+	c.tel.DeadLettered(ctx, len(live))
 	var pts []*part
 	c.mu.Lock()
 	for _, r := range live {

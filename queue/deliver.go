@@ -234,6 +234,8 @@ func (c *Consumer) prepare(ctx context.Context, pts []*part) error {
 }
 
 func (c *Consumer) message(pt *part, en *entry) *Message {
+	en.deliveredAt = time.Now()
+	c.tel.Received(context.Background(), en.attempts, en.e.At)
 	m := &Message{Partition: pt.p, Seq: en.e.Seq, Key: en.e.Key, ID: en.e.ID,
 		Payload: en.e.Payload, At: en.e.At, Attempt: en.attempts, Token: pt.token, Deadline: en.deadline,
 		pt: pt, en: en}

@@ -63,9 +63,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/lock"
+	"github.com/dcsync/dcsync/telemetry"
 )
 
 // Spec describes a queue to Create: its name, partition count, consumer groups and
@@ -111,6 +114,16 @@ type options struct {
 	retentionCheckPeriod time.Duration
 	retention            time.Duration
 	force                bool // Delete only (delete.go)
+	meter                metric.MeterProvider
+}
+
+// WithMeterProvider sets the OpenTelemetry meter provider the queue records its
+// metrics with (default: the global one). The metrics are listed in package
+// telemetry: events enqueued, messages received, redelivered, acked, nacked,
+// dead-lettered, zombie acks, enqueue-to-receive and receive-to-ack latency,
+// partitions owned and rebalances, by store, queue and group.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.meter = mp }
 }
 
 // WithIdentity sets the client and farm ids of the queue's locks (defaults "dcsync" and
@@ -202,6 +215,7 @@ func newOptions(opts []Option) (options, error) {
 type Queue struct {
 	store driver.Store
 	opts  options
+	tel   telemetry.QueueScope
 	locks *lock.Manager
 	spec  atomic.Pointer[Spec]
 	rr    atomic.Uint64
@@ -254,7 +268,8 @@ func open(ctx context.Context, s driver.Store, name string, o options) (*Queue, 
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{store: s, opts: o, locks: locks}
+	q := &Queue{store: s, opts: o, locks: locks,
+		tel: telemetry.QueueScope{In: telemetry.For(o.meter, nil), Store: telemetry.StoreName(s), Queue: name}}
 	q.spec.Store(&spec)
 	// Round robin from a random partition: short-lived producers (a CLI run) spread.
 	q.rr.Store(rand.Uint64())
@@ -334,7 +349,17 @@ func (q *Queue) Enqueue(ctx context.Context, events ...Event) ([]Appended, error
 		}
 		qe[i] = driver.QueueEvent{Partition: p, Key: e.Key, ID: e.ID, Payload: e.Payload}
 	}
-	return q.append(ctx, qe)
+	res, err := q.append(ctx, qe)
+	if err == nil {
+		n := 0
+		for _, r := range res {
+			if !r.Duplicate {
+				n++
+			}
+		}
+		q.tel.Enqueued(ctx, n)
+	}
+	return res, err
 }
 
 func (q *Queue) append(ctx context.Context, qe []driver.QueueEvent) ([]driver.QueueAppend, error) {

@@ -166,6 +166,7 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 			}
 		}
 		c.view, c.viewSlot = occ, slot
+		c.tel.Rebalanced(ctx)
 		waiting = true // a new view: look again soon
 	}
 	assigned := c.assigned
@@ -423,6 +424,7 @@ func (c *Consumer) adopt(ctx context.Context, p int, lk *lock.Lock, lost context
 		return ErrClosed
 	}
 	c.owned[p] = pt
+	c.tel.Owned(ctx, 1)
 	c.wg.Add(1) // under c.mu, before Close can wait
 	c.mu.Unlock()
 	c.signal()
@@ -447,6 +449,7 @@ func (c *Consumer) drop(pt *part) {
 	c.mu.Lock()
 	if c.owned[pt.p] == pt && !c.closing {
 		delete(c.owned, pt.p)
+		c.tel.Owned(context.Background(), -1)
 		c.wg.Add(1)
 		go func() {
 			defer c.wg.Done()
@@ -498,6 +501,7 @@ func (c *Consumer) writeReleased(ctx context.Context, pt *part) {
 	s, err := c.snapshot(pt, writeRelease)
 	if c.owned[pt.p] == pt {
 		delete(c.owned, pt.p)
+		c.tel.Owned(ctx, -1)
 	}
 	c.mu.Unlock()
 	if err == nil {

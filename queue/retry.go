@@ -79,6 +79,7 @@ func (c *Consumer) Nack(ctx context.Context, m *Message) error {
 	}
 	en.state, en.notBefore = pending, notBefore
 	c.mu.Unlock()
+	c.tel.Nacked(ctx, 1)
 	c.signal()
 	if err := c.write(ctx, pt, writeAck); err != nil {
 		return err

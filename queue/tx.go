@@ -130,11 +130,16 @@ func (c *Consumer) AckTx(ctx context.Context, msgs []*Message, fn func(tx *sql.T
 	c.mu.Lock()
 	if err != nil {
 		undo() // nothing is acked: the deliveries are in flight again, until their deadlines
+	} else {
+		c.countAcks(ctx, flipped)
 	}
 	for i, pt := range pts {
 		c.apply(pt, snaps[i], err == nil)
 	}
 	c.mu.Unlock()
+	if lost != nil {
+		c.tel.ZombieAcks(ctx, len(msgs))
+	}
 	if lost != nil {
 		c.drop(lost)
 	}

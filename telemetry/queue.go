@@ -29,7 +29,8 @@ import (
 // enqueue_to_receive is from the event's enqueue time (the producer's clock) to its
 // delivery; receive_to_ack from the delivery to the Ack that recorded it.
 // partitions.owned is the partitions this process's consumers own; rebalances counts
-// each change of a consumer's assignment. Queue and group names are the application's
+// each new view a consumer takes of its group's members (its first, then every join
+// and leave it sees), from which it computes its assignment again. Queue and group names are the application's
 // own (bounded) names; nothing per event is an attribute.
 
 // Metric names of the queue.
@@ -83,7 +84,8 @@ func newQueueInstruments(m metric.Meter) queueInstruments {
 }
 
 // QueueScope is what a queue records its metrics under: its instruments, its store's
-// kind, the queue's name and (for consumers) the group.
+// kind, the queue's name and (for consumers) the group. A zero QueueScope records
+// nothing.
 type QueueScope struct {
 	In    *Instruments
 	Store string
@@ -94,12 +96,18 @@ type QueueScope struct {
 // ForGroup returns the scope of group on the same queue.
 func (s QueueScope) ForGroup(group string) QueueScope { s.Group = group; return s }
 
+// off reports a zero QueueScope (no instruments): it records nothing.
+func (s QueueScope) off() bool { return s.In == nil }
+
 func (s QueueScope) opt() metric.MeasurementOption {
 	return s.In.set(attrs{store: s.Store, queue: s.Queue, group: s.Group})
 }
 
 // Enqueued records n events appended.
 func (s QueueScope) Enqueued(ctx context.Context, n int) {
+	if s.off() {
+		return
+	}
 	if n > 0 && s.In.queue.enqueued.Enabled(ctx) {
 		s.In.queue.enqueued.Add(ctx, int64(n), s.opt())
 	}
@@ -108,6 +116,9 @@ func (s QueueScope) Enqueued(ctx context.Context, n int) {
 // Received records one delivery of attempt (1 for the first), enqueued at enqueuedAt
 // (zero: unknown).
 func (s QueueScope) Received(ctx context.Context, attempt int, enqueuedAt time.Time) {
+	if s.off() {
+		return
+	}
 	q := &s.In.queue
 	if q.received.Enabled(ctx) {
 		q.received.Add(ctx, 1, s.opt())
@@ -122,6 +133,9 @@ func (s QueueScope) Received(ctx context.Context, attempt int, enqueuedAt time.T
 
 // Acked records one message whose Ack was recorded, delivered at receivedAt.
 func (s QueueScope) Acked(ctx context.Context, receivedAt time.Time) {
+	if s.off() {
+		return
+	}
 	q := &s.In.queue
 	if q.acked.Enabled(ctx) {
 		q.acked.Add(ctx, 1, s.opt())
@@ -133,6 +147,9 @@ func (s QueueScope) Acked(ctx context.Context, receivedAt time.Time) {
 
 // ZombieAcks records n acks refused because another consumer owns the partition.
 func (s QueueScope) ZombieAcks(ctx context.Context, n int) {
+	if s.off() {
+		return
+	}
 	if n > 0 && s.In.queue.zombieAcks.Enabled(ctx) {
 		s.In.queue.zombieAcks.Add(ctx, int64(n), s.opt())
 	}
@@ -140,6 +157,9 @@ func (s QueueScope) ZombieAcks(ctx context.Context, n int) {
 
 // Nacked records n messages Nacked.
 func (s QueueScope) Nacked(ctx context.Context, n int) {
+	if s.off() {
+		return
+	}
 	if n > 0 && s.In.queue.nacked.Enabled(ctx) {
 		s.In.queue.nacked.Add(ctx, int64(n), s.opt())
 	}
@@ -147,6 +167,9 @@ func (s QueueScope) Nacked(ctx context.Context, n int) {
 
 // DeadLettered records n messages moved to the dead letters.
 func (s QueueScope) DeadLettered(ctx context.Context, n int) {
+	if s.off() {
+		return
+	}
 	if n > 0 && s.In.queue.deadLettered.Enabled(ctx) {
 		s.In.queue.deadLettered.Add(ctx, int64(n), s.opt())
 	}
@@ -154,6 +177,9 @@ func (s QueueScope) DeadLettered(ctx context.Context, n int) {
 
 // Owned records a change of delta in the partitions this process's consumers own.
 func (s QueueScope) Owned(ctx context.Context, delta int) {
+	if s.off() {
+		return
+	}
 	if delta != 0 && s.In.queue.owned.Enabled(ctx) {
 		s.In.queue.owned.Add(ctx, int64(delta), s.opt())
 	}
@@ -161,6 +187,9 @@ func (s QueueScope) Owned(ctx context.Context, delta int) {
 
 // Rebalanced records one change of a consumer's assignment.
 func (s QueueScope) Rebalanced(ctx context.Context) {
+	if s.off() {
+		return
+	}
 	if s.In.queue.rebalances.Enabled(ctx) {
 		s.In.queue.rebalances.Add(ctx, 1, s.opt())
 	}

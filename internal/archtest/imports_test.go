@@ -30,6 +30,7 @@ const (
 	store       layer = "store (store/...)"
 	frontEnd    layer = "front end (lock, latch, queue)"
 	opener      layer = "store opener (storeurl)"
+	operations  layer = "operator tools (internal/exporter)"
 	command     layer = "command (cmd/...)"
 	testSupport layer = "test support (conformance suites, internal test harnesses)"
 )
@@ -67,6 +68,8 @@ func layerOf(rel string) (l layer, ok bool) {
 		return store, true
 	case rel == "storeurl":
 		return opener, true
+	case rel == "internal/exporter":
+		return operations, true
 	case first == "cmd":
 		return command, true
 	}
@@ -84,7 +87,8 @@ var allowed = map[layer][]layer{
 	store:       {vocabulary, contract, layoutLib, telemetry, wire, store},
 	frontEnd:    {vocabulary, contract, telemetry, frontEnd},
 	opener:      {vocabulary, contract, store},
-	command:     {vocabulary, contract, telemetry, layoutLib, frontEnd, opener},
+	operations:  {vocabulary, contract, telemetry, frontEnd},
+	command:     {vocabulary, contract, telemetry, layoutLib, frontEnd, opener, operations},
 	testSupport: {vocabulary, contract, telemetry, layoutLib, wire, frontEnd, testSupport},
 }
 
