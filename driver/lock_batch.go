@@ -47,19 +47,9 @@ func RefreshLocks(ctx context.Context, s LockStore, reqs []LockRefresh) ([]LockR
 	if b, ok := s.(LockBatcher); ok {
 		return b.RefreshLocks(ctx, reqs)
 	}
-	for _, r := range reqs {
-		if err := CheckLease(r.Key, r.Owner, r.TTL); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]LockResult, len(reqs))
-	for i, r := range reqs {
-		if err := ctx.Err(); err != nil && i == 0 {
-			return nil, Wrap(err, dcsync.Internal, "driver.RefreshLocks")
-		}
-		out[i].State, out[i].Err = s.RefreshLock(ctx, r.Key, r.Owner, r.TTL)
-	}
-	return out, nil
+	return oneByOne(ctx, "driver.RefreshLocks", reqs,
+		func(r LockRefresh) error { return CheckLease(r.Key, r.Owner, r.TTL) },
+		func(r LockRefresh) (LockState, error) { return s.RefreshLock(ctx, r.Key, r.Owner, r.TTL) })
 }
 
 // InspectLocks inspects every lock of keys through s's LockBatcher when it has one,
@@ -68,17 +58,26 @@ func InspectLocks(ctx context.Context, s LockStore, keys []dcsync.Key) ([]LockRe
 	if b, ok := s.(LockBatcher); ok {
 		return b.InspectLocks(ctx, keys)
 	}
-	for _, k := range keys {
-		if err := ValidateKey("lock", k); err != nil {
+	return oneByOne(ctx, "driver.InspectLocks", keys,
+		func(k dcsync.Key) error { return ValidateKey("lock", k) },
+		func(k dcsync.Key) (LockState, error) { return s.InspectLock(ctx, k) })
+}
+
+// oneByOne is the loop fallback of the batched lock calls: every request checked
+// first (an invalid one fails the batch before anything is done), then op on each in
+// order; a ctx that has ended before the first is the batch's error.
+func oneByOne[R any](ctx context.Context, op string, reqs []R, check func(R) error, do func(R) (LockState, error)) ([]LockResult, error) {
+	for _, r := range reqs {
+		if err := check(r); err != nil {
 			return nil, err
 		}
 	}
-	out := make([]LockResult, len(keys))
-	for i, k := range keys {
+	out := make([]LockResult, len(reqs))
+	for i, r := range reqs {
 		if err := ctx.Err(); err != nil && i == 0 {
-			return nil, Wrap(err, dcsync.Internal, "driver.InspectLocks")
+			return nil, Wrap(err, dcsync.Internal, op)
 		}
-		out[i].State, out[i].Err = s.InspectLock(ctx, k)
+		out[i].State, out[i].Err = do(r)
 	}
 	return out, nil
 }

@@ -46,19 +46,9 @@ func AcquireLocks(ctx context.Context, s LockStore, reqs []LockAcquire) ([]LockR
 	if b, ok := s.(LockMover); ok {
 		return b.AcquireLocks(ctx, reqs)
 	}
-	for _, r := range reqs {
-		if err := CheckLease(r.Key, r.Owner, r.TTL); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]LockResult, len(reqs))
-	for i, r := range reqs {
-		if err := ctx.Err(); err != nil && i == 0 {
-			return nil, Wrap(err, dcsync.Internal, "driver.AcquireLocks")
-		}
-		out[i].State, out[i].Err = s.AcquireLock(ctx, r.Key, r.Owner, r.TTL)
-	}
-	return out, nil
+	return oneByOne(ctx, "driver.AcquireLocks", reqs,
+		func(r LockAcquire) error { return CheckLease(r.Key, r.Owner, r.TTL) },
+		func(r LockAcquire) (LockState, error) { return s.AcquireLock(ctx, r.Key, r.Owner, r.TTL) })
 }
 
 // ReleaseLocks frees every lock of reqs through s's LockMover when it has one, else
@@ -67,17 +57,7 @@ func ReleaseLocks(ctx context.Context, s LockStore, reqs []LockRelease) ([]LockR
 	if b, ok := s.(LockMover); ok {
 		return b.ReleaseLocks(ctx, reqs)
 	}
-	for _, r := range reqs {
-		if err := CheckLock(r.Key, r.Owner, 0); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]LockResult, len(reqs))
-	for i, r := range reqs {
-		if err := ctx.Err(); err != nil && i == 0 {
-			return nil, Wrap(err, dcsync.Internal, "driver.ReleaseLocks")
-		}
-		out[i].Err = s.ReleaseLock(ctx, r.Key, r.Owner)
-	}
-	return out, nil
+	return oneByOne(ctx, "driver.ReleaseLocks", reqs,
+		func(r LockRelease) error { return CheckLock(r.Key, r.Owner, 0) },
+		func(r LockRelease) (LockState, error) { return LockState{}, s.ReleaseLock(ctx, r.Key, r.Owner) })
 }
