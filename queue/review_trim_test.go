@@ -1,0 +1,109 @@
+package queue_test
+
+// Adversarial review (issue 15): retention trims against operator offset moves.
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/queue"
+	"github.com/dcsync/dcsync/store/memory"
+)
+
+// gatedTrim holds the first TrimQueue until release is closed: a slow store reply
+// (the delete of a trim pass is late), which any timing allows.
+type gatedTrim struct {
+	driver.Store
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+	done    chan struct{}
+}
+
+func (s *gatedTrim) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
+	first := false
+	s.once.Do(func() { first = true })
+	if !first {
+		return s.Store.TrimQueue(ctx, name, p, below)
+	}
+	close(s.entered)
+	<-s.release
+	defer close(s.done)
+	return s.Store.TrimQueue(ctx, name, p, below)
+}
+
+// FAILS ON MAIN (defect): a trim pass deletes events that a group's offset, moved
+// back by queue.Reset (or Consumer.Seek) after the pass read it, still has to
+// deliver. trimPass (queue/trim.go) reads the other groups' offsets once, then
+// deletes below them; it re-reads the spec (for AddGroup) but not the offsets, so a
+// Reset that returned Applied with To=0 is undone by a TrimQueue that lands after it:
+// the floor rises above the group's stored offset and the replay the operator asked
+// for is silently lost (the group's offset points below the floor). The documented
+// invariant "a trim stops below the lowest offset of every group" does not hold.
+func TestReviewTrimDoesNotUndoAReset(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	raw := memory.New()
+	defer raw.Close()
+	gs := &gatedTrim{Store: raw, entered: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
+	opts := []queue.Option{queue.WithLease(testLease), queue.WithPollInterval(20 * time.Millisecond), queue.WithTrimPeriod(50 * time.Millisecond)}
+	// Group a's consumer trims through the gated store; group b is run and reset
+	// through the raw one.
+	qa, err := queue.Create(ctx, gs, queue.Spec{Name: "q", Partitions: 1, Groups: []string{"a", "b"}}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := queue.Open(ctx, raw, "q", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	for i := 0; i < n; i++ {
+		if _, err := qa.Enqueue(ctx, queue.Event{Payload: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := qb.Consumer(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiveAll(t, ctx, b, n, true)
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, err := qa.Consumer(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	receiveAll(t, ctx, a, n, true)
+	// a's trim pass has read b's offset (10) and is deleting below it.
+	select {
+	case <-gs.entered:
+	case <-ctx.Done():
+		t.Fatal("no trim pass")
+	}
+	res, err := qb.Reset(ctx, "b", queue.ToEarliest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Partitions) != 1 || !res.Partitions[0].Applied || res.Partitions[0].To != 0 {
+		t.Fatalf("reset: %+v", res.Partitions)
+	}
+	close(gs.release)
+	<-gs.done
+	bd, err := raw.QueueBounds(ctx, "q", []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs, err := raw.ReadQueueOffsets(ctx, "q", "b", []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bd[0].Floor > offs[0].Next {
+		t.Fatalf("trim deleted events group b must deliver after its reset: floor %d above b's offset %d (reset returned To=0, Applied)", bd[0].Floor, offs[0].Next)
+	}
+}
