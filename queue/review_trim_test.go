@@ -107,3 +107,55 @@ func TestReviewTrimDoesNotUndoAReset(t *testing.T) {
 		t.Fatalf("trim deleted events group b must deliver after its reset: floor %d above b's offset %d (reset returned To=0, Applied)", bd[0].Floor, offs[0].Next)
 	}
 }
+
+// FAILS ON MAIN (defect): a consumer's own Seek back is undone by its trim pass in
+// flight. maybeTrim (queue/trim.go) captures each owned partition's offset (next) when
+// the pass starts, and trimPass deletes below it with no re-check; a Seek(p, 0) that
+// returned nil after the pass started (nothing was below the floor then, so the Seek
+// promised every event from 0 on again) is followed by a TrimQueue that deletes
+// them: the floor ends above the offset the Seek wrote, and the replay is lost.
+func TestReviewTrimDoesNotUndoASeek(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	raw := memory.New()
+	defer raw.Close()
+	gs := &gatedTrim{Store: raw, entered: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
+	q, err := queue.Create(ctx, gs, queue.Spec{Name: "q", Partitions: 1, Groups: []string{"a"}},
+		queue.WithLease(testLease), queue.WithPollInterval(20*time.Millisecond), queue.WithTrimPeriod(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	for i := 0; i < n; i++ {
+		if _, err := q.Enqueue(ctx, queue.Event{Payload: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := q.Consumer(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	receiveAll(t, ctx, a, n, true)
+	select {
+	case <-gs.entered:
+	case <-ctx.Done():
+		t.Fatal("no trim pass")
+	}
+	if err := a.Seek(ctx, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	close(gs.release)
+	<-gs.done
+	bd, err := raw.QueueBounds(ctx, "q", []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs, err := raw.ReadQueueOffsets(ctx, "q", "a", []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bd[0].Floor > offs[0].Next {
+		t.Fatalf("trim deleted events the Seek asked for again: floor %d above a's offset %d (Seek(0, 0) returned nil)", bd[0].Floor, offs[0].Next)
+	}
+}
