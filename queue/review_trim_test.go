@@ -159,3 +159,63 @@ func TestReviewTrimDoesNotUndoASeek(t *testing.T) {
 		t.Fatalf("trim deleted events the Seek asked for again: floor %d above a's offset %d (Seek(0, 0) returned nil)", bd[0].Floor, offs[0].Next)
 	}
 }
+
+// FAILS ON MAIN (defect): queue.Reset with Force against a live consumer is undone by
+// that consumer's trim pass in flight. The pass captured the consumer's own offset
+// (10) before the reset broke its lock; the reset then writes offset 0 (Applied), and
+// the consumer's TrimQueue, which no fence stops (trims carry no token), deletes
+// events 0..9 after it: the replay the reset promised is lost, the group's offset
+// stays below the floor.
+func TestReviewTrimDoesNotUndoAForcedReset(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	raw := memory.New()
+	defer raw.Close()
+	gs := &gatedTrim{Store: raw, entered: make(chan struct{}), release: make(chan struct{}), done: make(chan struct{})}
+	opts := []queue.Option{queue.WithLease(testLease), queue.WithPollInterval(20 * time.Millisecond), queue.WithTrimPeriod(50 * time.Millisecond)}
+	q, err := queue.Create(ctx, gs, queue.Spec{Name: "q", Partitions: 1, Groups: []string{"a"}}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := queue.Open(ctx, raw, "q", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	for i := 0; i < n; i++ {
+		if _, err := q.Enqueue(ctx, queue.Event{Payload: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := q.Consumer(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	receiveAll(t, ctx, a, n, true)
+	select {
+	case <-gs.entered:
+	case <-ctx.Done():
+		t.Fatal("no trim pass")
+	}
+	res, err := admin.Reset(ctx, "a", queue.ToEarliest(), queue.Force())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Partitions[0].Applied || res.Partitions[0].To != 0 {
+		t.Fatalf("reset: %+v", res.Partitions)
+	}
+	close(gs.release)
+	<-gs.done
+	bd, err := raw.QueueBounds(ctx, "q", []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs, err := raw.ReadQueueOffsets(ctx, "q", "a", []int{0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bd[0].Floor > offs[0].Next {
+		t.Fatalf("the fenced consumer's trim deleted events the forced reset asked for again: floor %d above the group's offset %d (reset returned To=0, Applied)", bd[0].Floor, offs[0].Next)
+	}
+}
