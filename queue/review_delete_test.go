@@ -4,11 +4,14 @@ package queue_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/queue"
 	"github.com/dcsync/dcsync/store/memory"
+	"github.com/dcsync/dcsync/store/sqlite"
 )
 
 // FAILS ON MAIN (defect): a consumer of a queue deleted WithForce acks into the new
@@ -22,10 +25,24 @@ import (
 // consumer an operator meant to cut off (an old version of the application, a queue
 // re-created with another spec) keeps consuming, with its stale spec.
 func TestReviewDeletedQueuesConsumerStaysOut(t *testing.T) {
+	t.Run("memory", func(t *testing.T) {
+		s := memory.New()
+		defer s.Close()
+		deletedQueuesConsumerStaysOut(t, s)
+	})
+	t.Run("sqlite", func(t *testing.T) {
+		s, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "q.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		deletedQueuesConsumerStaysOut(t, s)
+	})
+}
+
+func deletedQueuesConsumerStaysOut(t *testing.T, s driver.Store) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s := memory.New()
-	defer s.Close()
 	opts := []queue.Option{queue.WithLease(testLease), queue.WithPollInterval(20 * time.Millisecond)}
 	spec := queue.Spec{Name: "q", Partitions: 1, Groups: []string{"g"}}
 	q, err := queue.Create(ctx, s, spec, opts...)
