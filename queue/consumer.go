@@ -120,6 +120,9 @@ type Consumer struct {
 	waiting int
 	pokeDue bool
 	closing bool
+	// gone: the queue this consumer was made for was deleted (and perhaps created
+	// again): Receive returns it, and no partition is taken any more.
+	gone error
 	wakeCh  chan struct{}
 	slot    int
 

@@ -49,6 +49,11 @@ func (c *Consumer) Receive(ctx context.Context, n int) ([]*Message, error) {
 			c.mu.Unlock()
 			return nil, ErrClosed
 		}
+		if c.gone != nil && len(c.owned) == 0 {
+			err := c.gone
+			c.mu.Unlock()
+			return nil, err
+		}
 		msgs, dead, pre, wake := c.collect(n, now)
 		c.mu.Unlock()
 		if len(pre) > 0 {

@@ -206,6 +206,9 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 		c.maybeTrim(pt)
 	}
 	slices.Sort(take)
+	if len(take) > 0 && !c.sameQueue(ctx) {
+		return true, false
+	}
 	var failed atomic.Bool
 	_, batching := c.q.store.(driver.LockBatcher)
 	_, moving := c.q.store.(driver.LockMover)
@@ -511,4 +514,34 @@ func (c *Consumer) writeReleased(ctx context.Context, pt *part) {
 	if err != nil {
 		c.q.opts.log.Debug("queue: releasing partition", "queue", c.name, "partition", pt.p, "err", err)
 	}
+}
+
+// sameQueue reports whether the queue this consumer was made for is still the one in
+// the store, read before it takes partitions: a queue deleted (queue.Delete) and
+// perhaps created again under its name has another creation time. A consumer of a
+// deleted queue takes nothing more, and its Receive returns NotFound once it owns no
+// partition: it can never take (and ack into) a new queue of the same name. A read that
+// fails takes nothing this round.
+func (c *Consumer) sameQueue(ctx context.Context) bool {
+	spec, err := c.q.store.ReadQueueSpec(ctx, c.name)
+	var gone error
+	switch {
+	case errors.Is(err, dcsync.ErrNotFound):
+		gone = driver.Errorf(dcsync.NotFound, "queue.Consumer", "queue %q was deleted", c.name)
+	case err != nil:
+		c.q.opts.log.Debug("queue: reading the spec before taking partitions", "queue", c.name, "err", err)
+		return false
+	case !spec.Created.Equal(c.q.Spec().Created):
+		gone = driver.Errorf(dcsync.NotFound, "queue.Consumer", "queue %q was deleted and created again (created %v, this consumer's %v)", c.name, spec.Created, c.q.Spec().Created)
+	default:
+		return true
+	}
+	c.mu.Lock()
+	if c.gone == nil {
+		c.gone = gone
+		c.q.opts.log.Warn("queue: the consumer's queue is gone; it takes no partition any more", "queue", c.name, "group", c.group, "err", gone)
+	}
+	c.mu.Unlock()
+	c.signal()
+	return false
 }
