@@ -122,9 +122,9 @@ type Consumer struct {
 	closing bool
 	// gone: the queue this consumer was made for was deleted (and perhaps created
 	// again): Receive returns it, and no partition is taken any more.
-	gone error
-	wakeCh  chan struct{}
-	slot    int
+	gone   error
+	wakeCh chan struct{}
+	slot   int
 
 	tick     chan struct{}
 	hub      *hub
