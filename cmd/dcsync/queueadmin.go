@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/queue"
 )
@@ -435,5 +436,53 @@ func (a *app) printReset(name string, res queue.ResetResult, rerr error, asJSON 
 
 // queueAdminCmds are the operator commands 'queue' registers.
 func queueAdminCmds(a *app) []*cobra.Command {
-	return []*cobra.Command{newQueueListCmd(a), newQueueDescribeCmd(a), newQueueAddGroupCmd(a), newQueueSeekCmd(a)}
+	return []*cobra.Command{newQueueListCmd(a), newQueueDescribeCmd(a), newQueueAddGroupCmd(a), newQueueSeekCmd(a), newQueueDeleteCmd(a)}
+}
+
+// newQueueDeleteCmd is 'queue delete'.
+func newQueueDeleteCmd(a *app) *cobra.Command {
+	var force, asJSON bool
+	c := &cobra.Command{
+		Use:   "delete NAME [--force]",
+		Short: "Delete a queue and every record of it (refused while consumers hold partitions)",
+		Long: `Delete queue NAME and every record the store keeps of it (events, dead letters,
+offsets, remembered event ids), so that a queue created again under the name starts
+empty. While a consumer of the client --client holds a partition or a member slot, it
+is refused with exit 3 and deletes nothing, unless --force: the consumers' locks are
+freed first (they lose their partitions at their next renewal, and a consumer of the
+deleted queue never takes a partition of a new queue of the same name). A queue that
+does not exist is exit 1. Stop the producers first: on HBase and Aerospike an event
+appended while the delete runs may outlive it. With --json: {"name","deleted"}.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := driver.ValidateID("queue", args[0]); err != nil {
+				return err
+			}
+			s, err := a.queueStore(c.Context())
+			if err != nil {
+				return err
+			}
+			opts := a.queueOptions(&queueFlags{})
+			if force {
+				opts = append(opts, queue.WithForce())
+			}
+			if err := queue.Delete(c.Context(), s, args[0], opts...); err != nil {
+				if dcsync.CodeOf(err) == dcsync.LockUnavailable {
+					return &said{msg: fmt.Sprintf("queue %q has live consumers (their partition locks or member slots are held): stop them, or delete with --force", args[0]), err: err}
+				}
+				return err
+			}
+			if asJSON {
+				return a.printJSON(struct {
+					Name    string `json:"name"`
+					Deleted bool   `json:"deleted"`
+				}{args[0], true})
+			}
+			fmt.Fprintf(a.stdout, "deleted queue %s\n", args[0])
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&force, "force", false, "free the consumers' locks and delete anyway")
+	c.Flags().BoolVar(&asJSON, "json", false, `print {"name","deleted"}`)
+	return c
 }

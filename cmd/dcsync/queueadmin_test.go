@@ -198,6 +198,45 @@ func queueAdminFlow(t *testing.T, c *cli, name string) {
 		c.want(2, append([]string{"queue", "seek", name}, args...)...)
 	}
 	c.want(1, "queue", "seek", name+"-missing", "--group", "g", "--to-earliest")
+
+	// delete: refused while a consumer holds a lock (exit 3, nothing deleted), --force
+	// deletes; then the queue is gone from list and describe, and a queue created again
+	// under the name starts empty.
+	if ownerRE.FindStringSubmatch(c.want(0, "lock", "acquire", queueLockName(name, "g", "m", 0), "--level", "xdc", "--ttl", "1m")) == nil {
+		t.Fatal("member slot not taken")
+	}
+	_, errs, code = c.run("queue", "delete", name)
+	if code != exitHeld || !strings.Contains(errs, "live consumers") {
+		t.Fatalf("delete with a member slot held: exit %d, %q; want 3 saying so", code, errs)
+	}
+	c.want(0, "queue", "describe", name)
+	var del struct {
+		Name    string `json:"name"`
+		Deleted bool   `json:"deleted"`
+	}
+	c.wantJSON(0, &del, "queue", "delete", name, "--force", "--json")
+	if del.Name != name || !del.Deleted {
+		t.Fatalf("delete --json printed %+v", del)
+	}
+	c.want(1, "queue", "describe", name)
+	c.want(1, "queue", "delete", name)
+	var specs2 []queueSpecJSON
+	c.wantJSON(0, &specs2, "queue", "list", "--json")
+	for _, s := range specs2 {
+		if s.Name == name {
+			t.Fatalf("queue list still has %s after delete", name)
+		}
+	}
+	c.want(0, "queue", "create", name, "--partitions", "2", "--group", "g")
+	var lag []map[string]any
+	c.wantJSON(0, &lag, "queue", "lag", name, "--json")
+	if len(lag) != 1 {
+		t.Fatalf("queue lag --json of the queue created again = %v", lag)
+	}
+	if total, _ := lag[0]["total"].(map[string]any); total == nil || total["head"] != 0.0 {
+		t.Fatalf("the queue created again has %v; want every head 0 (the deleted one had 3 events)", lag)
+	}
+	c.want(0, "queue", "delete", name)
 }
 
 func parseU(t *testing.T, s string) uint64 {
