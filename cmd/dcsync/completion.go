@@ -9,11 +9,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/queue"
 )
 
 // Shell completion ('dcsync completion bash|zsh|fish|powershell', cobra's): --level
-// offers dc and xdc, and the NAME of a lock or latch command offers the client's
-// existing locks or latches, read from the store the command line names (--store,
+// offers dc and xdc, and the NAME of a lock, latch or queue command offers the client's
+// existing locks or latches, or the store's queues, read from the store the command line names (--store,
 // --client, or their environment variables) within completionTimeout. A store that
 // cannot list, or cannot be reached in time, offers nothing.
 
@@ -42,6 +43,8 @@ func addCompletions(a *app, root *cobra.Command) {
 				c.ValidArgsFunction = a.completeNames(lockNames)
 			case p.Name() == "latch" && c.Name() != "list" && c.Name() != "create":
 				c.ValidArgsFunction = a.completeNames(latchNames)
+			case p.Name() == "queue" && c.Name() != "list" && c.Name() != "create":
+				c.ValidArgsFunction = a.completeNames(queueNames)
 			}
 		}
 		for _, sub := range c.Commands() {
@@ -88,6 +91,19 @@ func lockNames(ctx context.Context, s driver.Store, client string) ([]string, er
 	names := make([]string, 0, len(locks))
 	for _, l := range locks {
 		names = append(names, l.Key.Name)
+	}
+	return names, err
+}
+
+// queueNames lists the names of the store's queues, when the store can list them.
+func queueNames(ctx context.Context, s driver.Store, _ string) ([]string, error) {
+	if _, ok := s.(driver.QueueLister); !ok {
+		return nil, nil
+	}
+	specs, err := queue.List(ctx, s)
+	names := make([]string, 0, len(specs))
+	for _, sp := range specs {
+		names = append(names, sp.Name)
 	}
 	return names, err
 }

@@ -12,6 +12,7 @@ func TestCompletion(t *testing.T) {
 	c.want(0, "lock", "acquire", "nightly", "--ttl", "1m")
 	c.want(0, "lock", "acquire", "noon", "--ttl", "1m")
 	c.want(0, "latch", "create", "batch", "--count", "2")
+	c.want(0, "queue", "create", "orders", "--partitions", "1", "--group", "g")
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -19,6 +20,8 @@ func TestCompletion(t *testing.T) {
 		{[]string{"lock", "status", "ni"}, "nightly"},
 		{[]string{"lock", "release", ""}, "nightly,noon"},
 		{[]string{"latch", "countdown", ""}, "batch"},
+		{[]string{"queue", "describe", "or"}, "orders"},
+		{[]string{"queue", "delete", ""}, "orders"},
 		{[]string{"lock", "acquire", "x", "--level", ""}, "dc,xdc"},
 		{[]string{"latch", "await", "x", "--level", "x"}, "xdc"},
 		{[]string{"lock", "status", "nightly", ""}, ""}, // one NAME only

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -311,5 +312,25 @@ func TestAcquireAndCountDownJSON(t *testing.T) {
 		if l["name"] != "n" || l["level"] != "DC" || l["farm"] != "dc1" || l["count"] != tc.want {
 			t.Fatalf("latch %s --json = %v, want count %v", tc.cmd, l, tc.want)
 		}
+	}
+}
+
+// Every JSON time has one precision, milliseconds in UTC, on every store (the memory
+// store's clock has nanoseconds, SQLite's milliseconds).
+func TestJSONTimesHaveOnePrecision(t *testing.T) {
+	re := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`)
+	for _, tm := range []time.Time{time.Date(2026, 11, 26, 5, 0, 0, 123456789, time.FixedZone("x", 3600)), time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} {
+		if s := jsonTime(tm); !re.MatchString(s) {
+			t.Errorf("jsonTime(%v) = %q, want milliseconds in UTC", tm, s)
+		}
+	}
+	c := newCLI(t)
+	c.want(0, "lock", "acquire", "j", "--ttl", "1m")
+	var st map[string]any
+	if err := json.Unmarshal([]byte(c.want(0, "lock", "status", "j", "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := st["expires_at"].(string); !re.MatchString(s) {
+		t.Errorf("lock status --json expires_at = %q, want milliseconds in UTC", s)
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/dcsync/dcsync/lock"
 )
 
-// JSON output (--json). Field names are stable; times are RFC 3339 with nanoseconds in
+// JSON output (--json). Field names are stable; times are RFC 3339 with milliseconds in
 // UTC, and a lease or latch whose end the store cannot tell (a lock a Java client
 // holds on some stores) has expires_at and expires_in_ms null.
 
@@ -46,12 +46,20 @@ type latchJSON struct {
 	ExpiresInMS *int64   `json:"expires_in_ms,omitempty"`
 }
 
+// jsonTimeLayout is the one layout of every time the CLI prints as JSON: RFC 3339 in
+// UTC with milliseconds, whatever the store's clock resolution (SQLite and Aerospike
+// keep milliseconds, the memory store nanoseconds, HBase milliseconds).
+const jsonTimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// jsonTime renders t for JSON.
+func jsonTime(t time.Time) string { return t.UTC().Format(jsonTimeLayout) }
+
 // expiry renders t for JSON: nil for a zero time.
 func expiry(t time.Time) (*string, *int64) {
 	if t.IsZero() {
 		return nil, nil
 	}
-	at := t.UTC().Format(time.RFC3339Nano)
+	at := jsonTime(t)
 	in := time.Until(t).Milliseconds()
 	return &at, &in
 }

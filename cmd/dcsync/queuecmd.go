@@ -587,7 +587,7 @@ func (a *app) printMessage(w *bufio.Writer, m *queue.Message, asJSON bool) error
 	}
 	j := messageJSON{Partition: m.Partition, Seq: m.Seq, Key: m.Key, ID: m.ID, Attempt: m.Attempt, DeadFrom: m.DeadFrom}
 	if !m.At.IsZero() {
-		j.EnqueuedAt = m.At.UTC().Format(time.RFC3339Nano)
+		j.EnqueuedAt = jsonTime(m.At)
 	}
 	if utf8.Valid(m.Payload) {
 		s := string(m.Payload)
