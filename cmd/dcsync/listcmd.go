@@ -54,6 +54,16 @@ const jsonTimeLayout = "2006-01-02T15:04:05.000Z07:00"
 // jsonTime renders t for JSON.
 func jsonTime(t time.Time) string { return t.UTC().Format(jsonTimeLayout) }
 
+// heldJSON is the JSON object of lock k held by owner with state st.
+func heldJSON(k dcsync.Key, owner string, st driver.LockState) lockJSON {
+	j := lockJSON{Name: k.Name, Level: k.Level.String(), Farm: k.Farm, Held: true, Owner: owner, Token: st.Token}
+	if k.Level == dcsync.XDC {
+		j.Farm = ""
+	}
+	j.ExpiresAt, j.ExpiresInMS = expiry(st.Expires)
+	return j
+}
+
 // expiry renders t for JSON: nil for a zero time.
 func expiry(t time.Time) (*string, *int64) {
 	if t.IsZero() {
@@ -132,8 +142,9 @@ Stores that cannot list exit 1 ("not supported by this store").`,
 func newLockRefreshCmd(a *app) *cobra.Command {
 	var owner string
 	var ttl time.Duration
+	var asJSON bool
 	c := &cobra.Command{
-		Use:   "refresh NAME --owner ID [--ttl D]",
+		Use:   "refresh NAME --owner ID [--ttl D] [--json]",
 		Short: "Extend owner ID's lease to --ttl from now (exit 5 if ID does not hold it)",
 		Long: `Extend the lease of the lock held by owner ID (printed by 'lock acquire') to --ttl
 from now, and print owner=<id> token=<n> expires_in=<d>. Exit 5, changing nothing, when
@@ -149,10 +160,14 @@ ID does not hold the lock (its lease lapsed, or another owner holds it).`,
 			if err != nil {
 				return notHeldBy(args[0], owner, err)
 			}
+			if asJSON {
+				return a.printJSON(heldJSON(k, owner, st))
+			}
 			fmt.Fprintf(a.stdout, "owner=%s token=%d expires_in=%s\n", owner, st.Token, remaining(st.Expires))
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&asJSON, "json", false, `print the lock as 'lock status --json' does`)
 	c.Flags().StringVar(&owner, "owner", "", "owner id printed by 'lock acquire'")
 	_ = c.MarkFlagRequired("owner")
 	c.Flags().DurationVar(&ttl, "ttl", lock.DefaultTTL, "new lease length, from now")

@@ -33,6 +33,16 @@ func TestLockReleaseForce(t *testing.T) {
 	if m2 := ownerRE.FindStringSubmatch(c.want(0, "lock", "acquire", "stale")); m2 == nil || m2[2] != "2" {
 		t.Fatalf("next acquisition: %v, want token 2", m2)
 	}
+	m3 := ownerRE.FindStringSubmatch(c.want(0, "lock", "acquire", "other", "--ttl", "10m"))
+	var brk, ref map[string]any
+	c.wantJSON(0, &ref, "lock", "refresh", "other", "--owner", m3[1], "--ttl", "5m", "--json")
+	if ref["owner"] != m3[1] || ref["held"] != true || ref["name"] != "other" {
+		t.Fatalf("lock refresh --json = %v", ref)
+	}
+	c.wantJSON(0, &brk, "lock", "release", "other", "--force", "--json")
+	if brk["owner"] != m3[1] || brk["token"] != 1.0 || brk["name"] != "other" {
+		t.Fatalf("lock release --force --json = %v, want the holder %s removed", brk, m3[1])
+	}
 	c.want(2, "lock", "release", "stale")
 	c.want(2, "lock", "release", "stale", "--owner", m[1], "--force")
 }
@@ -72,7 +82,7 @@ func TestLockReleaseForceLeavesANewHolder(t *testing.T) {
 	}
 	var out bytes.Buffer
 	a := &app{stdout: &out}
-	err = a.breakLock(ctx, m, "job", nil)
+	err = a.breakLock(ctx, m, "job", nil, false)
 	if exitCode(err) != exitNotOwner || out.Len() != 0 {
 		t.Fatalf("breakLock while the lock changed hands: exit %d (%v), printed %q; want 5 and nothing", exitCode(err), err, out.String())
 	}

@@ -151,11 +151,12 @@ broken this way (exit 1). Free: exit 1.`,
 			if !f.force {
 				return notHeldBy(args[0], f.owner, m.Release(c.Context(), args[0], f.owner, opts...))
 			}
-			return a.breakLock(c.Context(), m, args[0], opts)
+			return a.breakLock(c.Context(), m, args[0], opts, f.json)
 		},
 	}
 	rel.Flags().StringVar(&f.owner, "owner", "", "owner id printed by 'lock acquire'")
 	rel.Flags().BoolVar(&f.force, "force", false, "break the lock whoever holds it, printing whom it removed")
+	rel.Flags().BoolVar(&f.json, "json", false, `with --force: print the holder removed as 'lock status --json' does`)
 
 	status := &cobra.Command{
 		Use:   "status NAME",
@@ -264,7 +265,7 @@ CMD's own exit codes); 5 the lease was lost or could not be renewed in time.`,
 // breakLock releases lock name as its current holder (lock release --force) and prints
 // whom it removed. The release is conditioned on the holder read: a lock that changed
 // hands in between is left alone.
-func (a *app) breakLock(ctx context.Context, m *lock.Manager, name string, opts []lock.CallOption) error {
+func (a *app) breakLock(ctx context.Context, m *lock.Manager, name string, opts []lock.CallOption, asJSON bool) error {
 	st, err := m.Inspect(ctx, name, opts...)
 	if errors.Is(err, dcsync.ErrNotFound) {
 		return &said{msg: fmt.Sprintf("lock %q is not held: nothing to break", name), err: err}
@@ -280,6 +281,10 @@ func (a *app) breakLock(ctx context.Context, m *lock.Manager, name string, opts 
 			return &said{msg: fmt.Sprintf("lock %q changed hands while it was being broken (it was held by %s): nothing was removed", name, st.Owner), err: err}
 		}
 		return err
+	}
+	if asJSON {
+		level, _ := dcsync.ParseLevel(a.level)
+		return a.printJSON(heldJSON(dcsync.Key{Level: level, Client: a.client, Farm: a.farm, Name: name}, st.Owner, st))
 	}
 	fmt.Fprintf(a.stdout, "released owner=%s token=%d expires_in=%s\n", st.Owner, st.Token, remaining(st.Expires))
 	return nil
