@@ -169,8 +169,15 @@ func exporterScrapedOn(t *testing.T, c *cli) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("queue send: %v\n%s", err, out)
 	}
-	c.want(0, "queue", "receive", name, "--group", "billing", "--max", "2")
-	c.want(0, "lock", "acquire", name+"-lock", "--ttl", "10m")
+	// A long idle timeout: on a loaded machine the first message can take seconds.
+	if out := c.want(0, "queue", "receive", name, "--group", "billing", "--max", "2", "--timeout", "2m"); strings.Count(out, "\n") != 2 {
+		t.Fatalf("queue receive --max 2 printed %q; want 2 messages", out)
+	}
+	m := ownerRE.FindStringSubmatch(c.want(0, "lock", "acquire", name+"-lock", "--ttl", "10m"))
+	if m == nil {
+		t.Fatal("lock acquire printed no owner")
+	}
+	token, _ := strconv.ParseFloat(m[2], 64) // tokens only go up: an in-doubt first attempt may have used 1
 	c.want(0, "latch", "create", name+"-latch", "--count", "4")
 
 	metrics := startExporter(t, c)
@@ -195,7 +202,7 @@ func exporterScrapedOn(t *testing.T, c *cli) {
 		`dcsync_queue_group_lag{queue="` + name + `",group="billing"}`:                   3,
 		`sum(dcsync_queue_lag{queue="` + name + `",group="audit"})`:                      5,
 		`dcsync_queue_dead_letters{queue="` + name + `",group="billing"}`:                0,
-		`dcsync_lock_token{client="app",name="` + name + `-lock"}`:                       1,
+		`dcsync_lock_token{client="app",name="` + name + `-lock"}`:                       token,
 		`dcsync_latch_count{client="app",name="` + name + `-latch"}`:                     4,
 		`dcsync_lock_expires_in_seconds{client="app",name="` + name + `-lock"} > bool 0`: 1,
 	} {
