@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -332,5 +333,15 @@ func TestJSONTimesHaveOnePrecision(t *testing.T) {
 	}
 	if s, _ := st["expires_at"].(string); !re.MatchString(s) {
 		t.Errorf("lock status --json expires_at = %q, want milliseconds in UTC", s)
+	}
+}
+
+// version --json prints what version prints, as JSON.
+func TestVersionJSON(t *testing.T) {
+	c := newCLI(t)
+	var v map[string]string
+	c.wantJSON(0, &v, "version", "--json")
+	if text := c.want(0, "version"); text != fmt.Sprintf("dcsync %s revision %s (%s) %s\n", v["version"], v["revision"], v["time"], v["go"]) {
+		t.Fatalf("version printed %q; --json %v", text, v)
 	}
 }

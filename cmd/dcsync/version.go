@@ -13,6 +13,20 @@ import (
 // (with "-dirty" when the work tree had changes), and the Go version. Parts the binary
 // does not carry (go run, go test, -buildvcs=false) are "unknown".
 func versionString() string {
+	v := buildVersion()
+	return fmt.Sprintf("%s revision %s (%s) %s", v.Version, v.Revision, v.Time, v.Go)
+}
+
+// versionJSON is what 'dcsync version --json' prints.
+type versionJSON struct {
+	Version  string `json:"version"`
+	Revision string `json:"revision"`
+	Time     string `json:"time"`
+	Go       string `json:"go"`
+}
+
+// buildVersion reads the binary's build information (see versionString).
+func buildVersion() versionJSON {
 	version, revision, at, goVersion := "unknown", "unknown", "unknown", "unknown"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		goVersion = bi.GoVersion
@@ -34,17 +48,23 @@ func versionString() string {
 			revision += "-dirty"
 		}
 	}
-	return fmt.Sprintf("%s revision %s (%s) %s", version, revision, at, goVersion)
+	return versionJSON{Version: version, Revision: revision, Time: at, Go: goVersion}
 }
 
 func newVersionCmd(a *app) *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "version [--json]",
 		Short: "Print the module version and VCS revision of this binary",
 		Args:  cobra.NoArgs,
 		RunE: func(c *cobra.Command, args []string) error {
+			if asJSON {
+				return a.printJSON(buildVersion())
+			}
 			fmt.Fprintln(a.stdout, "dcsync", versionString())
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&asJSON, "json", false, `print {"version","revision","time","go"}`)
+	return c
 }
