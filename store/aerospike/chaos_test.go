@@ -73,7 +73,21 @@ func TestChaosFaultProxy(t *testing.T) {
 		t.Run(level.String(), func(t *testing.T) {
 			p := faultproxy.Start(t, realServer(t))
 			p.SetMaxHold(2 * time.Second)
-			c := dial(t, p.Addr())
+			// A client that does not tend the cluster during the run: its tend requests
+			// (an info request a second) go through the proxy too, and the proxy's
+			// resets and dropped replies make enough of them fail that the client
+			// drops the node; every operation then fails at once ("cluster is empty"),
+			// as an outcome unknown to the checker. Two CI runs at load 10-47 ended with
+			// no lock acquired and all but one latch operation unknown, the checker
+			// timing out. The faults are for the data path, which this keeps.
+			host, port := splitAddr(t, p.Addr())
+			cp := as.NewClientPolicy()
+			cp.TendInterval = time.Hour
+			c, err := as.NewClientWithPolicy(cp, host, port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(c.Close)
 			rep := chaos.RunT(t, chaos.Scenario{
 				Open: func(context.Context) (driver.Store, error) {
 					return aerospike.New(c, aerospike.Config{Namespace: namespace, Timeout: 150 * time.Millisecond, Attempts: 8})
