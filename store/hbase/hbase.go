@@ -203,7 +203,8 @@
 // retried by the client (Increments carry a nonce, so a retry reaching the same region
 // server is not applied twice; after a clean region move the new server does not know
 // the nonce, which is why latch updates are compare-and-sets on an op lane and are not
-// resent blindly). A check-and-mutate whose outcome is unknown is
+// resent blindly; an update of a Java-created latch cell, which has no lane, is sent
+// once and reports an unknown outcome as Connection). A check-and-mutate whose outcome is unknown is
 // resolved by reading the row back, and every operation recognises its own earlier
 // attempt in what it reads, also one that reached the server after the read-back: an
 // acquire its owner id, a release the row gone while its lease was live, a create its
