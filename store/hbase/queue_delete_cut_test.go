@@ -136,7 +136,8 @@ func (c *cutOps) MultiMutate(ctx context.Context, table string, acts []hbaserpc.
 // crash before the write, a crash after it, and a lost reply, and checks what the cut
 // leaves: either the queue untouched (every row still there) or a queue that reads as
 // deleted to a store that never saw it (ReadQueueSpec, AppendQueue, QueueBounds and
-// AddQueueGroup get NotFound): never a queue that reads as valid with rows gone.
+// AddQueueGroup get NotFound, ListQueues leaves it out): never a queue that reads as
+// valid with rows gone.
 // Then either a DeleteQueue run again finishes the job (no row of the queue left), or
 // a CreateQueue of the name does, and the new queue starts empty (heads at 0, no
 // offsets, an id of the deleted queue not a duplicate).
@@ -163,6 +164,7 @@ func TestDeleteQueueCutAtEveryWrite(t *testing.T) {
 		s.queue().db = nil
 		_ = s.DeleteQueue(context.Background(), name)
 	}()
+	listed := false
 	for _, mode := range []cutMode{crashBefore, crashAfter, lostReply} {
 		for k := 1; ; k++ {
 			before := populate()
@@ -204,6 +206,17 @@ func TestDeleteQueueCutAtEveryWrite(t *testing.T) {
 				wantCode(t, err, dcsync.NotFound, what+": QueueBounds after the cut")
 				_, err = r.AddQueueGroup(ctx, name, "g2")
 				wantCode(t, err, dcsync.NotFound, what+": AddQueueGroup after the cut")
+				if !listed {
+					// Once (it scans the whole table): not listed either.
+					listed = true
+					specs, err := r.ListQueues(ctx)
+					must(t, err, "ListQueues")
+					for _, sp := range specs {
+						if sp.Name == name {
+							t.Fatalf("%s: ListQueues lists the queue", what)
+						}
+					}
+				}
 			}
 			if derr == nil && intact {
 				t.Fatalf("%s: DeleteQueue returned nil and the queue is still there", what)
