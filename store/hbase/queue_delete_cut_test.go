@@ -142,7 +142,7 @@ func (c *cutOps) MultiMutate(ctx context.Context, table string, acts []hbaserpc.
 // a CreateQueue of the name does, and the new queue starts empty (heads at 0, no
 // offsets, an id of the deleted queue not a duplicate).
 func TestDeleteQueueCutAtEveryWrite(t *testing.T) {
-	s := openStore(t)
+	s := openQueueStore(t) // the run's queue table: ListQueues and queueRows scan it whole
 	defer s.Close()
 	ctx := ctxT(t, 5*time.Minute)
 	name := "delcut-" + randHex(6)
@@ -189,7 +189,7 @@ func TestDeleteQueueCutAtEveryWrite(t *testing.T) {
 			if mode != lostReply && derr == nil {
 				t.Fatalf("%s: DeleteQueue returned nil", what)
 			}
-			r := openStore(t) // caches nothing
+			r := openQueueStore(t) // caches nothing
 			_, err = r.ReadQueueSpec(ctx, name)
 			intact := err == nil
 			switch {
@@ -207,7 +207,6 @@ func TestDeleteQueueCutAtEveryWrite(t *testing.T) {
 				_, err = r.AddQueueGroup(ctx, name, "g2")
 				wantCode(t, err, dcsync.NotFound, what+": AddQueueGroup after the cut")
 				if !listed {
-					// Once (it scans the whole table): not listed either.
 					listed = true
 					specs, err := r.ListQueues(ctx)
 					must(t, err, "ListQueues")
