@@ -135,14 +135,21 @@ func inRange(bin string, delta int64) *as.Expression {
 
 // ---- write ops ----
 
+// The constant parts of recordOp: the policies (read only) and the entry's head, a list
+// of the server's time, packed once.
+var (
+	defaultListPolicy = as.DefaultListPolicy()
+	defaultMapPolicy  = as.DefaultMapPolicy()
+	opEntryHeadExp    = prepack(as.ExpListAppend(as.DefaultListPolicy(), serverNow(), as.ExpListVal()))
+)
+
 // recordOp sets id's writer's entry in OpsBin to [server ms, sequence number], and
 // keeps the Config.OpIDsKept entries written last (by rank: the server's time, then the
 // number). An entry is forgotten only after OpIDsKept other writers updated the record
 // since; no client clock is involved.
 func (s *Store) recordOp(id opID) *as.Operation {
-	lp := as.DefaultListPolicy()
-	entry := as.ExpListAppend(lp, as.ExpIntVal(id.seq), as.ExpListAppend(lp, serverNow(), as.ExpListVal()))
-	put := as.ExpMapPut(as.DefaultMapPolicy(), as.ExpIntVal(id.writer), entry, opsOrEmptyExp)
+	entry := as.ExpListAppend(defaultListPolicy, as.ExpIntVal(id.seq), opEntryHeadExp)
+	put := as.ExpMapPut(defaultMapPolicy, as.ExpIntVal(id.writer), entry, opsOrEmptyExp)
 	kept := as.ExpMapRemoveByRankRange(as.MapReturnType.NONE|as.MapReturnType.INVERTED,
 		as.ExpIntVal(-int64(s.cfg.OpIDsKept)), put)
 	return as.ExpWriteOp(OpsBin, kept, as.ExpWriteFlagDefault)
