@@ -42,7 +42,9 @@ func BenchmarkCPU(b *testing.B) {
 	}
 	rawLatch := func(count int64) *as.Key {
 		k := key(b, latchSet, layout.AerospikeLatchKey("bench", unique("raw")))
-		if err := javaCreateLatch(c, k, "dc1", count); err != nil {
+		wp := as.NewWritePolicy(0, 3600) // as javaCreateLatch, living an hour
+		wp.RecordExistsAction = as.CREATE_ONLY
+		if err := c.Put(wp, k, as.BinMap{"count#dc1": count}); err != nil {
 			b.Fatal(err)
 		}
 		return k
