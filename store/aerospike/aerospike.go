@@ -234,6 +234,7 @@ type Store struct {
 	log      *slog.Logger
 	writers  *writers
 	incs     incarnations
+	prepared preparedUpdates // DC count-downs' constant parts (latch_prepared.go)
 
 	// mu is held shared by every operation and exclusively by Close, so that Close
 	// waits for operations in flight before it closes an owned client.
