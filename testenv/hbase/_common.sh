@@ -1,6 +1,19 @@
 # Shared by up, down and java-layout (sourced, not executed).
 # shellcheck shell=bash
 HB_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# DCSYNC_HBASE_SECURE=1 (up-secure, down-secure): the Kerberized instance (LocalHBaseSecure),
+# its own run directory, ports and lock; the default instance is untouched.
+HB_MAIN=dcsync.testenv.hbase.LocalHBase
+HB_LOCK="$HB_DIR/.up.lock"
+if [[ "${DCSYNC_HBASE_SECURE:-}" == 1 ]]; then
+  HB_MAIN=dcsync.testenv.hbase.LocalHBaseSecure
+  HB_LOCK="$HB_DIR/.up-secure.lock"
+  DCSYNC_HBASE_RUN_DIR="${DCSYNC_HBASE_SECURE_RUN_DIR:-$HB_DIR/run-secure}"
+  DCSYNC_HBASE_ZK_PORT="${DCSYNC_HBASE_SECURE_ZK_PORT:-24818}"
+  export DCSYNC_HBASE_MASTER_PORT="${DCSYNC_HBASE_SECURE_MASTER_PORT:-19000}"
+  export DCSYNC_HBASE_RS_PORT="${DCSYNC_HBASE_SECURE_RS_PORT:-19020}"
+  export DCSYNC_HBASE_KDC_PORT="${DCSYNC_HBASE_SECURE_KDC_PORT:-19088}"
+fi
 HB_RUN="${DCSYNC_HBASE_RUN_DIR:-$HB_DIR/run}"
 HB_TARGET="$HB_DIR/target"
 HB_CP_FILE="$HB_TARGET/classpath.txt"
@@ -81,4 +94,29 @@ hb_classpath() {
 hb_java_layout() {
   java "${HB_JDK_OPTS[@]}" -Xmx384m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
     -cp "$(hb_classpath)" dcsync.testenv.hbase.JavaLayout "$@"
+}
+
+# Runs `java-layout health` against this instance; in secure mode as the Kerberos client
+# of secure.env, which the launcher writes once its KDC is up (waits for it).
+hb_health() {
+  if [[ $HB_MAIN == *Secure ]]; then
+    local i=0
+    while [[ ! -s "$HB_RUN/secure.env" ]] && ((i++ < ${1:-0})); do sleep 1; done
+    [[ -s "$HB_RUN/secure.env" ]] || { echo "health: no $HB_RUN/secure.env" >&2; return 1; }
+    (set -a; source "$HB_RUN/secure.env"; set +a; hb_java_layout health "$@")
+  else
+    hb_java_layout health "$@"
+  fi
+}
+
+# The last lines of up's stdout: the address (secure mode: the client's settings first,
+# then DCSYNC_HBASE_SECURE_ZK).
+hb_print_address() {
+  if [[ $HB_MAIN == *Secure ]]; then
+    cat "$HB_RUN/secure.env"
+    echo "DCSYNC_HBASE_SECURE_DIR=$HB_RUN"
+    echo "DCSYNC_HBASE_SECURE_ZK=127.0.0.1:$HB_ZK_PORT"
+  else
+    echo "DCSYNC_HBASE_ZK=127.0.0.1:$HB_ZK_PORT"
+  fi
 }
