@@ -62,7 +62,7 @@ const (
 	exitHeld       = 3
 	exitTimeout    = 4
 	exitNotOwner   = 5
-	exitAuth       = 6 // the store refused the credentials, or the client the server's certificate
+	exitAuth       = 6   // the store refused the credentials, or the client the server's certificate
 	exitCannotExec = 126 // lock run: the command cannot be executed
 	exitNotFound   = 127 // lock run: the command is not found
 )
