@@ -84,9 +84,10 @@ import (
 // giving up ends nobody else's wait; each caller waits for it only as long as its
 // own context allows.
 type Client struct {
-	cfg     Config
-	log     *slog.Logger
-	regions *regionCache
+	cfg      Config
+	closeKrb sync.Once // stops the Kerberos ticket renewal once
+	log      *slog.Logger
+	regions  *regionCache
 
 	locMu      sync.Mutex
 	metaAddr   string // "" when unknown
@@ -143,6 +144,11 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Kerberos != nil {
+		if cfg.krb, err = cfg.Kerberos.login(); err != nil {
+			return nil, err
+		}
+	}
 	c := newClient(cfg)
 	err = c.retry(ctx, "hbase.Dial", true, func(ctx context.Context) error {
 		_, err := c.metaLocation(ctx)
@@ -189,6 +195,9 @@ func (c *Client) Close() error {
 		rc.close(errConnClosed)
 	}
 	c.wg.Wait()
+	if c.cfg.krb != nil {
+		c.closeKrb.Do(c.cfg.krb.close)
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package dcsync.testenv.hbase;
 import java.io.File;
 import java.nio.file.Files;
 import java.nio.file.StandardCopyOption;
+import java.nio.file.attribute.PosixFilePermissions;
 import java.util.Properties;
 
 import org.apache.hadoop.conf.Configuration;
@@ -77,6 +78,10 @@ public final class LocalHBaseSecure {
     kdc.createPrincipal(serverKeytab, "hbase/localhost");
     kdc.createPrincipal(clientKeytab, "dcsync");
     kdc.createPrincipal(otherKeytab, "other");
+    // Keytabs are secrets: dcsync refuses one that others may read (chmod 600).
+    for (File f : new File[] {serverKeytab, clientKeytab, otherKeytab}) {
+      Files.setPosixFilePermissions(f.toPath(), PosixFilePermissions.fromString("rw-------"));
+    }
     File krb5 = new File(runDir, "krb5.conf");
     Files.copy(kdc.getKrb5conf().toPath(), krb5.toPath(), StandardCopyOption.REPLACE_EXISTING);
     System.setProperty("java.security.krb5.conf", krb5.getAbsolutePath());
