@@ -151,7 +151,13 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c := newClient(cfg)
 	err = c.retry(ctx, "hbase.Dial", true, func(ctx context.Context) error {
-		_, err := c.metaLocation(ctx)
+		addr, err := c.metaLocation(ctx)
+		if err != nil || (cfg.krb == nil && cfg.TLS == nil) {
+			return err
+		}
+		// With Kerberos or TLS, connect to the meta region's server now: credentials
+		// or a certificate that a server refuses fail Dial, not the first call.
+		_, err = c.conn(ctx, addr, serviceClient)
 		return err
 	})
 	if err != nil {

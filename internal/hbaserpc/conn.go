@@ -71,6 +71,8 @@ type rpcConn struct {
 	// dropResponse, when set (tests only), makes the reader discard the response to
 	// a matching method and break the connection, as if the reply were lost.
 	dropResponse func(method string) bool
+	// sasl is set when the connection was authenticated with SASL (Kerberos).
+	sasl bool
 
 	queue chan *pendingCall // frames for the writer
 	reads atomic.Uint64     // frames read so far
@@ -176,6 +178,7 @@ func dialConn(ctx context.Context, cfg Config, addr, service string, dropRespons
 		log:          cfg.Logger,
 		writeTimeout: cfg.RPCTimeout,
 		dropResponse: dropResponse,
+		sasl:         cfg.krb != nil,
 		queue:        make(chan *pendingCall, writeQueueLen),
 		calls:        make(map[uint32]*pendingCall),
 		done:         make(chan struct{}),
@@ -436,6 +439,13 @@ func (c *rpcConn) readLoop() {
 			return
 		}
 		n := binary.BigEndian.Uint32(lenBuf[:])
+		if c.sasl && c.reads.Load() == 0 && n == saslStatusError {
+			// Not a frame: the server's late refusal of the SASL exchange (status
+			// ERROR, then a Java exception's class and message), which has no
+			// success reply to wait for (HBase's client reads none either).
+			c.fail(driver.Errorf(dcsync.Unauthenticated, kerberosOp, "%s refused the Kerberos authentication: %s", c.addr, saslRefusal(r)))
+			return
+		}
 		if n > maxFrame {
 			c.fail(fmt.Errorf("response frame of %d bytes exceeds the limit", n))
 			return

@@ -187,6 +187,7 @@ func (a *krbAuth) servicePrincipal(addr string) string {
 const (
 	authKerberos      = 0x51 // AuthMethod.KERBEROS
 	saslStatusSuccess = 0
+	saslStatusError   = 1
 	saslSwitchSimple  = -88 // SaslUtil.SWITCH_TO_SIMPLE_AUTH
 	maxSASLToken      = 1 << 20
 	qopAuth           = 1 // the "auth" bit of the GSSAPI security layer
@@ -334,9 +335,7 @@ func readSASLReply(r *bufio.Reader, addr string) ([]byte, error) {
 		return nil, &connError{err: fmt.Errorf("sasl with %s: %w", addr, err)}
 	}
 	if status := int32(binary.BigEndian.Uint32(hdr[:])); status != saslStatusSuccess {
-		class, _ := readWritableString(r)
-		msg, _ := readWritableString(r)
-		return nil, driver.Errorf(dcsync.Unauthenticated, kerberosOp, "%s refused the Kerberos authentication: %s: %s", addr, class, msg)
+		return nil, driver.Errorf(dcsync.Unauthenticated, kerberosOp, "%s refused the Kerberos authentication: %s", addr, saslRefusal(r))
 	}
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return nil, &connError{err: fmt.Errorf("sasl with %s: %w", addr, err)}
@@ -395,4 +394,18 @@ func readVInt(r *bufio.Reader) (int64, error) {
 		v = ^v
 	}
 	return v, nil
+}
+
+// saslRefusal reads the Java exception that follows a SASL ERROR status and says it
+// (HBase sends none for some failures: its log has the reason).
+func saslRefusal(r *bufio.Reader) string {
+	class, _ := readWritableString(r)
+	msg, _ := readWritableString(r)
+	switch {
+	case class == "" && msg == "":
+		return "no reason given (the server's log has it: a token it could not verify, clocks apart?)"
+	case msg == "":
+		return class
+	}
+	return class + ": " + msg
 }

@@ -3,6 +3,8 @@ package hbaserpc
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"os"
 	"path/filepath"
@@ -20,7 +22,7 @@ import (
 // names its ZooKeeper, and its run directory (DCSYNC_HBASE_SECURE_DIR, default
 // testenv/hbase/run-secure) holds secure.env, the client's settings.
 type secureEnv struct {
-	zk, krb5Conf, keytab, principal, otherKeytab, serverPrincipal string
+	zk, krb5Conf, keytab, principal, otherKeytab, serverPrincipal, tlsCA string
 }
 
 func loadSecureEnv(t *testing.T) secureEnv {
@@ -55,7 +57,25 @@ func loadSecureEnv(t *testing.T) secureEnv {
 		principal:       vars["DCSYNC_HBASE_SECURE_PRINCIPAL"],
 		otherKeytab:     vars["DCSYNC_HBASE_SECURE_OTHER_KEYTAB"],
 		serverPrincipal: vars["DCSYNC_HBASE_SECURE_SERVER_PRINCIPAL"],
+		tlsCA:           vars["DCSYNC_HBASE_SECURE_TLS_CA"],
 	}
+}
+
+// config is the client configuration of the secure cluster: Kerberos, and TLS when
+// the cluster has it.
+func (e secureEnv) config(t *testing.T) Config {
+	t.Helper()
+	cfg := Config{ZKQuorum: e.zk, Kerberos: e.kerberos(), Logger: testLogger(t)}
+	if e.tlsCA != "" {
+		pemBytes, err := os.ReadFile(e.tlsCA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pemBytes)
+		cfg.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return cfg
 }
 
 func (e secureEnv) kerberos() *Kerberos {
@@ -72,7 +92,7 @@ func TestKerberosIntegration(t *testing.T) {
 	defer cancel()
 
 	t.Run("keytab", func(t *testing.T) {
-		c, err := Dial(ctx, Config{ZKQuorum: env.zk, Kerberos: env.kerberos(), Logger: testLogger(t)})
+		c, err := Dial(ctx, env.config(t))
 		if err != nil {
 			t.Fatalf("Dial with keytab: %v", err)
 		}
@@ -89,7 +109,9 @@ func TestKerberosIntegration(t *testing.T) {
 	})
 
 	t.Run("no credentials", func(t *testing.T) {
-		c, err := Dial(ctx, Config{ZKQuorum: env.zk, Logger: testLogger(t)})
+		cfg := env.config(t)
+		cfg.Kerberos = nil
+		c, err := Dial(ctx, cfg)
 		if err != nil {
 			t.Fatalf("Dial (simple): %v", err)
 		}
@@ -121,7 +143,9 @@ func TestKerberosIntegration(t *testing.T) {
 		}
 		k := env.kerberos()
 		k.Keytab = path
-		_, err = Dial(ctx, Config{ZKQuorum: env.zk, Kerberos: k})
+		cfg := env.config(t)
+		cfg.Kerberos = k
+		_, err = Dial(ctx, cfg)
 		if !errors.Is(err, dcsync.ErrUnauthenticated) || !strings.Contains(err.Error(), "wrong.keytab") {
 			t.Fatalf("Dial with a wrong keytab: %v; want Unauthenticated naming the keytab", err)
 		}
@@ -131,7 +155,9 @@ func TestKerberosIntegration(t *testing.T) {
 	t.Run("another principal's keytab", func(t *testing.T) {
 		k := env.kerberos()
 		k.Keytab = env.otherKeytab // holds other@REALM, not dcsync@REALM
-		_, err := Dial(ctx, Config{ZKQuorum: env.zk, Kerberos: k})
+		cfg := env.config(t)
+		cfg.Kerberos = k
+		_, err := Dial(ctx, cfg)
 		if !errors.Is(err, dcsync.ErrUnauthenticated) {
 			t.Fatalf("Dial with another principal's keytab: %v; want Unauthenticated", err)
 		}
@@ -141,12 +167,9 @@ func TestKerberosIntegration(t *testing.T) {
 	t.Run("wrong server principal", func(t *testing.T) {
 		k := env.kerberos()
 		k.ServicePrincipal = "hbase/_HOST" // hbase/127.0.0.1: not in the KDC
-		c, err := Dial(ctx, Config{ZKQuorum: env.zk, Kerberos: k})
-		if err != nil {
-			t.Fatalf("Dial: %v", err)
-		}
-		defer c.Close()
-		_, err = c.TableExists(ctx, "hbase:meta")
+		cfg := env.config(t)
+		cfg.Kerberos = k
+		_, err := Dial(ctx, cfg)
 		if !errors.Is(err, dcsync.ErrUnauthenticated) || !strings.Contains(err.Error(), "hbase/127.0.0.1") {
 			t.Fatalf("a server principal the KDC does not know: %v; want Unauthenticated naming it", err)
 		}
