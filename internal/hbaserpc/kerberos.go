@@ -330,7 +330,7 @@ func readSASLReply(r *bufio.Reader, addr string) ([]byte, error) {
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			// The server hangs up when it refuses the exchange without a word.
-			return nil, driver.Errorf(dcsync.Unauthenticated, kerberosOp, "%s closed the connection during the Kerberos (SASL) exchange: does it use Kerberos, and is the server principal right?", addr)
+			return nil, driver.Errorf(dcsync.Unauthenticated, kerberosOp, "%s closed the connection during the Kerberos (SASL) exchange: does it want TLS (tls=true, tls_ca=), does it use Kerberos, is the server principal right?", addr)
 		}
 		return nil, &connError{err: fmt.Errorf("sasl with %s: %w", addr, err)}
 	}

@@ -229,8 +229,8 @@ func TestSecureOpenErrors(t *testing.T) {
 		defer ocancel()
 		start := time.Now()
 		_, err := OpenURL(octx, c.url(q))
-		if err == nil {
-			t.Fatal("OpenURL without TLS to a TLS-only cluster succeeded")
+		if dcsync.CodeOf(err) != dcsync.Unauthenticated || !strings.Contains(err.Error(), "TLS") {
+			t.Fatalf("OpenURL without TLS to a TLS-only cluster: %v; want Unauthenticated mentioning TLS", err)
 		}
 		t.Logf("%v (after %v)", err, time.Since(start).Round(time.Millisecond))
 	})

@@ -13,6 +13,12 @@ if [[ "${DCSYNC_HBASE_SECURE:-}" == 1 ]]; then
   export DCSYNC_HBASE_MASTER_PORT="${DCSYNC_HBASE_SECURE_MASTER_PORT:-19000}"
   export DCSYNC_HBASE_RS_PORT="${DCSYNC_HBASE_SECURE_RS_PORT:-19020}"
   export DCSYNC_HBASE_KDC_PORT="${DCSYNC_HBASE_SECURE_KDC_PORT:-19088}"
+  # TLS on the RPC ports unless DCSYNC_HBASE_SECURE_TLS=0 (material made by hb_make_tls).
+  if [[ "${DCSYNC_HBASE_SECURE_TLS:-1}" != 0 ]]; then
+    export DCSYNC_HBASE_TLS_DIR="$DCSYNC_HBASE_RUN_DIR/tls"
+  else
+    unset DCSYNC_HBASE_TLS_DIR
+  fi
 fi
 HB_RUN="${DCSYNC_HBASE_RUN_DIR:-$HB_DIR/run}"
 HB_TARGET="$HB_DIR/target"
@@ -119,4 +125,28 @@ hb_print_address() {
   else
     echo "DCSYNC_HBASE_ZK=127.0.0.1:$HB_ZK_PORT"
   fi
+}
+
+# Makes the secure instance's TLS material in DIR with keytool (once): a CA (ca.pem for
+# Go clients, ca.p12 the Java trust store) and the servers' key and certificate signed
+# by it for localhost and 127.0.0.1 (server.p12); passwords "changeit".
+hb_make_tls() {
+  local dir="$1" pw=changeit
+  [[ -s "$dir/server.p12" && -s "$dir/ca.pem" ]] && return 0
+  rm -rf "$dir" && mkdir -p "$dir"
+  (
+    cd "$dir"
+    keytool -genkeypair -alias ca -keyalg EC -groupname secp256r1 -dname "CN=dcsync test CA" \
+      -ext bc:c -validity 3650 -keystore ca-key.p12 -storetype PKCS12 -storepass $pw -keypass $pw
+    keytool -exportcert -rfc -alias ca -keystore ca-key.p12 -storepass $pw -file ca.pem
+    keytool -importcert -noprompt -alias ca -file ca.pem -keystore ca.p12 -storetype PKCS12 -storepass $pw
+    keytool -genkeypair -alias server -keyalg EC -groupname secp256r1 -dname "CN=localhost" \
+      -validity 3650 -keystore server.p12 -storetype PKCS12 -storepass $pw -keypass $pw
+    keytool -certreq -alias server -keystore server.p12 -storepass $pw -file server.csr
+    keytool -gencert -alias ca -keystore ca-key.p12 -storepass $pw -infile server.csr -outfile server.pem \
+      -rfc -validity 3650 -ext san=dns:localhost,ip:127.0.0.1 -ext ku:c=digitalSignature,keyAgreement -ext eku=serverAuth,clientAuth
+    keytool -importcert -noprompt -alias ca -file ca.pem -keystore server.p12 -storepass $pw
+    keytool -importcert -noprompt -alias server -file server.pem -keystore server.p12 -storepass $pw
+    rm -f server.csr ca-key.p12
+  ) >"$dir/keytool.log" 2>&1 || { echo "testenv/hbase: keytool failed (see $dir/keytool.log)" >&2; return 1; }
 }

@@ -102,7 +102,9 @@ public final class LocalHBaseSecure {
             + "DCSYNC_HBASE_SECURE_KEYTAB=" + clientKeytab.getAbsolutePath() + "\n"
             + "DCSYNC_HBASE_SECURE_PRINCIPAL=dcsync@" + REALM + "\n"
             + "DCSYNC_HBASE_SECURE_OTHER_KEYTAB=" + otherKeytab.getAbsolutePath() + "\n"
-            + "DCSYNC_HBASE_SECURE_SERVER_PRINCIPAL=" + SERVER_PRINCIPAL + "\n");
+            + "DCSYNC_HBASE_SECURE_SERVER_PRINCIPAL=" + SERVER_PRINCIPAL + "\n"
+            + (tlsDir == null || tlsDir.isEmpty() ? ""
+                : "DCSYNC_HBASE_SECURE_TLS_CA=" + new File(tlsDir, "ca.pem").getAbsolutePath() + "\n"));
     System.err.println("LocalHBaseSecure: KDC " + kdc.getHost() + ":" + kdc.getPort() + " realm " + kdc.getRealm());
 
     int rc = ToolRunner.run(conf, new HMasterCommandLine(HMaster.class), new String[] {"start"});
