@@ -213,7 +213,7 @@ func (a *krbAuth) handshake(nc net.Conn, addr string) error {
 		if errors.As(err, &ke) && ke.RootCause == krberror.NetworkingError {
 			return &connError{err: fmt.Errorf("kerberos: the KDC cannot be reached for a ticket to %s: %w", spn, err)}
 		}
-		return driver.Errorf(dcsync.Unauthenticated, kerberosOp, "no ticket for HBase's principal %s (server_principal; the KDC refused %s): %v", spn, a.principal, err)
+		return driver.Errorf(dcsync.Unauthenticated, kerberosOp, "no ticket for HBase's principal %s as %s from %s (is server_principal right? has the ticket expired?): %v", spn, a.principal, a.source, err)
 	}
 	auth, err := types.NewAuthenticator(a.cl.Credentials.Domain(), a.cl.Credentials.CName())
 	if err != nil {

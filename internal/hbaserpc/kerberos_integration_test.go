@@ -176,3 +176,52 @@ func TestKerberosIntegration(t *testing.T) {
 		t.Log(err)
 	})
 }
+
+// TestKerberosTicketRenewal: a client that outlives its tickets keeps working. The
+// client asks for 15 s tickets (its own krb5.conf's ticket_lifetime), writes, waits
+// until its ticket-granting and service tickets have expired, loses its connections,
+// and reads again: the new connections authenticate with tickets gotten anew from
+// the keytab.
+func TestKerberosTicketRenewal(t *testing.T) {
+	env := loadSecureEnv(t)
+	conf, err := os.ReadFile(env.krb5Conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short := strings.Replace(string(conf), "[libdefaults]", "[libdefaults]\n    ticket_lifetime = 15s", 1)
+	path := filepath.Join(t.TempDir(), "krb5.conf")
+	if err := os.WriteFile(path, []byte(short), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := env.config(t)
+	cfg.Kerberos.Krb5Conf = path
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	c, err := Dial(ctx, cfg)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	table := createTestTable(t, c, TableSpec{})
+	row := []byte("r1")
+	if err := c.Put(ctx, table, &Put{Row: row, Values: []Value{{Family: []byte("f"), Qualifier: []byte("q"), Value: []byte("v")}}}); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	// Past the tickets' end (they only get more expired).
+	time.Sleep(25 * time.Second)
+	c.connMu.Lock()
+	var conns []*rpcConn
+	for _, s := range c.conns {
+		if s.c != nil {
+			conns = append(conns, s.c)
+		}
+	}
+	c.connMu.Unlock()
+	for _, rc := range conns {
+		rc.close(errors.New("test: connection dropped"))
+	}
+	cells, err := c.Get(ctx, table, row)
+	if err != nil || len(cells) != 1 || string(cells[0].Value) != "v" {
+		t.Fatalf("Get after the tickets expired = %v, %v; want one cell v", cells, err)
+	}
+}
