@@ -377,10 +377,11 @@ func readVInt(r *bufio.Reader) (int64, error) {
 	if fb >= -112 {
 		return int64(fb), nil
 	}
+	// The first byte gives the sign and the total size (WritableUtils.decodeVIntSize).
 	neg := fb < -120
-	size := int(-119 - fb)
+	size := int(-111 - int(fb))
 	if neg {
-		size = int(-111 - fb)
+		size = int(-119 - int(fb))
 	}
 	var v int64
 	for i := 1; i < size; i++ {
