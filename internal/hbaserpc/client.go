@@ -5,6 +5,12 @@
 // mutations, and the few admin calls a store needs (create, describe, disable,
 // delete a table).
 //
+// Security: simple authentication by default; Kerberos (SASL GSSAPI with gokrb5,
+// quality of protection "auth", Config.Kerberos) and TLS (HBase 2.6's native TLS,
+// Config.TLS) on the connections to the region servers and the master. A server or a
+// KDC that refuses the client, and a certificate the client refuses, are
+// dcsync.Unauthenticated errors, never retried. ZooKeeper is reached without either.
+//
 // Retries: every operation is retried (up to Config.MaxAttempts, with exponential
 // backoff and jitter, all bounded by the caller's context) when the server refused
 // it before applying it (region moved or not serving, server busy, ...) or when it
