@@ -28,8 +28,9 @@
 // client and farm ids are --client and --farm (env DCSYNC_CLIENT, DCSYNC_FARM).
 //
 // Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input; 3 lock held
-// by another; 4 wait or await timed out; 5 not the owner, or lease lost; 128+N stopped
-// by signal N (130 for SIGINT). lock run exits with its command's code, 127 when the
+// by another; 4 wait or await timed out; 5 not the owner, or lease lost; 6 not
+// authenticated (the store refused the credentials, or the server's certificate was
+// refused); 128+N stopped by signal N (130 for SIGINT). lock run exits with its command's code, 127 when the
 // command is not found and 126 when it cannot be executed.
 package main
 
@@ -61,6 +62,7 @@ const (
 	exitHeld       = 3
 	exitTimeout    = 4
 	exitNotOwner   = 5
+	exitAuth       = 6   // the store refused the credentials, or the client the server's certificate
 	exitCannotExec = 126 // lock run: the command cannot be executed
 	exitNotFound   = 127 // lock run: the command is not found
 )
@@ -129,6 +131,8 @@ func exitCode(err error) int {
 		return exitHeld
 	case dcsync.LockLost:
 		return exitNotOwner
+	case dcsync.Unauthenticated:
+		return exitAuth
 	}
 	return exitError
 }
@@ -230,6 +234,7 @@ DCSYNC_STORE in their environment).
 
 Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
 3 lock held by another; 4 wait or await timed out; 5 not the owner, or lease lost;
+6 not authenticated (credentials or the server's certificate refused);
 128+N stopped by signal N (130: SIGINT). lock run: see 'dcsync lock run --help'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
