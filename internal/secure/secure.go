@@ -247,7 +247,7 @@ func HandshakeFailure(err error, name string) (code dcsync.Code, msg string, ok 
 	case errors.As(err, &unknown):
 		return dcsync.Unauthenticated, "the server's certificate is not signed by a trusted authority (tls_ca, else the system's roots)", true
 	case errors.As(err, &hostname):
-		return dcsync.Unauthenticated, fmt.Sprintf("the server's certificate is not valid for the TLS name %q (tls_name)", name), true
+		return dcsync.Unauthenticated, fmt.Sprintf("the server's certificate is not valid for the TLS name %q (tls_name; default: the host)", name), true
 	case errors.As(err, &invalid):
 		return dcsync.Unauthenticated, "the server's certificate is not valid: " + invalid.Error(), true
 	case errors.As(err, &verify):

@@ -1,0 +1,256 @@
+package aerospike_test
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/driver/drivertest"
+	"github.com/dcsync/dcsync/internal/tlstest"
+	"github.com/dcsync/dcsync/store/aerospike"
+)
+
+// tlsName is the TLS name of the test "cluster": the name its certificate carries.
+const tlsName = "dcsync-aerospike-test"
+
+// tlsURL is the URL of the store behind proxy, with the given query.
+func tlsURL(addr string, q url.Values) *url.URL {
+	return &url.URL{Scheme: "aerospike", Host: addr, Path: "/" + namespace, RawQuery: q.Encode()}
+}
+
+// tlsFront starts a TLS-terminating proxy in front of the real server, with a server
+// certificate for tlsName signed by a new CA. ask, when not nil, makes the proxy want a
+// client certificate signed by it.
+func tlsFront(t *testing.T, ask *tlstest.CA) (*tlstest.Proxy, *tlstest.CA) {
+	t.Helper()
+	addr := realServer(t)
+	ca := tlstest.NewCA(t, t.TempDir(), "cluster")
+	cfg := &tls.Config{Certificates: []tls.Certificate{ca.Server(t, tlsName).TLS}, MinVersion: tls.VersionTLS12}
+	if ask != nil {
+		cfg.ClientAuth, cfg.ClientCAs = tls.RequireAndVerifyClientCert, ask.Pool()
+	}
+	return tlstest.NewProxy(t, addr, cfg), ca
+}
+
+// TestConformanceTLS runs the conformance suite through a TLS-terminating proxy in
+// front of the real server (Aerospike Community has no TLS): the client speaks real
+// TLS, checks the proxy's certificate against tls_ca and tls_name, and every command
+// goes through the encrypted connection.
+func TestConformanceTLS(t *testing.T) {
+	proxy, ca := tlsFront(t, nil)
+	u := tlsURL(proxy.Addr(), url.Values{"tls_ca": {ca.File}, "tls_name": {tlsName}})
+	drivertest.Run(t, drivertest.Harness{
+		Open: func(t *testing.T) driver.Store {
+			s, err := aerospike.OpenURL(context.Background(), u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+		Holes: true,
+	})
+	if ok, failed := proxy.Handshakes(); ok == 0 || failed != 0 {
+		t.Fatalf("the proxy saw %d TLS handshakes and %d failures (last: %v); want some and none", ok, failed, proxy.LastFailure())
+	}
+}
+
+// openCtx bounds an open in a test: a refusal must come well before it ends (the
+// store's open timeout is 5 s), never a hang.
+func openCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestTLSRefused: a certificate the client must refuse, a client certificate the
+// server refuses, TLS to a port without TLS and plain TCP to a TLS port each fail with
+// a typed error that names what failed, not a hang or an internal error.
+func TestTLSRefused(t *testing.T) {
+	clients := tlstest.NewCA(t, t.TempDir(), "clients")
+	proxy, ca := tlsFront(t, nil)
+	mtls, mtlsCA := tlsFront(t, clients)
+	other := tlstest.NewCA(t, t.TempDir(), "other")
+	stranger := other.Client(t, "stranger")
+	alice := clients.Client(t, "alice")
+	for _, tc := range []struct {
+		name string
+		addr string
+		q    url.Values
+		code dcsync.Code
+		says string
+	}{
+		{"UntrustedCA", proxy.Addr(), url.Values{"tls_ca": {other.File}, "tls_name": {tlsName}}, dcsync.Unauthenticated, "not signed by a trusted authority"},
+		{"SystemRootsOnly", proxy.Addr(), url.Values{"tls": {"true"}, "tls_name": {tlsName}}, dcsync.Unauthenticated, "not signed by a trusted authority"},
+		{"WrongTLSName", proxy.Addr(), url.Values{"tls_ca": {ca.File}, "tls_name": {"other-cluster"}}, dcsync.Unauthenticated, `not valid for the TLS name "other-cluster"`},
+		{"NoTLSNameIPHost", proxy.Addr(), url.Values{"tls_ca": {ca.File}}, dcsync.Unauthenticated, `not valid for the TLS name "127.0.0.1"`},
+		{"NoClientCert", mtls.Addr(), url.Values{"tls_ca": {mtlsCA.File}, "tls_name": {tlsName}}, dcsync.Unauthenticated, "refused the TLS handshake"},
+		{"UntrustedClientCert", mtls.Addr(), url.Values{"tls_ca": {mtlsCA.File}, "tls_name": {tlsName}, "tls_cert": {stranger.CertFile}, "tls_key": {stranger.KeyFile}}, dcsync.Unauthenticated, "refused the TLS handshake"},
+		{"TLSToPlainPort", realServer(t), url.Values{"tls_ca": {ca.File}, "tls_name": {tlsName}}, dcsync.Connection, "does the server speak TLS on this port?"},
+		{"PlainToTLSPort", proxy.Addr(), nil, dcsync.Connection, "dial"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := aerospike.OpenURL(openCtx(t), tlsURL(tc.addr, tc.q))
+			if err == nil {
+				s.Close()
+				t.Fatal("opened")
+			}
+			if dcsync.CodeOf(err) != tc.code || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("got %v (code %v); want %v saying %q", err, dcsync.CodeOf(err), tc.code, tc.says)
+			}
+			t.Log(err)
+		})
+	}
+	t.Run("ClientCert", func(t *testing.T) {
+		q := url.Values{"tls_ca": {mtlsCA.File}, "tls_name": {tlsName}, "tls_cert": {alice.CertFile}, "tls_key": {alice.KeyFile}}
+		s, err := aerospike.OpenURL(openCtx(t), tlsURL(mtls.Addr(), q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		if !mtls.SawClient("alice") {
+			t.Fatal("the server never saw the client certificate")
+		}
+	})
+}
+
+// TestCredentialsAgainstCommunity: Aerospike Community has no security and answers a
+// login with SECURITY_NOT_SUPPORTED. A client with credentials gets Unauthenticated
+// saying so, and the password is nowhere in the error.
+func TestCredentialsAgainstCommunity(t *testing.T) {
+	const secret = "pw-Kx9-never-shown"
+	t.Setenv(aerospike.PasswordEnv, secret)
+	u := storeURL(realServer(t), namespace)
+	u.User = url.User("alice")
+	s, err := aerospike.OpenURL(openCtx(t), u)
+	if err == nil {
+		s.Close()
+		t.Fatal("a login to a server without security succeeded")
+	}
+	if !errors.Is(err, dcsync.ErrUnauthenticated) || !strings.Contains(err.Error(), "no security") {
+		t.Fatalf("got %v; want Unauthenticated saying the server has no security", err)
+	}
+	if strings.Contains(err.Error(), secret) {
+		t.Fatalf("the error shows the password: %v", err)
+	}
+	t.Log(err)
+}
+
+// TestSecurityParameters: what OpenURL refuses before any I/O (the host is a closed
+// port), with InvalidArgument naming the fix and never the secret.
+func TestSecurityParameters(t *testing.T) {
+	const secret = "pw-Zq7-never-shown"
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good", secret+"\n", 0o600)
+	open := write("open", secret+"\n", 0o644)
+	empty := write("empty", "\n", 0o600)
+	notPEM := write("notpem", secret, 0o600)
+	ca := tlstest.NewCA(t, dir, "params")
+	pair := ca.Client(t, "alice")
+	openKey := write("openkey", "x", 0o604)
+	for _, tc := range []struct {
+		name string
+		raw  string
+		env  map[string]string
+		says string
+	}{
+		{"PasswordInURL", "aerospike://alice:" + secret + "@127.0.0.1:1/test", nil, "DCSYNC_AEROSPIKE_PASSWORD"},
+		{"PasswordNoUser", "aerospike://127.0.0.1:1/test?password_file=" + good, nil, "no user"},
+		{"EnvPasswordNoUser", "aerospike://127.0.0.1:1/test", map[string]string{aerospike.PasswordEnv: secret}, "no user"},
+		{"UserNoPassword", "aerospike://alice@127.0.0.1:1/test", nil, "has no password"},
+		{"UserTwice", "aerospike://alice@127.0.0.1:1/test?user=bob&password_file=" + good, nil, "twice"},
+		{"TwoSources", "aerospike://alice@127.0.0.1:1/test?password_file=" + good, map[string]string{aerospike.PasswordEnv: secret}, "give exactly one"},
+		{"TwoEnvSources", "aerospike://127.0.0.1:1/test?user=alice", map[string]string{aerospike.PasswordEnv: secret, aerospike.PasswordEnv + "_FILE": good}, "give exactly one"},
+		{"WorldReadable", "aerospike://alice@127.0.0.1:1/test?password_file=" + open, nil, "chmod 600"},
+		{"WorldReadableEnvFile", "aerospike://alice@127.0.0.1:1/test", map[string]string{aerospike.PasswordEnv + "_FILE": open}, "other users may read"},
+		{"EmptyPassword", "aerospike://alice@127.0.0.1:1/test?password_file=" + empty, nil, "is empty"},
+		{"MissingFile", "aerospike://alice@127.0.0.1:1/test?password_file=" + filepath.Join(dir, "nope"), nil, "no such file"},
+		{"ExternalWithoutTLS", "aerospike://alice@127.0.0.1:1/test?auth=external&password_file=" + good, nil, "needs TLS"},
+		{"UnknownAuth", "aerospike://alice@127.0.0.1:1/test?auth=kerberos&password_file=" + good, nil, "not internal, external or pki"},
+		{"PKIWithoutCert", "aerospike://127.0.0.1:1/test?auth=pki&tls_ca=" + ca.File, nil, "needs a client certificate"},
+		{"PKIWithUser", "aerospike://alice@127.0.0.1:1/test?auth=pki&password_file=" + good + "&tls_cert=" + pair.CertFile + "&tls_key=" + pair.KeyFile, nil, "takes no user or password"},
+		{"AuthWithoutUser", "aerospike://127.0.0.1:1/test?auth=internal", nil, "needs a user"},
+		{"TLSFalseWithCA", "aerospike://127.0.0.1:1/test?tls=false&tls_ca=" + ca.File, nil, "tls=false"},
+		{"CertWithoutKey", "aerospike://127.0.0.1:1/test?tls_cert=" + pair.CertFile, nil, "go together"},
+		{"CANotPEM", "aerospike://127.0.0.1:1/test?tls_ca=" + notPEM, nil, "no PEM certificate"},
+		{"KeyWorldReadable", "aerospike://127.0.0.1:1/test?tls_cert=" + pair.CertFile + "&tls_key=" + openKey, nil, "chmod 600"},
+		{"KeyNotMatching", "aerospike://127.0.0.1:1/test?tls_cert=" + pair.CertFile + "&tls_key=" + notPEM, nil, "tls_key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			u, err := url.Parse(tc.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := aerospike.OpenURL(context.Background(), u)
+			if err == nil {
+				s.Close()
+				t.Fatal("opened")
+			}
+			if dcsync.CodeOf(err) != dcsync.InvalidArgument || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("got %v; want InvalidArgument saying %q", err, tc.says)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Fatalf("the error shows the secret: %v", err)
+			}
+		})
+	}
+}
+
+// TestPasswordSources: each of the three sources alone is taken (the open then fails
+// at the login, as the server has no security: what matters is that it got there).
+func TestPasswordSources(t *testing.T) {
+	addr := realServer(t)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "pw")
+	if err := os.WriteFile(file, []byte("pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := "aerospike://alice@" + addr + "/" + namespace
+	for _, tc := range []struct {
+		name, raw string
+		env       map[string]string
+	}{
+		{"URLFile", base + "?password_file=" + url.QueryEscape(file), nil},
+		{"Env", base, map[string]string{aerospike.PasswordEnv: "pw"}},
+		{"EnvFile", base, map[string]string{aerospike.PasswordEnv + "_FILE": file}},
+		{"UserParam", "aerospike://" + addr + "/" + namespace + "?user=alice&password_file=" + url.QueryEscape(file), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			u, err := url.Parse(tc.raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := aerospike.OpenURL(openCtx(t), u)
+			if err == nil {
+				s.Close()
+				t.Fatal("a login to a server without security succeeded")
+			}
+			if !errors.Is(err, dcsync.ErrUnauthenticated) || !strings.Contains(err.Error(), `user "alice"`) && !strings.Contains(err.Error(), "no security") {
+				t.Fatalf("got %v; want Unauthenticated from the login", err)
+			}
+		})
+	}
+}
