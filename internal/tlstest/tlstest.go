@@ -157,8 +157,8 @@ type Proxy struct {
 	wg     sync.WaitGroup
 
 	handshakes, failures atomic.Int64
-	lastErr              error // the last failed handshake's, under mu
-	peers                sync.Map     // client certificate common names seen
+	lastErr              error    // the last failed handshake's, under mu
+	peers                sync.Map // client certificate common names seen
 }
 
 // NewProxy starts a proxy on 127.0.0.1 (a port of its own) in front of target with the
