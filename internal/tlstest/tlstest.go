@@ -157,24 +157,38 @@ type Proxy struct {
 	wg     sync.WaitGroup
 
 	handshakes, failures atomic.Int64
-	lastErr              error    // the last failed handshake's, under mu
-	peers                sync.Map // client certificate common names seen
+	lastErr              error      // the last failed handshake's, under mu
+	peers                sync.Map   // client certificate common names seen
+	as                   *Aerospike // nil: bytes are forwarded as they are
 }
 
 // NewProxy starts a proxy on 127.0.0.1 (a port of its own) in front of target with the
-// server side of cfg (its Certificates; ClientAuth and ClientCAs for mutual TLS). It is
-// closed when the test ends.
+// server side of cfg (its Certificates; ClientAuth and ClientCAs for mutual TLS). It
+// forwards bytes as they are. It is closed when the test ends.
 func NewProxy(t testing.TB, target string, cfg *tls.Config) *Proxy {
+	t.Helper()
+	p := newProxy(t, target)
+	p.start(cfg)
+	return p
+}
+
+// testingTB is testing.TB, named for the files of this package.
+type testingTB = testing.TB
+
+func newProxy(t testing.TB, target string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := &Proxy{target: target, ln: ln, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept(cfg)
 	t.Cleanup(p.Close)
 	return p
+}
+
+func (p *Proxy) start(cfg *tls.Config) {
+	p.wg.Add(1)
+	go p.accept(cfg)
 }
 
 // Addr is the proxy's host:port.
@@ -264,6 +278,17 @@ func (p *Proxy) serve(tc *tls.Conn, raw net.Conn) {
 		return
 	}
 	p.wg.Add(1)
+	if p.as != nil {
+		c := &asConn{a: p.as, client: tc}
+		go func() {
+			defer p.wg.Done()
+			_ = c.requests(s)
+			p.forget(raw, s)
+		}()
+		_ = c.replies(s)
+		p.forget(raw, s)
+		return
+	}
 	go func() {
 		defer p.wg.Done()
 		_, _ = io.Copy(s, tc)

@@ -27,9 +27,10 @@ func tlsURL(addr string, q url.Values) *url.URL {
 }
 
 // tlsFront starts a TLS-terminating proxy in front of the real server, with a server
-// certificate for tlsName signed by a new CA. ask, when not nil, makes the proxy want a
-// client certificate signed by it.
-func tlsFront(t *testing.T, ask *tlstest.CA) (*tlstest.Proxy, *tlstest.CA) {
+// certificate for tlsName signed by a new CA, playing the Enterprise parts a asks for
+// (tlstest.Aerospike: TLS peer discovery always; the login protocol when a has users).
+// ask, when not nil, makes the proxy want a client certificate signed by it.
+func tlsFront(t *testing.T, ask *tlstest.CA, a *tlstest.Aerospike) (*tlstest.Proxy, *tlstest.CA) {
 	t.Helper()
 	addr := realServer(t)
 	ca := tlstest.NewCA(t, t.TempDir(), "cluster")
@@ -37,16 +38,32 @@ func tlsFront(t *testing.T, ask *tlstest.CA) (*tlstest.Proxy, *tlstest.CA) {
 	if ask != nil {
 		cfg.ClientAuth, cfg.ClientCAs = tls.RequireAndVerifyClientCert, ask.Pool()
 	}
-	return tlstest.NewProxy(t, addr, cfg), ca
+	if a == nil {
+		a = &tlstest.Aerospike{}
+	}
+	return tlstest.NewAerospikeProxy(t, addr, cfg, a), ca
+}
+
+// passwordFile writes password to a file of mode 0600 and returns its path.
+func passwordFile(t *testing.T, password string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(p, []byte(password+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // TestConformanceTLS runs the conformance suite through a TLS-terminating proxy in
-// front of the real server (Aerospike Community has no TLS): the client speaks real
-// TLS, checks the proxy's certificate against tls_ca and tls_name, and every command
-// goes through the encrypted connection.
+// front of the real server (Aerospike Community has no TLS), logged in as a user: the
+// client speaks real TLS, checks the proxy's certificate against tls_ca and tls_name,
+// logs in (the proxy plays Enterprise's login, see tlstest.Aerospike) and authenticates
+// every connection, and every command goes through the encrypted connection.
 func TestConformanceTLS(t *testing.T) {
-	proxy, ca := tlsFront(t, nil)
-	u := tlsURL(proxy.Addr(), url.Values{"tls_ca": {ca.File}, "tls_name": {tlsName}})
+	const password = "conformance-pw"
+	a := &tlstest.Aerospike{Users: map[string]string{"suite": password}}
+	proxy, ca := tlsFront(t, nil, a)
+	u := tlsURL(proxy.Addr(), url.Values{"tls_ca": {ca.File}, "tls_name": {tlsName}, "user": {"suite"}, "password_file": {passwordFile(t, password)}})
 	drivertest.Run(t, drivertest.Harness{
 		Open: func(t *testing.T) driver.Store {
 			s, err := aerospike.OpenURL(context.Background(), u)
@@ -59,6 +76,9 @@ func TestConformanceTLS(t *testing.T) {
 	})
 	if ok, failed := proxy.Handshakes(); ok == 0 || failed != 0 {
 		t.Fatalf("the proxy saw %d TLS handshakes and %d failures (last: %v); want some and none", ok, failed, proxy.LastFailure())
+	}
+	if ok, refused := a.Logins(); ok == 0 || refused != 0 {
+		t.Fatalf("the proxy saw %d logins and %d refusals; want some and none", ok, refused)
 	}
 }
 
@@ -75,8 +95,8 @@ func openCtx(t *testing.T) context.Context {
 // a typed error that names what failed, not a hang or an internal error.
 func TestTLSRefused(t *testing.T) {
 	clients := tlstest.NewCA(t, t.TempDir(), "clients")
-	proxy, ca := tlsFront(t, nil)
-	mtls, mtlsCA := tlsFront(t, clients)
+	proxy, ca := tlsFront(t, nil, nil)
+	mtls, mtlsCA := tlsFront(t, clients, nil)
 	other := tlstest.NewCA(t, t.TempDir(), "other")
 	stranger := other.Client(t, "stranger")
 	alice := clients.Client(t, "alice")
@@ -251,6 +271,82 @@ func TestPasswordSources(t *testing.T) {
 			if !errors.Is(err, dcsync.ErrUnauthenticated) || !strings.Contains(err.Error(), `user "alice"`) && !strings.Contains(err.Error(), "no security") {
 				t.Fatalf("got %v; want Unauthenticated from the login", err)
 			}
+		})
+	}
+}
+
+// TestLoginThroughTLS: user/password (internal and external) and PKI logins through
+// TLS, against the proxy's emulation of Enterprise's login (Community has no security):
+// the right credentials open a store that works; a wrong password, an unknown user or
+// a PKI certificate of another user is Unauthenticated, naming the user and not the
+// password.
+func TestLoginThroughTLS(t *testing.T) {
+	const password, wrong = "right-Pw-31", "wrong-Pw-77"
+	clients := tlstest.NewCA(t, t.TempDir(), "clients")
+	a := &tlstest.Aerospike{Users: map[string]string{"alice": password}, PKIUser: "alice"}
+	proxy, ca := tlsFront(t, clients, a)
+	alice, bob := clients.Client(t, "alice"), clients.Client(t, "bob")
+	base := url.Values{"tls_ca": {ca.File}, "tls_name": {tlsName}, "tls_cert": {alice.CertFile}, "tls_key": {alice.KeyFile}}
+	with := func(kv ...string) url.Values {
+		q := url.Values{}
+		for k, v := range base {
+			q[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			q.Set(kv[i], kv[i+1])
+		}
+		return q
+	}
+	right, wrongFile := passwordFile(t, password), passwordFile(t, wrong)
+	for _, tc := range []struct {
+		name string
+		q    url.Values
+		env  string // the password in $DCSYNC_AEROSPIKE_PASSWORD
+		code dcsync.Code
+		says string
+	}{
+		{"Internal", with("user", "alice", "password_file", right), "", 0, ""},
+		{"InternalEnv", with("user", "alice"), password, 0, ""},
+		{"External", with("user", "alice", "auth", "external", "password_file", right), "", 0, ""},
+		{"PKI", with("auth", "pki"), "", 0, ""},
+		{"WrongPassword", with("user", "alice", "password_file", wrongFile), "", dcsync.Unauthenticated, `refused user "alice"`},
+		{"WrongPasswordEnv", with("user", "alice"), wrong, dcsync.Unauthenticated, "$DCSYNC_AEROSPIKE_PASSWORD"},
+		{"UnknownUser", with("user", "mallory", "password_file", right), "", dcsync.Unauthenticated, `refused user "mallory"`},
+		{"PKIOtherUser", with("auth", "pki", "tls_cert", bob.CertFile, "tls_key", bob.KeyFile), "", dcsync.Unauthenticated, "client certificate"},
+		{"NoCredentials", with(), "", dcsync.Unauthenticated, "without credentials"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.env != "" {
+				t.Setenv(aerospike.PasswordEnv, tc.env)
+			}
+			s, err := aerospike.OpenURL(openCtx(t), tlsURL(proxy.Addr(), tc.q))
+			if tc.code == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				ctx := openCtx(t)
+				k := dcsync.Key{Client: "sec", Farm: "dc1", Name: unique("login"), Level: dcsync.DC}
+				st, err := s.AcquireLock(ctx, k, "owner", 30*time.Second)
+				if err != nil {
+					t.Fatalf("acquire after login: %v", err)
+				}
+				if err := s.ReleaseLock(ctx, k, "owner"); err != nil {
+					t.Fatalf("release after login: %v (token %d)", err, st.Token)
+				}
+				return
+			}
+			if err == nil {
+				s.Close()
+				t.Fatal("opened")
+			}
+			if dcsync.CodeOf(err) != tc.code || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("got %v (code %v); want %v saying %q", err, dcsync.CodeOf(err), tc.code, tc.says)
+			}
+			if strings.Contains(err.Error(), password) || strings.Contains(err.Error(), wrong) {
+				t.Fatalf("the error shows a password: %v", err)
+			}
+			t.Log(err)
 		})
 	}
 }
