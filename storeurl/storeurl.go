@@ -3,8 +3,10 @@
 //
 //	sqlite:///var/lib/app/dcsync.db   one SQLite file (also sqlite:relative/path.db)
 //	memory:                           in this process only
-//	aerospike://HOST:PORT/NAMESPACE   Aerospike (query: latch_set_suffix, lock_set_suffix,
-//	                                  attempts, timeout, retry_delay, op_ids_kept)
+//	aerospike://[USER@]HOST:PORT/NAMESPACE  Aerospike (query: latch_set_suffix,
+//	                                  lock_set_suffix, attempts, timeout, retry_delay,
+//	                                  op_ids_kept, durable_delete; security: tls, tls_ca,
+//	                                  tls_name, tls_cert, tls_key, user, password_file, auth)
 //	hbase://ZK_HOST:PORT[,ZK_HOST:PORT]  HBase via its ZooKeeper quorum (query: lock_table,
 //	                                  latch_table_suffix, zk_root, open_timeout)
 //
