@@ -42,6 +42,21 @@ type Aerospike struct {
 
 	logins, refused atomic.Int64
 	tokens          sync.Map // issued session tokens (string) to user
+	hashes          sync.Map // user to the bcrypt credential of its password
+}
+
+// credential returns the bcrypt credential the client sends for user's password,
+// computed once per user (bcrypt is slow on purpose, and slower under -race).
+func (a *Aerospike) credential(user, password string) (string, error) {
+	if h, ok := a.hashes.Load(user); ok {
+		return h.(string), nil
+	}
+	h, err := bcrypt.Hash(password, bcryptSalt)
+	if err != nil {
+		return "", err
+	}
+	a.hashes.Store(user, h)
+	return h, nil
 }
 
 // Logins returns the number of logins the proxy accepted and refused.
@@ -77,6 +92,11 @@ const bcryptSalt = "$2a$10$7EqJtq98hPqEX7fNZaFWoO"
 func NewAerospikeProxy(t testingTB, target string, cfg *tls.Config, a *Aerospike) *Proxy {
 	t.Helper()
 	p := newProxy(t, target)
+	for user, password := range a.Users {
+		if _, err := a.credential(user, password); err != nil {
+			t.Fatal(err)
+		}
+	}
 	p.as = a
 	p.start(cfg)
 	return p
@@ -252,7 +272,7 @@ func (c *asConn) login(user string, fields map[byte][]byte) byte {
 	if !ok {
 		return rcInvalidUser
 	}
-	want, err := bcrypt.Hash(password, bcryptSalt)
+	want, err := c.a.credential(user, password)
 	if err != nil || string(fields[fieldCredential]) != want {
 		return rcInvalidCredential
 	}

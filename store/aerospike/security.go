@@ -161,7 +161,8 @@ func (sec security) dialError(op, addr string, err error) error {
 			return driver.Errorf(dcsync.Unauthenticated, op, "%s: the server refused %s (%v): %w", addr, sec.who(), firstCode(err, authCodes...), err)
 		}
 	}
-	if sec.tls != nil {
+	if sec.tls != nil && (ae == nil || !ae.Matches(types.TIMEOUT)) {
+		// Closed or reset during the handshake: what a server without TLS does.
 		return driver.Errorf(dcsync.Connection, op, "dial %s with TLS (TLS name %q; does the server speak TLS on this port?): %w", addr, sec.tlsName, err)
 	}
 	return driver.Errorf(dcsync.Connection, op, "dial %s: %w", addr, err)
