@@ -68,6 +68,7 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/internal/secure"
 	"github.com/dcsync/dcsync/store/aerospike"
 	"github.com/dcsync/dcsync/store/hbase"
 	"github.com/dcsync/dcsync/store/memory"
@@ -118,26 +119,31 @@ func invalid(raw, format string, args ...any) error {
 }
 
 // Redact returns raw with the password of its user information, if any, replaced by
-// "xxxxx", as url.URL.Redacted does, also for a URL that does not parse. A sqlite URL,
-// whose path may hold ':' and '@', is returned as it is.
+// "xxxxx", as url.URL.Redacted does, and so the value of every query parameter whose
+// name says it is a secret ("password=", "token=", ...), also for a URL that does not
+// parse. A sqlite URL, whose path may hold ':', '@' and '?', is returned as it is.
 func Redact(raw string) string {
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok || strings.EqualFold(scheme, "sqlite") {
 		return raw
 	}
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		q, frag, hasFrag := strings.Cut(rest[i+1:], "#")
+		rest = rest[:i+1] + secure.RedactQuery(q)
+		if hasFrag {
+			rest += "#" + frag
+		}
+	}
 	end := strings.IndexAny(rest, "/?#")
 	if end < 0 {
 		end = len(rest)
 	}
-	at := strings.LastIndexByte(rest[:end], '@')
-	if at < 0 {
-		return raw
+	if at := strings.LastIndexByte(rest[:end], '@'); at >= 0 {
+		if user, _, hasPassword := strings.Cut(rest[:at], ":"); hasPassword {
+			rest = user + ":xxxxx" + rest[at:]
+		}
 	}
-	user, _, hasPassword := strings.Cut(rest[:at], ":")
-	if !hasPassword {
-		return raw
-	}
-	return scheme + "://" + user + ":xxxxx" + rest[at:]
+	return scheme + "://" + rest
 }
 
 // Open opens the store that raw names. Bad URLs, unknown parameters and fragments are
@@ -157,8 +163,8 @@ func Open(ctx context.Context, raw string) (driver.Store, error) {
 		return memory.New(), nil
 	}
 	if shown := Redact(raw); shown != raw {
-		// Refused before parsing, so that no parse error can show the password.
-		return nil, invalid(raw, "a password in the URL would show in process lists and logs: %s", passwordHint(scheme))
+		// Refused before parsing, so that no parse error can show the secret.
+		return nil, invalid(raw, "a secret in the URL would show in process lists and logs: %s", passwordHint(scheme))
 	}
 	u, err := url.Parse(raw)
 	if err != nil {

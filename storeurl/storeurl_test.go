@@ -119,6 +119,9 @@ func TestPasswordInURLRefused(t *testing.T) {
 		{"hbase://admin:" + secret + "@127.0.0.1:1", "Kerberos"},
 		{"hbase://admin@127.0.0.1:1", "Kerberos"},
 		{"aerospike://alice@127.0.0.1:1/test", "has no password"},
+		{"aerospike://alice@127.0.0.1:1/test?password=" + secret, "password_file"},
+		{"aerospike://alice@127.0.0.1:1/test?auth_token=" + secret + "&x=%zz", "xxxxx"},
+		{"hbase://127.0.0.1:1?secret=" + secret, "Kerberos"},
 	} {
 		_, err := Open(ctx, tc.raw)
 		if dcsync.CodeOf(err) != dcsync.InvalidArgument || !strings.Contains(err.Error(), tc.says) {

@@ -185,6 +185,7 @@ func TestSecretsStayHidden(t *testing.T) {
 	step("", exitUsage, a.url("alice", url.Values{"password_file": {openFile}}), "lock", "status", "s")
 	step("", exitUsage, strings.Replace(a.url("alice", nil), "alice@", "alice:"+secret+"@", 1), "lock", "status", "s")
 	step("", exitUsage, strings.Replace(a.url("alice", nil), "alice@", "alice:"+secret+"@", 1)+"&port=x:y", "lock", "status", "s")
+	step("", exitUsage, a.url("alice", url.Values{"password": {secret}}), "lock", "status", "s")
 	other := tlstest.NewCA(t, t.TempDir(), "other")
 	step(secret, exitAuth, a.url("alice", url.Values{"tls_ca": {other.File}}), "lock", "status", "s")
 

@@ -345,23 +345,24 @@ func newStore(client *as.Client, owned bool, cfg Config) (*Store, error) {
 // Unauthenticated, naming what failed; errors never contain the password.
 func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	const op = "aerospike.OpenURL"
-	if u != nil {
-		if err := refusePassword(op, u); err != nil {
-			return nil, err
-		}
+	if u == nil {
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL is nil")
 	}
-	if u == nil || !strings.EqualFold(u.Scheme, "aerospike") {
-		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: scheme must be aerospike", u)
+	if err := refusePassword(op, u); err != nil {
+		return nil, err
+	}
+	if !strings.EqualFold(u.Scheme, "aerospike") {
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %s: scheme must be aerospike", shownURL(u))
 	}
 	host, portStr := u.Hostname(), u.Port()
 	if host == "" {
-		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v names no host", u)
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %s names no host", shownURL(u))
 	}
 	port := 3000
 	if portStr != "" {
 		p, err := strconv.Atoi(portStr)
 		if err != nil || p <= 0 || p > 65535 {
-			return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: bad port %q", u, portStr)
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %s: bad port %q", shownURL(u), portStr)
 		}
 		port = p
 	}
@@ -374,7 +375,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 			if slices.Contains(securityParams, name) {
 				continue
 			}
-			return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: unknown parameter %q", u, name)
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %s: unknown parameter %q", shownURL(u), name)
 		}
 	}
 	cfg.LatchSetSuffix = q.Get("latch_set_suffix")
@@ -384,7 +385,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	case "true":
 		cfg.DurableDelete = true
 	default:
-		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: durable_delete %q is not true or false", u, v)
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %s: durable_delete %q is not true or false", shownURL(u), v)
 	}
 	for _, p := range []struct {
 		name string
@@ -393,7 +394,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 		if v := q.Get(p.name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n <= 0 {
-				return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: %s %q is not a positive integer", u, p.name, v)
+				return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %s: %s %q is not a positive integer", shownURL(u), p.name, v)
 			}
 			*p.dst = n
 		}
@@ -405,7 +406,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 		if v := q.Get(p.name); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
-				return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: %s %q is not a positive duration", u, p.name, v)
+				return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %s: %s %q is not a positive duration", shownURL(u), p.name, v)
 			}
 			*p.dst = d
 		}

@@ -37,16 +37,27 @@ type security struct {
 	from     string // where the password came from, for messages
 }
 
-// refusePassword refuses a URL with a password in its user information, showing the
-// URL with the password masked.
+// refusePassword refuses a URL with a password in its user information, or with a
+// parameter whose name says it holds a secret (password=, token=), showing the URL
+// with the secret masked.
 func refusePassword(op string, u *url.URL) error {
-	if u.User == nil {
-		return nil
-	}
 	if _, has := u.User.Password(); has {
-		return driver.Errorf(dcsync.InvalidArgument, op, "URL %s: a password in the URL would show in process lists and logs: %s", u.Redacted(), passwordHint)
+		return driver.Errorf(dcsync.InvalidArgument, op, "URL %s: a password in the URL would show in process lists and logs: %s", shownURL(u), passwordHint)
+	}
+	for name := range u.Query() {
+		if secure.IsSecretName(name) {
+			return driver.Errorf(dcsync.InvalidArgument, op, "URL %s: parameter %q would put a secret in the URL, where process lists and logs show it: %s", shownURL(u), name, passwordHint)
+		}
 	}
 	return nil
+}
+
+// shownURL is u as messages show it: without a password or the value of a parameter
+// named for a secret.
+func shownURL(u *url.URL) string {
+	c := *u
+	c.RawQuery = secure.RedactQuery(u.RawQuery)
+	return c.Redacted()
 }
 
 // parseSecurity reads the security parameters of u (already checked for a password in

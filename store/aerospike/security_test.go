@@ -192,6 +192,8 @@ func TestSecurityParameters(t *testing.T) {
 		says string
 	}{
 		{"PasswordInURL", "aerospike://alice:" + secret + "@127.0.0.1:1/test", nil, "DCSYNC_AEROSPIKE_PASSWORD"},
+		{"PasswordParameter", "aerospike://alice@127.0.0.1:1/test?password=" + secret, nil, `parameter "password" would put a secret in the URL`},
+		{"TokenParameterBadPort", "aerospike://127.0.0.1:99999/test?session_token=" + secret, nil, "DCSYNC_AEROSPIKE_PASSWORD"},
 		{"PasswordNoUser", "aerospike://127.0.0.1:1/test?password_file=" + good, nil, "no user"},
 		{"EnvPasswordNoUser", "aerospike://127.0.0.1:1/test", map[string]string{aerospike.PasswordEnv: secret}, "no user"},
 		{"UserNoPassword", "aerospike://alice@127.0.0.1:1/test", nil, "has no password"},
