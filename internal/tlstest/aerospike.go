@@ -40,6 +40,7 @@ type Aerospike struct {
 	// AuthModePKI ("" refuses PKI logins).
 	PKIUser string
 
+	deny            atomic.Int32 // a result code every data command is refused with; 0: none
 	logins, refused atomic.Int64
 	tokens          sync.Map // issued session tokens (string) to user
 	hashes          sync.Map // user to the bcrypt credential of its password
@@ -58,6 +59,10 @@ func (a *Aerospike) credential(user, password string) (string, error) {
 	a.hashes.Store(user, h)
 	return h, nil
 }
+
+// Deny makes the proxy refuse every data command from now on with result code rc (as
+// a server does with ROLE_VIOLATION when a user's role is revoked); 0 stops it.
+func (a *Aerospike) Deny(rc int) { a.deny.Store(int32(rc)) }
 
 // Logins returns the number of logins the proxy accepted and refused.
 func (a *Aerospike) Logins() (ok, refused int64) { return a.logins.Load(), a.refused.Load() }
@@ -180,9 +185,12 @@ func (c *asConn) requests(s net.Conn) error {
 			frame = renameInfo(frame, "peers-tls-alt", "peers-clear-alt")
 		case c.a.secure() && !c.authed:
 			// A data command before authentication.
-			reply := make([]byte, 22)
-			reply[0], reply[5] = 22, rcNotAuthenticated
-			if err := c.write(frameOf(asMessage, reply)); err != nil {
+			if err := c.write(refusal(rcNotAuthenticated)); err != nil {
+				return err
+			}
+			continue
+		case c.a.deny.Load() != 0:
+			if err := c.write(refusal(byte(c.a.deny.Load()))); err != nil {
 				return err
 			}
 			continue
@@ -299,4 +307,11 @@ func adminReply(code byte, fields ...[]byte) []byte {
 		body = append(body, f...)
 	}
 	return frameOf(asAdmin, body)
+}
+
+// refusal is a data command's reply with result code rc and nothing else.
+func refusal(rc byte) []byte {
+	reply := make([]byte, 22)
+	reply[0], reply[5] = 22, rc
+	return frameOf(asMessage, reply)
 }

@@ -352,3 +352,36 @@ func TestLoginThroughTLS(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusedDuringOperations: a server that refuses the user's commands once the
+// store is open (a role revoked: ROLE_VIOLATION; a session that cannot be renewed:
+// NOT_AUTHENTICATED) makes operations fail with Unauthenticated, not Internal, and
+// without retrying as if the network had failed.
+func TestRefusedDuringOperations(t *testing.T) {
+	const password = "ops-pw"
+	a := &tlstest.Aerospike{Users: map[string]string{"ops": password}}
+	proxy, ca := tlsFront(t, nil, a)
+	u := tlsURL(proxy.Addr(), url.Values{"tls_ca": {ca.File}, "tls_name": {tlsName}, "user": {"ops"}, "password_file": {passwordFile(t, password)}})
+	s, err := aerospike.OpenURL(openCtx(t), u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := openCtx(t)
+	k := dcsync.Key{Client: "sec", Farm: "dc1", Name: unique("ops"), Level: dcsync.DC}
+	if _, err := s.AcquireLock(ctx, k, "owner", 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range []int{81, 80} { // ROLE_VIOLATION, NOT_AUTHENTICATED
+		a.Deny(rc)
+		_, err := s.InspectLock(ctx, k)
+		if !errors.Is(err, dcsync.ErrUnauthenticated) {
+			t.Fatalf("result code %d: got %v; want Unauthenticated", rc, err)
+		}
+		t.Log(err)
+	}
+	a.Deny(0)
+	if err := s.ReleaseLock(ctx, k, "owner"); err != nil {
+		t.Fatal(err)
+	}
+}
