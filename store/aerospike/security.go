@@ -76,7 +76,7 @@ func parseSecurity(op string, u *url.URL) (security, error) {
 	sec.user = q.Get("user")
 	if u.User != nil && u.User.Username() != "" {
 		if sec.user != "" {
-			return security{}, driver.Errorf(dcsync.InvalidArgument, op, "URL %s names the user twice (USER@ and ?user=): give it once", u.Redacted())
+			return security{}, driver.Errorf(dcsync.InvalidArgument, op, "URL %s names the user twice (USER@ and ?user=): give it once", shownURL(u))
 		}
 		sec.user = u.User.Username()
 	}
