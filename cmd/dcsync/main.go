@@ -223,8 +223,13 @@ The store is --store URL (env DCSYNC_STORE):
   memory:                              this process only (nothing is shared)
   hbase://ZK_HOST:PORT[,ZK_HOST:PORT]  HBase through its ZooKeeper quorum
                                        (?lock_table=&latch_table_suffix=&queue_table=&zk_root=&open_timeout=)
-  aerospike://HOST:PORT/NAMESPACE      Aerospike (?latch_set_suffix=&lock_set_suffix=
-                                       &attempts=&retry_delay=&timeout=&op_ids_kept=)
+  aerospike://[USER@]HOST:PORT/NAMESPACE  Aerospike (?latch_set_suffix=&lock_set_suffix=
+                                       &attempts=&retry_delay=&timeout=&op_ids_kept=;
+                                       TLS: &tls_ca=&tls_name=&tls_cert=&tls_key=;
+                                       &auth=internal|external|pki&password_file=)
+A store URL holds no secret: a password in it is refused. The Aerospike password comes
+from $DCSYNC_AEROSPIKE_PASSWORD, a file named by $DCSYNC_AEROSPIKE_PASSWORD_FILE or
+?password_file= (mode 600: a file others may read is refused).
 The default store is per user: a SQLite file in the state directory of the user who
 runs dcsync ($XDG_STATE_HOME/dcsync/dcsync.db, else ~/.local/state/dcsync/dcsync.db).
 A root cron job and an operator on the same host use two files and so do not exclude

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"runtime"
 	"strings"
@@ -247,7 +248,7 @@ func HandshakeFailure(err error, name string) (code dcsync.Code, msg string, ok 
 	case errors.As(err, &unknown):
 		return dcsync.Unauthenticated, "the server's certificate is not signed by a trusted authority (tls_ca, else the system's roots)", true
 	case errors.As(err, &hostname):
-		return dcsync.Unauthenticated, fmt.Sprintf("the server's certificate is not valid for the TLS name %q (tls_name)", name), true
+		return dcsync.Unauthenticated, fmt.Sprintf("the server's certificate is not valid for the TLS name %q (tls_name; default: the host)", name), true
 	case errors.As(err, &invalid):
 		return dcsync.Unauthenticated, "the server's certificate is not valid: " + invalid.Error(), true
 	case errors.As(err, &verify):
@@ -262,4 +263,37 @@ func HandshakeFailure(err error, name string) (code dcsync.Code, msg string, ok 
 		return dcsync.Unauthenticated, "the server refused the TLS handshake: does it want a client certificate (tls_cert, tls_key) it trusts?", true
 	}
 	return 0, "", false
+}
+
+// IsSecretName reports whether a URL parameter's name says that its value is a secret
+// itself (password, passwd, pwd, secret, token, credential), rather than the name of a
+// file holding one (password_file, tls_key, keytab): such a parameter is refused, and
+// its value masked in messages.
+func IsSecretName(name string) bool {
+	n := strings.ToLower(name)
+	if strings.HasSuffix(n, "_file") || n == "tls_key" || n == "keytab" {
+		return false
+	}
+	for _, w := range []string{"password", "passwd", "pwd", "secret", "token", "credential"} {
+		if strings.Contains(n, w) {
+			return true
+		}
+	}
+	return false
+}
+
+// RedactQuery returns the raw query q with the value of every parameter IsSecretName
+// names replaced by "xxxxx". It works on queries that do not parse.
+func RedactQuery(q string) string {
+	parts := strings.Split(q, "&")
+	for i, p := range parts {
+		k, _, hasValue := strings.Cut(p, "=")
+		if dk, err := url.QueryUnescape(k); err == nil {
+			k = dk
+		}
+		if hasValue && IsSecretName(k) {
+			parts[i] = p[:strings.IndexByte(p, '=')] + "=xxxxx"
+		}
+	}
+	return strings.Join(parts, "&")
 }
