@@ -16,6 +16,8 @@ package hbase
 //	                           q:h  the reservation counter (8-byte counter): Head
 //	                           q:f  Floor (8 bytes), raised by check-and-set
 //	                           q:x  the seq below which trimmed events are deleted
+//	                           q:r  the trim guard, q:w the pins of rewinds in
+//	                                progress (queue_trim.go)
 //	P | 'e' | seq (8 bytes)  entry: q:e the event (key, id, payload),
 //	                           q:a the tombstone of an aborted seq (wins over q:e)
 //	P | 'o' | len(group) | group
