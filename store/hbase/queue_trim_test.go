@@ -150,3 +150,22 @@ func TestQueueTrimBetweenPinAndRewind(t *testing.T) {
 		t.Fatalf("offset after a refused rewind: %+v, want next 8 version 3", offs[0])
 	}
 }
+
+// ackAll makes every group that reads partition p of queue name ack it below next
+// (claiming it first where no one has), so that their offsets hold no trim below next
+// back.
+func ackAll(t *testing.T, ctx context.Context, s *Store, name string, p int, next uint64) {
+	t.Helper()
+	spec, err := s.ReadQueueSpec(ctx, name)
+	must(t, err, "ReadQueueSpec")
+	for i, g := range spec.Groups {
+		if p >= spec.Partitions && p != spec.Partitions+i {
+			continue
+		}
+		off, err := s.ClaimQueuePartition(ctx, name, g, p, 1)
+		if err != nil && dcsync.CodeOf(err) != dcsync.LockLost {
+			t.Fatalf("claim of group %s partition %d: %v", g, p, err)
+		}
+		must(t, s.CommitQueueOffset(ctx, name, g, p, driver.QueueOffset{Token: max(off.Token, 1), Next: next, Version: off.Version + 1}), "CommitQueueOffset of group "+g)
+	}
+}
