@@ -207,7 +207,7 @@ func (s *Store) raiseFloor(ctx context.Context, op, name string, p int, below ui
 		if len(live) != len(g.pins) {
 			ops = append(ops, as.PutOp(as.NewBin(qbPins, encodePins(live))))
 		}
-		_, _, err = s.write(ctx, op, func() *as.WritePolicy {
+		_, code, err := s.write(ctx, op, func() *as.WritePolicy {
 			wp := s.writePolicy(ctx, as.TTLDontUpdate)
 			wp.RecordExistsAction = as.UPDATE_ONLY
 			wp.FilterExpression = g.filter()
@@ -216,8 +216,12 @@ func (s *Store) raiseFloor(ctx context.Context, op, name string, p int, below ui
 		if err != nil {
 			return g, err
 		}
-		// Applied or refused: read again (the loop ends once the floor is up to what
-		// the offsets allow).
+		if code == types.OK {
+			g.floor = floor
+			return g, nil
+		}
+		// Refused (or a retried try found the first one applied): read again (the
+		// loop ends once the floor is up to what the offsets allow).
 	}
 }
 

@@ -214,12 +214,16 @@ func (s *Store) raiseFloor(ctx context.Context, db queueOps, table, op, name str
 		if len(live) != len(g.pins) {
 			vals = append(vals, hbaserpc.Value{Family: famQueue, Qualifier: qualPins, Value: encodePins(live)})
 		}
-		_, _, err = db.CheckAndMutate(ctx, table, hrow, g.cond(), &hbaserpc.Put{Values: vals})
+		ok, _, err := db.CheckAndMutate(ctx, table, hrow, g.cond(), &hbaserpc.Put{Values: vals})
 		if err != nil && !inDoubt(err) {
 			return g, wrap(err, op)
 		}
-		// Applied, refused or in doubt: read again (the loop ends once the floor is
-		// up to what the offsets allow).
+		if err == nil && ok {
+			g.bounds.Floor = floor
+			return g, nil
+		}
+		// Refused or in doubt: read again (the loop ends once the floor is up to what
+		// the offsets allow).
 	}
 }
 
