@@ -3,6 +3,7 @@ package hbase
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -167,5 +168,56 @@ func ackAll(t *testing.T, ctx context.Context, s *Store, name string, p int, nex
 			t.Fatalf("claim of group %s partition %d: %v", g, p, err)
 		}
 		must(t, s.CommitQueueOffset(ctx, name, g, p, driver.QueueOffset{Token: max(off.Token, 1), Next: next, Version: off.Version + 1}), "CommitQueueOffset of group "+g)
+	}
+}
+
+// countedOps counts a store's queue calls by kind.
+type countedOps struct {
+	queueOps
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *countedOps) count(k string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[k]++
+}
+
+func (c *countedOps) Get(ctx context.Context, table string, row []byte, cols ...hbaserpc.Column) ([]hbaserpc.Cell, error) {
+	c.count("Get")
+	return c.queueOps.Get(ctx, table, row, cols...)
+}
+
+func (c *countedOps) MultiGet(ctx context.Context, table string, gets []hbaserpc.Get) ([][]hbaserpc.Cell, error) {
+	c.count("MultiGet")
+	return c.queueOps.MultiGet(ctx, table, gets)
+}
+
+func (c *countedOps) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
+	c.count("CheckAndMutate")
+	return c.queueOps.CheckAndMutate(ctx, table, row, cond, muts...)
+}
+
+func (c *countedOps) MultiMutate(ctx context.Context, table string, actions []hbaserpc.Action) ([]hbaserpc.ActionResult, error) {
+	c.count("MultiMutate")
+	return c.queueOps.MultiMutate(ctx, table, actions)
+}
+
+// TestQueueTrimCalls counts a trim's calls: the head and spec rows (one MultiGet),
+// the groups' offsets (one MultiGet), the guarded floor raise, the trimmed marks (one
+// MultiMutate for 10 events) and the record of how far they go (a Get and a
+// check-and-mutate).
+func TestQueueTrimCalls(t *testing.T) {
+	s, h, ctx, name := trimRace(t)
+	c := &countedOps{queueOps: h.queueOps, n: map[string]int{}}
+	s.queue().db = c
+	must(t, s.TrimQueue(ctx, name, 0, 10), "TrimQueue below 10")
+	want := map[string]int{"MultiGet": 2, "CheckAndMutate": 2, "MultiMutate": 1, "Get": 1}
+	if fmt.Sprint(c.n) != fmt.Sprint(want) {
+		t.Fatalf("trim calls %v, want %v", c.n, want)
+	}
+	if f := trimFloor(t, ctx, s, name); f != 10 {
+		t.Fatalf("floor %d, want 10", f)
 	}
 }
