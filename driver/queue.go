@@ -185,7 +185,12 @@ type QueueStore interface {
 	// nothing. So a claim that lands late, after later writes, changes nothing.
 	ClaimQueuePartition(ctx context.Context, name, group string, p int, token uint64) (QueueOffset, error)
 	// CommitQueueOffset writes off (Next, Attempts, Held, Version, Marks) when the
-	// stored token equals off.Token and the stored Version is below off.Version. When
+	// stored token equals off.Token and the stored Version is below off.Version. A
+	// write that moves Next back (off.Next below the stored Next: a Seek, a Reset) is
+	// a rewind: it is refused with InvalidArgument, writing nothing, when off.Next is
+	// below the partition's Floor (those events are trimmed), and a rewind that is
+	// stored holds back every trim that has not yet raised the Floor (see TrimQueue):
+	// the events from off.Next on stay until the group acks them. When
 	// the stored offset already equals off (an earlier attempt of this call landed) it
 	// returns nil. Otherwise it returns LockLost (another token owns the partition, or
 	// a later write of this owner is stored), changing nothing, unless an attempt of
@@ -196,8 +201,19 @@ type QueueStore interface {
 	// ReadQueueOffsets reads group's offsets of many partitions (the zero offset where
 	// none is stored); result i belongs to ps[i].
 	ReadQueueOffsets(ctx context.Context, name, group string, ps []int) ([]QueueOffset, error)
-	// TrimQueue deletes partition p's entries below seq below and raises its Floor to
-	// below (never lowers it). below must not exceed Head.
+	// TrimQueue raises partition p's Floor to below, or to the lowest Next of the
+	// offsets that read p if one is lower (every group's for an event partition, the
+	// owning group's for a dead-letter partition; a group with no offset stored is at
+	// 0), and deletes the entries below the Floor. It never lowers the Floor. below
+	// must not exceed Head.
+	//
+	// The offsets are those that stand when the Floor is raised, not those the caller
+	// read to compute below: a trim never deletes an event that a group's offset,
+	// moved back by a rewind (CommitQueueOffset) that returned before the Floor was
+	// raised, still has to deliver. Stores where the offsets and the Floor cannot be
+	// read and written in one atomic step (HBase, Aerospike) order the two by a
+	// record both sides compare-and-set (a store's doc says how); the deletes below
+	// the Floor may then land at any time, since no rewind goes below the Floor.
 	TrimQueue(ctx context.Context, name string, p int, below uint64) error
 }
 

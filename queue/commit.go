@@ -340,7 +340,19 @@ func (c *Consumer) Seek(ctx context.Context, p int, seq uint64) error {
 	defer pt.commitMu.Unlock()
 	pt.version++
 	off := driver.QueueOffset{Token: pt.token, Next: seq, Version: pt.version}
-	if err := c.q.store.CommitQueueOffset(ctx, c.name, c.group, p, off); err != nil {
+	err := c.q.store.CommitQueueOffset(ctx, c.name, c.group, p, off)
+	for try := 0; try < 3 && dcsync.CodeOf(err) == dcsync.InvalidArgument; try++ {
+		// Below the floor (the store refuses to move an offset back there, writing
+		// nothing): the seek starts at the floor.
+		b, berr := c.q.store.QueueBounds(ctx, c.name, []int{p})
+		if berr != nil || b[0].Floor <= off.Next {
+			break
+		}
+		pt.version++
+		seq, off.Next, off.Version = b[0].Floor, b[0].Floor, pt.version
+		err = c.q.store.CommitQueueOffset(ctx, c.name, c.group, p, off)
+	}
+	if err != nil {
 		c.mu.Lock()
 		pt.known = false
 		c.mu.Unlock()

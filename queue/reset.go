@@ -18,6 +18,11 @@ package queue
 //     reset's own write is refused if any owner claimed the record in between
 //     (its token is then below the stored one). TestResetFencesTheOwnerItBroke,
 //     TestResetRefusedByALaterOwner.
+//   - A trim never undoes a reset: the store refuses a move back below the floor and
+//     holds back every trim that has not yet raised the floor past the offset written
+//     (driver.QueueStore.TrimQueue); a target a trim passed after the plan read the
+//     floor is raised to the new floor, as at planning. TestReviewTrimDoesNotUndoAReset,
+//     TestReviewTrimDoesNotUndoAForcedReset, TestResetKeptWithinARaisedFloor.
 //   - The reset takes every partition lock it needs before it writes any offset: a
 //     partition found held (without Force) refuses the whole reset, nothing written.
 //     TestResetRefusedWhileLive (a partition lock held, no member slot).
@@ -259,7 +264,25 @@ func (q *Queue) applyReset(ctx context.Context, spec Spec, res ResetResult, forc
 			return res, driver.Errorf(dcsync.CodeOf(err), op, "partition %d of group %q: claim: %w", pr.Partition, res.Group, err)
 		}
 		next := driver.QueueOffset{Token: lk.Token(), Next: pr.To, Version: off.Version + 1}
-		if err := q.store.CommitQueueOffset(ctx, spec.Name, res.Group, pr.Partition, next); err != nil {
+		for try := 0; ; try++ {
+			err := q.store.CommitQueueOffset(ctx, spec.Name, res.Group, pr.Partition, next)
+			if err == nil {
+				break
+			}
+			if dcsync.CodeOf(err) == dcsync.InvalidArgument && try < 3 {
+				// A trim raised the floor above the target after the plan read it (the
+				// store refuses a move back below the floor, writing nothing): the
+				// target is kept within the floor, as at planning.
+				b, berr := q.store.QueueBounds(ctx, spec.Name, []int{pr.Partition})
+				if berr == nil && b[0].Floor > next.Next {
+					res.Partitions[i].Floor, res.Partitions[i].To = b[0].Floor, b[0].Floor
+					next.Next, next.Version = b[0].Floor, next.Version+1
+					continue
+				}
+			}
+			if dcsync.CodeOf(err) == dcsync.InvalidArgument {
+				return res, driver.Errorf(dcsync.InvalidArgument, op, "partition %d of group %q: the events from seq %d on were trimmed while the reset ran (the partitions before it are reset): seek again: %w", pr.Partition, res.Group, next.Next, err)
+			}
 			return res, driver.Errorf(dcsync.CodeOf(err), op, "partition %d of group %q: %w", pr.Partition, res.Group, err)
 		}
 		res.Partitions[i].Applied = true

@@ -9,6 +9,12 @@ package queue
 //
 //   - A trim stops below the lowest offset of every group. TestTrimFollowsTheSlowestGroup,
 //     TestTrimPassCoversEveryPartition.
+//   - A trim never undoes a rewind (a Seek back, a Reset, forced or not, of any group)
+//     that returned before it raised the floor: the pass's below is an upper bound, and
+//     the store trims no further than the offsets as they stand when it raises the
+//     floor (driver.QueueStore.TrimQueue; docs/queue.md, "Trims never undo a rewind").
+//     TestReviewTrimDoesNotUndoAReset, TestReviewTrimDoesNotUndoASeek,
+//     TestReviewTrimDoesNotUndoAForcedReset; suite Queue/TrimHeldBack.
 //   - Trims happen: a consumer that acks trims what every group acked, in every
 //     partition it owns, within about one retention check period (one pass for all of
 //     them). TestTrimPassCoversEveryPartition.

@@ -378,6 +378,15 @@ wins, and the seek fails with exit 5. With --json, one JSON object: {"queue","gr
 			if res.Group == "" {
 				return rerr
 			}
+			if dcsync.CodeOf(rerr) == dcsync.InvalidArgument {
+				// Refused by the store: a trim passed the target while the seek ran.
+				for _, p := range res.Partitions {
+					if !p.Applied {
+						rerr = withCode(exitError, &said{msg: fmt.Sprintf("group %s of queue %s: partition %s: its events from seq %d on were deleted by a trim while the seek ran (every group had acked them); the partitions listed before it were moved, this one and those after it were not: run the seek again", res.Group, q.Name(), partName(p.Partition, p.Dead), p.To), err: rerr})
+						break
+					}
+				}
+			}
 			if perr := a.printReset(q.Name(), res, rerr, f.json); perr != nil {
 				return perr
 			}

@@ -20,6 +20,7 @@ func runQueue(t *testing.T, h Harness) {
 	t.Run("Append", func(t *testing.T) { runAppend(t, h) })
 	t.Run("Read", func(t *testing.T) { runRead(t, h) })
 	t.Run("Trim", func(t *testing.T) { runTrim(t, h) })
+	t.Run("TrimHeldBack", func(t *testing.T) { runTrimHeldBack(t, h) })
 	t.Run("Abort", func(t *testing.T) { runAbort(t, h) })
 	t.Run("Dedup", func(t *testing.T) { runDedup(t, h) })
 	t.Run("Offsets", func(t *testing.T) { runOffsets(t, h) })

@@ -30,7 +30,8 @@
 //     (the server's clock). AddQueueGroup writes it with a generation check.
 //   - head: one per partition: head (next seq to reserve), floor (lowest seq kept), gc
 //     (every non-tombstone entry below it is deleted) and res, the partition's last
-//     Config.OpIDsKept reservations (nonce -> first seq).
+//     Config.OpIDsKept reservations (nonce -> first seq); tg and pins, the trim guard
+//     and the rewinds in progress (queue_trim.go).
 //   - entry: one per seq: key, id, payload, the server's time, the writer's id; or a
 //     tombstone (bin x) for an aborted seq.
 //   - offset: one per (queue, group, partition): token, next, attempts, held.

@@ -70,7 +70,9 @@ const queueClaimTimeout = 5 * time.Second
 
 // queueTestHook, when set (by tests only), is called at stages of an append:
 // "reserved" after the reservation, "ids" after the id records point at the seqs; an
-// error ends the append there, as if its process died.
+// error ends the append there, as if its process died. Trims and rewinds call it too
+// (queue_trim.go): "trim-offsets-read" after a trim read the offsets, "rewind-pinned"
+// after a rewind pinned and before it writes the offset.
 var queueTestHook atomic.Pointer[func(queue, stage string) error]
 
 func queueHook(queue, stage string) error {

@@ -112,9 +112,11 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 
 // CommitQueueOffset implements driver.QueueStore: one write filtered on the stored
 // token being off.Token and the stored version being below off.Version, so that a try
-// that lands late, after the owner's next commit, changes nothing. A filtered commit
-// reads the record: when it holds exactly off (an earlier try of this commit landed) it
-// returns nil, and LockLost otherwise.
+// that lands late, after the owner's next commit, changes nothing, and on the stored
+// Next not being above off.Next. A filtered commit reads the record: when it holds
+// exactly off (an earlier try of this commit landed) it returns nil; when off moves
+// Next back (a rewind) the rewind is pinned in the head record, or refused below the
+// floor (queue_trim.go), and written without the Next filter; LockLost otherwise.
 func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
 	const op = "aerospike.CommitQueueOffset"
 	if err := checkQueueGroup(name, group, p); err != nil {
@@ -146,45 +148,65 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 		as.PutOp(as.NewBin(qbMarks, marksValue(off.Marks))),
 	}
 	code, doubt := types.OK, false
-	err := s.retry(ctx, op, true, func(a *attempt) error {
-		doubt = a.inDoubt
-		wp := s.writePolicy(ctx, as.TTLDontUpdate)
-		wp.RecordExistsAction = as.UPDATE_ONLY
-		wp.FilterExpression = as.ExpAnd(
-			as.ExpEq(as.ExpIntBin(qbToken), as.ExpIntVal(int64(off.Token))),
-			as.ExpLess(binOr0(qbVer), as.ExpIntVal(int64(off.Version))))
-		_, err := s.client.Operate(wp, key, ops...)
-		code = types.OK
-		if rc, ok := resultCode(err); ok && (rc == types.FILTERED_OUT || rc == types.KEY_NOT_FOUND_ERROR) {
-			code, err = rc, nil
-		}
-		return err
-	})
-	if err != nil {
-		return err
+	// write writes off, filtered on the owner's token and a lower version and, unless
+	// rewind (the rewind is pinned), on the stored Next not being above off.Next.
+	write := func(rewind bool) error {
+		return s.retry(ctx, op, true, func(a *attempt) error {
+			doubt = doubt || a.inDoubt
+			wp := s.writePolicy(ctx, as.TTLDontUpdate)
+			wp.RecordExistsAction = as.UPDATE_ONLY
+			wp.FilterExpression = as.ExpAnd(
+				as.ExpEq(as.ExpIntBin(qbToken), as.ExpIntVal(int64(off.Token))),
+				as.ExpLess(binOr0(qbVer), as.ExpIntVal(int64(off.Version))))
+			if !rewind {
+				wp.FilterExpression = as.ExpAnd(wp.FilterExpression, as.ExpLessEq(binOr0(qbNext), as.ExpIntVal(int64(off.Next))))
+			}
+			_, err := s.client.Operate(wp, key, ops...)
+			code = types.OK
+			if rc, ok := resultCode(err); ok && (rc == types.FILTERED_OUT || rc == types.KEY_NOT_FOUND_ERROR) {
+				code, err = rc, nil
+			}
+			return err
+		})
 	}
-	if code == types.OK {
-		return nil
-	}
-	var cur driver.QueueOffset
-	if code == types.FILTERED_OUT {
-		rec, err := s.getRecord(ctx, op, key)
-		if err != nil {
+	for rewind := false; ; rewind = true {
+		if err := write(rewind); err != nil {
 			return err
 		}
-		if rec != nil {
-			cur = offsetOf(rec.Bins)
-		}
-		if cur == off {
+		if code == types.OK {
 			return nil
 		}
-		if doubt && cur.Token != off.Token {
-			// A try in doubt may have landed before the new owner's claim (which keeps
-			// Next and Version): the outcome is unknown, not refused.
-			return driver.Errorf(dcsync.Connection, op, "partition %d of queue %q group %q: outcome unknown: a try in doubt may have been applied before token %d took the partition", p, name, group, cur.Token)
+		var cur driver.QueueOffset
+		if code == types.FILTERED_OUT {
+			rec, err := s.getRecord(ctx, op, key)
+			if err != nil {
+				return err
+			}
+			if rec != nil {
+				cur = offsetOf(rec.Bins)
+			}
+			if cur == off {
+				return nil
+			}
+			if doubt && cur.Token != off.Token {
+				// A try in doubt may have landed before the new owner's claim (which keeps
+				// Next and Version): the outcome is unknown, not refused.
+				return driver.Errorf(dcsync.Connection, op, "partition %d of queue %q group %q: outcome unknown: a try in doubt may have been applied before token %d took the partition", p, name, group, cur.Token)
+			}
+			if !rewind && cur.Token == off.Token && cur.Version < off.Version && off.Next < cur.Next {
+				// A rewind: pinned before it is written, so that no trim passes it
+				// (queue_trim.go); refused below the floor.
+				if err := s.pinRewind(ctx, op, name, group, p, cur, off); err != nil {
+					return err
+				}
+				if err := queueHook(name, "rewind-pinned"); err != nil {
+					return err
+				}
+				continue
+			}
 		}
+		return lost(cur)
 	}
-	return lost(cur)
 }
 
 // ReadQueueOffsets implements driver.QueueStore: one batch read.

@@ -240,9 +240,10 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 	return ok && e.Aborted, nil
 }
 
-// TrimQueue implements driver.QueueStore: one operate raises the floor (refused by a
-// filter when below exceeds head), then the entries from the head record's gc mark up
-// to the floor are deleted by batch deletes of queueTrimChunk keys, tombstones
+// TrimQueue implements driver.QueueStore: it raises the floor to below, or as far as
+// the offsets of the groups that read p and the rewinds in progress allow
+// (queue_trim.go, "Trims against rewinds"), then the entries from the head record's
+// gc mark up to the floor are deleted by batch deletes of queueTrimChunk keys, tombstones
 // excepted (they expire), and gc follows. A trim that dies midway leaves gc behind
 // the floor; the next trim of the partition deletes from there.
 func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
@@ -254,32 +255,12 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 		return err
 	}
 	key := s.headKey(name, p)
-	rec, code, err := s.write(ctx, op, func() *as.WritePolicy {
-		wp := s.writePolicy(ctx, as.TTLDontUpdate)
-		wp.RecordExistsAction = as.UPDATE_ONLY
-		wp.FilterExpression = as.ExpLessEq(as.ExpIntVal(int64(below)), binOr0(qbHead))
-		return wp
-	}, key, []*as.Operation{
-		as.ExpWriteOp(qbFloor, as.ExpMax(binOr0(qbFloor), as.ExpIntVal(int64(below))), as.ExpWriteFlagDefault),
-		as.GetBinOp(qbFloor), as.GetBinOp(qbGC),
-	}, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
+	// Raise the floor as far as the offsets allow (queue_trim.go).
+	g, err := s.raiseFloor(ctx, op, name, p, below)
 	if err != nil {
 		return err
 	}
-	if code != types.OK {
-		if code == types.KEY_NOT_FOUND_ERROR && below == 0 {
-			return nil
-		}
-		b, err := s.readBounds(ctx, op, name, []int{p})
-		if err != nil {
-			return err
-		}
-		if below <= b[0].Head {
-			return driver.Errorf(dcsync.Connection, op, "queue %q partition %d: trim below %d was refused, yet head is %d now; try again", name, p, below, b[0].Head)
-		}
-		return driver.Errorf(dcsync.InvalidArgument, op, "trim of partition %d below %d, beyond its head %d", p, below, b[0].Head)
-	}
-	floor, gc := uintOf(rec.Bins[qbFloor]), uintOf(rec.Bins[qbGC])
+	floor, gc := g.floor, g.gc
 	notTomb := as.NewBatchDeletePolicy()
 	notTomb.FilterExpression = as.ExpNot(as.ExpBinExists(qbAborted))
 	notTomb.DurableDelete = s.cfg.DurableDelete

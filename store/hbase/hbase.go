@@ -193,9 +193,10 @@
 //     it, so the condition cannot hold again while an append of the event's id could
 //     still be taken over (a tombstone there would make that append store the event
 //     again). After the window, a late tombstone below the Floor is read by nobody.
-//   - Trims: the Floor and how far events are trimmed, by compare-and-set on their exact
-//     bytes (both only grow); the marks replacing events below the Floor are Puts of
-//     the same bytes.
+//   - Trims: the Floor by compare-and-set on the trim guard (q:r, which every Floor
+//     raise and every rewind pin replaces: queue_trim.go), how far events are trimmed
+//     by compare-and-set on its exact bytes (both only grow); the marks replacing
+//     events below the Floor are Puts of the same bytes.
 //
 // # Failures
 //

@@ -16,6 +16,8 @@ package hbase
 //	                           q:h  the reservation counter (8-byte counter): Head
 //	                           q:f  Floor (8 bytes), raised by check-and-set
 //	                           q:x  the seq below which trimmed events are deleted
+//	                           q:r  the trim guard, q:w the pins of rewinds in
+//	                                progress (queue_trim.go)
 //	P | 'e' | seq (8 bytes)  entry: q:e the event (key, id, payload),
 //	                           q:a the tombstone of an aborted seq (wins over q:e)
 //	P | 'o' | len(group) | group
@@ -814,8 +816,10 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 	return false, wrap(last, op)
 }
 
-// TrimQueue raises partition p's Floor to below (never lowers it) and replaces its
-// events below it by trimmed marks (see the queue layout).
+// TrimQueue raises partition p's Floor to below (never lowers it), or as far as the
+// offsets of the groups that read p and the rewinds in progress allow (queue_trim.go,
+// "Trims against rewinds"), and replaces its events below the Floor by trimmed marks
+// (see the queue layout).
 func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
 	const op = "hbase.TrimQueue"
 	if err := driver.ValidateQueuePartitions(name, []int{p}); err != nil {
@@ -830,41 +834,13 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 		return err
 	}
 	hrow := headRow(name, p)
-	cols := []hbaserpc.Column{{Family: famQueue, Qualifier: qualHead}, {Family: famQueue, Qualifier: qualFloor}, {Family: famQueue, Qualifier: qualTrimmed}}
-	var trimmed uint64
-	// Raise the floor.
-	for try := 0; ; try++ {
-		cells, err := db.Get(ctx, table, hrow, cols...)
-		if err != nil {
-			return wrap(err, op)
-		}
-		b, err := decodeBounds(op, cells)
-		if err != nil {
-			return err
-		}
-		if trimmed, err = cellUint(cells, qualTrimmed); err != nil {
-			return driver.Errorf(dcsync.Internal, op, "head row: %v", err)
-		}
-		if below > b.Head {
-			return driver.Errorf(dcsync.InvalidArgument, op, "trim below %d beyond head %d of queue %q partition %d", below, b.Head, name, p)
-		}
-		if b.Floor >= below {
-			break
-		}
-		if try >= 4*maxTries {
-			return driver.Errorf(dcsync.RetriesExhausted, op, "queue %q partition %d: the floor kept changing", name, p)
-		}
-		cond := hbaserpc.IfAbsent(famQueue, qualFloor)
-		if raw, _, ok := cellValue(cells, qualFloor); ok {
-			cond = hbaserpc.IfEquals(famQueue, qualFloor, raw)
-		}
-		_, _, err = db.CheckAndMutate(ctx, table, hrow, cond,
-			&hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualFloor, Value: be64(below)}}})
-		if err != nil && !inDoubt(err) {
-			return wrap(err, op)
-		}
-		// Applied, refused or in doubt: read again (the loop ends once the floor is up).
+	// Raise the floor as far as the offsets allow (queue_trim.go).
+	g, err := s.raiseFloor(ctx, db, table, op, name, p, below)
+	if err != nil {
+		return err
 	}
+	trimmed := g.trimmed
+	below = min(below, g.bounds.Floor)
 	if trimmed >= below {
 		return nil
 	}
@@ -1104,7 +1080,8 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 // finds other bytes and changes nothing. The first attempt is conditioned on the cell
 // as this store last wrote or read it, and reads the row back in the same request, so
 // a commit of the partition's owner is one round trip; a refused attempt decides on
-// the cell it read back.
+// the cell it read back. A commit that moves Next back (a rewind) is pinned in the
+// head row first, and refused below the Floor (queue_trim.go).
 func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int, off driver.QueueOffset) error {
 	const op = "hbase.CommitQueueOffset"
 	if err := validGroup(name, group, p); err != nil {
@@ -1147,24 +1124,32 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 	// The guess is used only when it allows the write: any other decision is made on
 	// the stored cell.
 	raw, known := q.seenOffset(row), false
+	var cur driver.QueueOffset // the offset raw holds
 	if raw != nil {
-		if cur, err := decodeOffset(raw); err == nil {
-			done, _ := decide(cur)
-			known = !done
+		if c, err := decodeOffset(raw); err == nil {
+			done, _ := decide(c)
+			cur, known = c, !done
 		}
 	}
 	doubts := 0
 	for try := 0; try < 4*maxTries && doubts < maxTries; try++ {
 		if !known {
-			cur, r, err := readOffset(ctx, db, table, op, row)
+			c, r, err := readOffset(ctx, db, table, op, row)
 			if err != nil {
 				return err
 			}
 			q.sawOffset(row, r)
-			if done, err := decide(cur); done {
+			if done, err := decide(c); done {
 				return err
 			}
-			raw = r
+			raw, cur = r, c
+		}
+		if off.Next < cur.Next {
+			// A rewind: pinned before it is written, so that no trim passes it
+			// (queue_trim.go); refused below the Floor.
+			if err := s.pinRewind(ctx, db, table, op, name, group, p, cur, off); err != nil {
+				return err
+			}
 		}
 		ok, _, after, err := db.CheckAndMutateRead(ctx, table, row, offsetCond(raw), []hbaserpc.Mutation{put}, offsetColumn)
 		if err != nil {
@@ -1182,15 +1167,15 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 			return nil
 		}
 		// Refused: decide on the cell read back after the check.
-		cur, r, err := offsetOf(op, after)
+		c, r, err := offsetOf(op, after)
 		if err != nil {
 			return err
 		}
 		q.sawOffset(row, r)
-		if done, err := decide(cur); done {
+		if done, err := decide(c); done {
 			return err
 		}
-		raw, known = r, true
+		raw, cur, known = r, c, true
 	}
 	if doubt != nil {
 		return wrap(doubt, op)

@@ -180,6 +180,7 @@ func TestQueueAppendRead(t *testing.T) {
 	}
 
 	// Trim: the floor rises, never falls; reads start at it.
+	ackAll(t, ctx, s, name, 0, 11)
 	must(t, s.TrimQueue(ctx, name, 0, 4), "TrimQueue")
 	must(t, s.TrimQueue(ctx, name, 0, 2), "TrimQueue lower")
 	r, err = s.ReadQueue(ctx, name, 0, 0, 3)
@@ -444,6 +445,7 @@ func TestQueueHoles(t *testing.T) {
 		t.Fatalf("entries %+v", got)
 	}
 	// Trim over tombstones keeps them (a late writer must still fail), deletes events.
+	ackAll(t, ctx, s, name, 0, 9)
 	must(t, s.TrimQueue(ctx, name, 0, 9), "TrimQueue")
 	a2, err := s.AbortQueueSeq(ctx, name, 0, 5)
 	if err != nil || !a2 {

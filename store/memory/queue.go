@@ -2,6 +2,7 @@ package memory
 
 import (
 	"context"
+	"math"
 	"slices"
 	"time"
 
@@ -346,8 +347,23 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 	case cur.Version >= off.Version:
 		return driver.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q holds version %d of token %d, not below %d", p, name, group, cur.Version, off.Token, off.Version)
 	}
+	if floor := q.part(p).floor; off.Next < cur.Next && off.Next < floor {
+		return driver.Errorf(dcsync.InvalidArgument, op, "partition %d of queue %q: the events below seq %d were trimmed; group %q cannot move back to %d", p, name, floor, group, off.Next)
+	}
 	q.offsets[id] = off
 	return nil
+}
+
+// trimLimit returns the lowest Next of the offsets that read storage partition p
+// (every group's of an event partition, the owning group's of a dead-letter one).
+func (q *memQueue) trimLimit(p int) uint64 {
+	limit := uint64(math.MaxUint64)
+	for i, g := range q.spec.Groups {
+		if p < q.spec.Partitions || p == q.spec.Partitions+i {
+			limit = min(limit, q.offsets[offsetID{g, p}].Next)
+		}
+	}
+	return limit
 }
 
 // ReadQueueOffsets implements driver.QueueStore.
@@ -371,7 +387,8 @@ func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []i
 	return out, nil
 }
 
-// TrimQueue implements driver.QueueStore.
+// TrimQueue implements driver.QueueStore: under the store's mutex it trims below the
+// lowest of below and the offsets that read the partition.
 func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
 	if err := s.begin(ctx, driver.ValidateQueueRead(name, p, 1)); err != nil {
 		return err
@@ -385,7 +402,7 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 	if below > mp.head() {
 		return driver.Errorf(dcsync.InvalidArgument, "memory.TrimQueue", "trim of partition %d below %d, beyond its head %d", p, below, mp.head())
 	}
-	if below <= mp.floor {
+	if below = min(below, q.trimLimit(p)); below <= mp.floor {
 		return nil
 	}
 	// Copy the rest so the trimmed entries' memory goes.

@@ -806,9 +806,12 @@ func (s *Store) commitOffset(ctx context.Context, tx *sql.Tx, op, name, group st
 	if marks == nil {
 		marks = []byte{}
 	}
+	// A rewind (next moved back) must not go below the floor.
 	res, err := tx.ExecContext(ctx, `UPDATE dcsync_queue_offsets SET next = ?, attempts = ?, held = ?, version = ?, marks = ?
-		WHERE q = ? AND g = ? AND p = ? AND token = ? AND version < ?`,
-		int64(off.Next), off.Attempts, off.Held, int64(off.Version), marks, m.id, group, p, int64(off.Token), int64(off.Version))
+		WHERE q = ? AND g = ? AND p = ? AND token = ? AND version < ?
+		AND (next <= ? OR ? >= COALESCE((SELECT floor FROM dcsync_queue_heads WHERE q = ? AND p = ?), 0))`,
+		int64(off.Next), off.Attempts, off.Held, int64(off.Version), marks, m.id, group, p, int64(off.Token), int64(off.Version),
+		int64(off.Next), int64(off.Next), m.id, p)
 	if err != nil {
 		return err
 	}
@@ -826,6 +829,14 @@ func (s *Store) commitOffset(ctx context.Context, tx *sql.Tx, op, name, group st
 		return driver.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, not %d", name, group, p, stored.Token, off.Token)
 	case stored.Version >= off.Version:
 		return driver.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d: token %d stored version %d, not below %d (a later write of the owner)", name, group, p, stored.Token, stored.Version, off.Version)
+	case found && off.Next < stored.Next:
+		b, err := bounds(ctx, tx, m.id, p)
+		if err != nil {
+			return err
+		}
+		if off.Next < b.Floor {
+			return driver.Errorf(dcsync.InvalidArgument, op, "queue %q partition %d: the events below seq %d were trimmed; group %q cannot move back to %d", name, p, b.Floor, group, off.Next)
+		}
 	case !found:
 		// No record is the zero offset, whose token 0 matches.
 		_, err := tx.ExecContext(ctx, `INSERT INTO dcsync_queue_offsets (q, g, p, token, next, attempts, held, version, marks) VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?)`,
@@ -931,7 +942,43 @@ func (s *Store) ReadQueueOffsets(ctx context.Context, name, group string, ps []i
 	return out, nil
 }
 
-// TrimQueue implements driver.QueueStore. It also sweeps the queue's expired ids when
+// trimLimit returns the lowest next of the offsets that read partition p of queue
+// name (every group's of an event partition, the owning group's of a dead-letter
+// partition; 0 for a group with no offset stored), read in q.
+func (s *Store) trimLimit(ctx context.Context, q *sql.Tx, op, name string, id int64, p int) (uint64, error) {
+	spec, err := s.readSpec(ctx, q, op, name)
+	if err != nil {
+		return 0, err
+	}
+	rows, err := q.QueryContext(ctx, `SELECT g, next FROM dcsync_queue_offsets WHERE q = ? AND p = ?`, id, p)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	nexts := map[string]uint64{}
+	for rows.Next() {
+		var g string
+		var next int64
+		if err := rows.Scan(&g, &next); err != nil {
+			return 0, err
+		}
+		nexts[g] = uint64(next)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	limit := uint64(math.MaxUint64)
+	for i, g := range spec.Groups {
+		if p < spec.Partitions || p == spec.Partitions+i {
+			limit = min(limit, nexts[g]) // no row: 0
+		}
+	}
+	return limit, nil
+}
+
+// TrimQueue implements driver.QueueStore: in one transaction, it reads the offsets
+// of the groups that read the partition and deletes below the lowest of them and
+// below. It also sweeps the queue's expired ids when
 // they are due.
 func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
 	const op = "sqlite.TrimQueue"
@@ -956,6 +1003,15 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 		}
 		if below > b.Head {
 			return driver.Errorf(dcsync.InvalidArgument, op, "queue %q partition %d: trim below %d is above the head %d", name, p, below, b.Head)
+		}
+		if below > b.Floor {
+			// In the same transaction: no offset moves back between this read and
+			// the delete.
+			limit, err := s.trimLimit(ctx, tx, op, name, m.id, p)
+			if err != nil {
+				return err
+			}
+			below = min(below, limit)
 		}
 		if below > b.Floor {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM dcsync_queue_entries WHERE q = ? AND p = ? AND seq >= ? AND seq < ?`,

@@ -145,6 +145,13 @@ func TestQueueAppendReadTrim(t *testing.T) {
 	if err := s.TrimQueue(ctx, "q", 0, 4); !errors.Is(err, dcsync.ErrInvalidArgument) {
 		t.Fatalf("trim above head: %v", err)
 	}
+	// The group acked partition 0 below 3: its offset does not hold the trims back.
+	if _, err := s.ClaimQueuePartition(ctx, "q", "g", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CommitQueueOffset(ctx, "q", "g", 0, driver.QueueOffset{Token: 1, Next: 3, Version: 1}); err != nil {
+		t.Fatal(err)
+	}
 	if err := s.TrimQueue(ctx, "q", 0, 2); err != nil {
 		t.Fatal(err)
 	}
