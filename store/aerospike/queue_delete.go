@@ -140,11 +140,16 @@ func (s *Store) finishDelete(ctx context.Context, op, name string, rec *as.Recor
 	if err := s.deleteQueueRecords(ctx, op, spec); err != nil {
 		return err
 	}
-	bdp := as.NewBatchDeletePolicy()
-	bdp.DurableDelete = s.cfg.DurableDelete
-	bdp.FilterExpression = as.ExpEq(binOr0(qbDeleting), as.ExpIntVal(deletingMark(rec)))
-	del := as.NewBatchDelete(bdp, s.specKey(name))
-	if err := s.runBatch(ctx, op, true, []as.BatchRecordIfc{del}, nil, types.FILTERED_OUT, types.KEY_NOT_FOUND_ERROR); err != nil {
+	// The spec record, last: an operate whose only op deletes the record, filtered on
+	// the exact mark (a try that lands late, after the name was created again, finds
+	// another record: no mark, or another).
+	mark := as.ExpEq(binOr0(qbDeleting), as.ExpIntVal(deletingMark(rec)))
+	if _, _, err := s.write(ctx, op, func() *as.WritePolicy {
+		wp := s.writePolicy(ctx, as.TTLDontUpdate)
+		wp.DurableDelete = s.cfg.DurableDelete
+		wp.FilterExpression = mark
+		return wp
+	}, s.specKey(name), []*as.Operation{as.DeleteOp()}, types.FILTERED_OUT, types.KEY_NOT_FOUND_ERROR); err != nil {
 		return err
 	}
 	s.forgetQueue(name, spec)
