@@ -27,7 +27,10 @@
 // Records, all in the store's namespace (sets QueueSpecSet, QueueHeadSet,
 // QueueEntrySet, QueueOffsetSet, QueueIDSet):
 //   - spec: one per queue, key <name>: partitions, groups, dedup window, creation time
-//     (the server's clock). AddQueueGroup writes it with a generation check.
+//     (the server's clock), the last writer's id. AddQueueGroup writes it with a
+//     generation check. While DeleteQueue runs it also holds bin del, the deletion mark
+//     (the deleting call's random id): the queue then reads as not found (see
+//     DeleteQueue).
 //   - head: one per partition: head (next seq to reserve), floor (lowest seq kept), gc
 //     (every non-tombstone entry below it is deleted) and res, the partition's last
 //     Config.OpIDsKept reservations (nonce -> first seq).

@@ -28,28 +28,30 @@ const deleteRounds = 4
 
 // DeleteQueue implements driver.QueueDeleter, in three steps:
 //
-//  1. The spec record is marked: bin qbDeleting set to a random id, by a write that
+//  1. The spec record is marked: bin qbDeleting ("del") set to a random id, by a write that
 //     expects the generation read and whose filter expression checks the writer id and
 //     creation time read (a queue deleted and created again meanwhile has others; a
 //     spec changed meanwhile, a group added, is read again). From then on the queue
 //     reads as deleted: every call that reads the spec (ReadQueueSpec, the first call
 //     of a store that has not cached the queue, AddQueueGroup, ListQueues) finds no
 //     queue, and a CreateQueue of the name finishes the delete before it creates.
-//  2. The queue's records are deleted. Aerospike has no key-range scan; they are found
-//     by their keys where the spec determines them, and by one filtered scan where it
-//     does not:
-//     - heads: one per storage partition (the spec's Partitions plus one dead-letter
-//     partition per group), read in one batch for their Head;
-//     - entries: every seq below each partition's Head, events, tombstones (which
-//     TrimQueue keeps below the floor) and all, deleted by batch deletes of keys
-//     (missing keys, trimmed ones, are no error);
-//     - offsets: one per (group, storage partition);
-//     - id records: a scan of QueueIDSet whose filter expression (on the server) keeps
-//     the records whose qbQueue bin is the queue's name; the records found are
-//     deleted by batch deletes of their digests;
-//     - the heads last, so that a delete cut short before them finds the entries again.
+//  2. The queue's records are deleted (below), the heads last, so that a delete cut
+//     short before them finds the entries again below them.
 //  3. The spec record is deleted, filtered on the mark (the exact id written in step 1):
 //     a queue created again meanwhile is left alone.
+//
+// Aerospike has no key-range scan; the queue's records are found by their keys where
+// the spec determines them, and by one filtered scan where it does not:
+//
+//   - heads: one per storage partition (the spec's Partitions plus one dead-letter
+//     partition per group), read in one batch for their Head;
+//   - entries: every seq below each partition's Head, events, tombstones (which
+//     TrimQueue keeps below the floor) and all, deleted by batch deletes of keys
+//     (missing keys, trimmed ones, are no error);
+//   - offsets: one per (group, storage partition);
+//   - id records: a scan of QueueIDSet whose filter expression (on the server) keeps the
+//     records whose qbQueue bin is the queue's name; the records found are deleted by
+//     batch deletes of their digests.
 //
 // A DeleteQueue cut short (an error, a crash, a cancelled context) anywhere leaves
 // either the queue untouched (before the mark) or a queue that reads as deleted (the
