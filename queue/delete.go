@@ -34,8 +34,9 @@ const releaseTries = 8
 // The check and the delete are not one atomic step: a consumer that joins between
 // them is cut off as with WithForce. Stop producers first too: on HBase and Aerospike
 // an event appended while Delete runs may outlive it (see driver.QueueDeleter). A
-// Delete cut short (an error, a crash) leaves the queue, or on HBase a queue that reads
-// as deleted, which another Delete (or, on HBase, a Create of the name) finishes.
+// Delete cut short (an error, a crash) leaves the queue, or on HBase and Aerospike a
+// queue that reads as deleted, which another Delete (or, on HBase and Aerospike, a
+// Create of the name) finishes.
 func Delete(ctx context.Context, s driver.Store, name string, opts ...Option) error {
 	const op = "queue.Delete"
 	if s == nil {
@@ -54,9 +55,9 @@ func Delete(ctx context.Context, s driver.Store, name string, opts ...Option) er
 	}
 	spec, err := s.ReadQueueSpec(ctx, name)
 	if errors.Is(err, dcsync.ErrNotFound) {
-		// No queue, or (HBase) one whose Delete was cut short after it marked the queue
-		// deleted: the store's DeleteQueue finishes that one, and reports NotFound
-		// otherwise.
+		// No queue, or (HBase, Aerospike) one whose Delete was cut short after it
+		// marked the queue deleted: the store's DeleteQueue finishes that one, and
+		// reports NotFound otherwise.
 		return del.DeleteQueue(ctx, name)
 	}
 	if err != nil {

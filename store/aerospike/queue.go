@@ -27,7 +27,10 @@
 // Records, all in the store's namespace (sets QueueSpecSet, QueueHeadSet,
 // QueueEntrySet, QueueOffsetSet, QueueIDSet):
 //   - spec: one per queue, key <name>: partitions, groups, dedup window, creation time
-//     (the server's clock). AddQueueGroup writes it with a generation check.
+//     (the server's clock), the last writer's id. AddQueueGroup writes it with a
+//     generation check. While DeleteQueue runs it also holds bin del, the deletion mark
+//     (the deleting call's random id): the queue then reads as not found (see
+//     DeleteQueue).
 //   - head: one per partition: head (next seq to reserve), floor (lowest seq kept), gc
 //     (every non-tombstone entry below it is deleted) and res, the partition's last
 //     Config.OpIDsKept reservations (nonce -> first seq); tg and pins, the trim guard
@@ -406,33 +409,20 @@ func noOutcome(recs []as.BatchRecordIfc) bool {
 
 func checkQueueName(name string) error { return driver.ValidateID("queue", name) }
 
-// readSpec reads queue name's spec and its record's generation, or NotFound, and
-// caches its dedup window.
+// readSpec reads queue name's spec and its record's generation, or NotFound (also
+// when the spec record holds a deletion mark: see DeleteQueue), and caches its dedup
+// window.
 func (s *Store) readSpec(ctx context.Context, op, name string) (driver.QueueSpec, uint32, error) {
-	var spec driver.QueueSpec
-	var gen uint32
-	var found bool
-	err := s.retry(ctx, op, false, func(*attempt) error {
-		rec, err := s.client.Get(s.readPolicy(ctx), s.specKey(name))
-		switch {
-		case hasCode(err, types.KEY_NOT_FOUND_ERROR):
-			found = false
-			return nil
-		case err != nil:
-			return err
-		}
-		found, gen = true, rec.Generation
-		spec = specOf(name, rec.Bins)
-		return nil
-	})
+	rec, err := s.getRecord(ctx, op, s.specKey(name))
 	if err != nil {
 		return driver.QueueSpec{}, 0, err
 	}
-	if !found {
+	if rec == nil || deletingMark(rec) != 0 {
 		return driver.QueueSpec{}, 0, driver.Errorf(dcsync.NotFound, op, "queue %q does not exist", name)
 	}
+	spec := specOf(name, rec.Bins)
 	s.specCache().Store(name, spec.DedupWindow())
-	return spec, gen, nil
+	return spec, rec.Generation, nil
 }
 
 func specOf(name string, bins as.BinMap) driver.QueueSpec {
@@ -466,7 +456,9 @@ func groupsValue(groups []string) []any {
 
 // CreateQueue implements driver.QueueStore: a create-only write of the spec record,
 // with the creation time by the server's clock. A retry after an in-doubt try that
-// finds the record recognises its own writer id in it.
+// finds the record recognises its own writer id in it. A spec record that holds a
+// deletion mark (a DeleteQueue cut short) is a queue being deleted: CreateQueue
+// finishes that delete first (see DeleteQueue), so the new queue starts empty.
 func (s *Store) CreateQueue(ctx context.Context, spec driver.QueueSpec) error {
 	const op = "aerospike.CreateQueue"
 	if err := driver.ValidateQueueSpec(spec); err != nil {
@@ -481,29 +473,38 @@ func (s *Store) CreateQueue(ctx context.Context, spec driver.QueueSpec) error {
 		as.PutOp(as.NewBin(qbWriter, w)),
 		as.ExpWriteOp(qbCreated, serverNow(), as.ExpWriteFlagDefault),
 	}
-	_, code, err := s.write(ctx, op, func() *as.WritePolicy {
-		wp := s.writePolicy(ctx, as.TTLDontExpire)
-		wp.RecordExistsAction = as.CREATE_ONLY
-		return wp
-	}, s.specKey(spec.Name), ops, types.KEY_EXISTS_ERROR)
-	if err != nil {
-		return err
-	}
-	if code == types.OK {
-		s.specCache().Store(spec.Name, spec.DedupWindow())
-		return nil
-	}
-	rec, err := s.getRecord(ctx, op, s.specKey(spec.Name))
-	if err != nil {
-		return err
-	}
-	if rec != nil {
+	for round := 0; round < deleteRounds; round++ {
+		_, code, err := s.write(ctx, op, func() *as.WritePolicy {
+			wp := s.writePolicy(ctx, as.TTLDontExpire)
+			wp.RecordExistsAction = as.CREATE_ONLY
+			return wp
+		}, s.specKey(spec.Name), ops, types.KEY_EXISTS_ERROR)
+		if err != nil {
+			return err
+		}
+		if code == types.OK {
+			s.specCache().Store(spec.Name, spec.DedupWindow())
+			return nil
+		}
+		rec, err := s.getRecord(ctx, op, s.specKey(spec.Name))
+		switch {
+		case err != nil:
+			return err
+		case rec == nil:
+			continue // deleted meanwhile
+		case deletingMark(rec) != 0:
+			if err := s.finishDelete(ctx, op, spec.Name, rec); err != nil {
+				return err
+			}
+			continue
+		}
 		if ow, _ := intOf(rec.Bins[qbWriter]); ow == w {
 			s.specCache().Store(spec.Name, spec.DedupWindow())
 			return nil
 		}
+		return driver.Errorf(dcsync.AlreadyExists, op, "queue %q exists", spec.Name)
 	}
-	return driver.Errorf(dcsync.AlreadyExists, op, "queue %q exists", spec.Name)
+	return driver.Errorf(dcsync.RetriesExhausted, op, "queue %q: its spec record changed under %d tries to create it", spec.Name, deleteRounds)
 }
 
 // getRecord reads a whole record; nil when there is none.

@@ -15,13 +15,14 @@ var _ driver.QueueLister = (*Store)(nil)
 // an operator's call: one scan of the spec set (QueueSpecSet) only, whose records the
 // server streams in batches per node; it costs in proportion to the queues in the
 // namespace, not to their events. A record without a name bin (not written by
-// CreateQueue) is skipped.
+// CreateQueue) is skipped, and so is a queue being deleted (its spec record holds a
+// deletion mark: see DeleteQueue).
 func (s *Store) ListQueues(ctx context.Context) ([]driver.QueueSpec, error) {
 	const op = "aerospike.ListQueues"
 	var out []driver.QueueSpec
 	err := s.scan(ctx, op, QueueSpecSet, func(r *as.Record) {
 		name, ok := r.Bins[qbName].(string)
-		if !ok || name == "" {
+		if !ok || name == "" || deletingMark(r) != 0 {
 			return
 		}
 		out = append(out, specOf(name, r.Bins))
