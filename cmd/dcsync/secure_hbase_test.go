@@ -106,6 +106,9 @@ func TestHBaseKerberosTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if mid := len(keytab) / 2; mid < 12 || !showsKeytab("key "+hex.EncodeToString(keytab[mid-12:mid+4]), keytab) {
+		t.Fatal("showsKeytab does not find the keytab's bytes in hex: the check below would check nothing")
+	}
 	noCreds := url.Values{"tls_ca": {ca}}
 	noTLS := url.Values{}
 	for k, v := range q {
