@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 
 	"golang.org/x/sync/errgroup"
 
@@ -177,12 +178,30 @@ func (s *Store) finishDelete(ctx context.Context, db queueOps, table, name strin
 	for salt := 0; salt < 256; salt++ {
 		prefixes = append(prefixes, append([]byte{byte(salt)}, dedup...))
 	}
+	// Before each batch of deletes, the mark must still stand, this very cell (its
+	// bytes and its timestamp): a mark gone means another call finished the delete and
+	// the name may hold a queue created again since, whose rows the scans may have read.
+	ours := func(ctx context.Context) error {
+		now, nowTS, found, err := readSpecCell(ctx, db, table, name)
+		if err != nil {
+			return err
+		}
+		if !found || nowTS != ts || !bytes.Equal(now, v) {
+			return errMarkGone
+		}
+		return nil
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(deleteScans)
 	for _, prefix := range prefixes {
-		g.Go(func() error { return deletePrefix(gctx, db, table, prefix) })
+		g.Go(func() error { return deletePrefixWhile(gctx, db, table, prefix, ours) })
 	}
-	if err := g.Wait(); err != nil {
+	if err := g.Wait(); errors.Is(err, errMarkGone) {
+		// Finished by another call (a DeleteQueue or a CreateQueue of the name): what
+		// is under the name now is not ours to delete.
+		s.forgetQueue(name, spec)
+		return true, nil
+	} else if err != nil {
 		return false, wrap(err, op)
 	}
 	// The mark, last, at its own timestamp: a spec written after it stays.
@@ -208,13 +227,27 @@ func (s *Store) finishDelete(ctx context.Context, db queueOps, table, name strin
 	return true, nil
 }
 
+// errMarkGone reports that a delete's mark no longer stands (see finishDelete).
+var errMarkGone = errors.New("hbase: the queue's deletion mark is gone")
+
 // deletePrefix deletes every row of table whose key starts with prefix, each stamped
 // with its newest cell's timestamp, in MultiMutates of at most deleteBatch rows.
 func deletePrefix(ctx context.Context, db queueOps, table string, prefix []byte) error {
+	return deletePrefixWhile(ctx, db, table, prefix, nil)
+}
+
+// deletePrefixWhile is deletePrefix that sends each MultiMutate only once ours (called
+// after the batch's rows were read; nil: no check) returns nil.
+func deletePrefixWhile(ctx context.Context, db queueOps, table string, prefix []byte, ours func(context.Context) error) error {
 	var acts []hbaserpc.Action
 	flush := func() error {
 		if len(acts) == 0 {
 			return nil
+		}
+		if ours != nil {
+			if err := ours(ctx); err != nil {
+				return err
+			}
 		}
 		_, err := db.MultiMutate(ctx, table, acts)
 		acts = acts[:0]
