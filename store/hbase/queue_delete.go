@@ -61,10 +61,27 @@ const (
 // exactly what was read: a write that lands later (an append racing the delete) stays
 // visible, and a queue created again at once is not hidden by the markers, unless one
 // of its writes is stamped in the same millisecond as the deleted row's newest cell.
+//
+// A slow delete never deletes the rows of a queue created again under the name (issue
+// 15): another call may finish the delete and remove the mark while this one still
+// scans, and a CreateQueue may then create the queue again and write to it. So each
+// MultiMutate of row deletes is sent only after a Get finds this delete's mark still
+// standing, the very cell (its bytes, whose spec holds its create's op id, and its
+// timestamp); a mark gone or replaced stops the delete, which returns nil (finished by
+// another call). Every row a sent batch deletes was thus read while the mark stood,
+// before any re-creation; a batch that lands late (checked, then delayed in flight)
+// hides only cells stamped at or before the newest cell read in each row, so a new
+// queue's later writes to the same row stay (the same caveat as any HBase delete then
+// put of a row: unless stamped in the same millisecond, or by a region server whose
+// clock is behind the one that stamped the old cell, which hbase.master.maxclockskew
+// bounds). TestReviewDeleteRacingCreateKeepsNewQueue (scans after the re-creation) and
+// TestDeleteQueueLateBatchKeepsNewQueue (a batch landing after it) check both halves.
+//
 // Cost: 3 Gets (the spec, the mark, the mark again before removing it), 1
 // check-and-mutate to set the mark, P+G+256 scans (each at least one RPC; a
 // partition's scan returns its entries' payloads, one RPC per deleteCaching rows), one
-// MultiMutate per deleteBatch rows found, and 1 check-and-mutate to remove the mark.
+// Get (the mark check) and one MultiMutate per deleteBatch rows found, and 1
+// check-and-mutate to remove the mark.
 //
 // The store forgets the queue's spec and offset cells it had cached; another Store
 // (another process) that used the queue keeps its cached spec: its appends would write
@@ -156,8 +173,9 @@ func decodeSpec(op, name string, v []byte) (specDoc, error) {
 // finishDelete finishes the delete of queue name whose spec cell holds a deletion mark
 // (steps 2 and 3 of DeleteQueue): it deletes every row of the queue the mark's spec
 // names, then removes the mark. It reports false, doing nothing, when the spec cell
-// holds no mark. A mark replaced meanwhile (another call finished the delete, and the
-// name was created again) is left alone.
+// holds no mark. A mark removed or replaced meanwhile (another call finished the
+// delete, and the name was created again) stops it before its next batch of row
+// deletes (see DeleteQueue) and is left alone; it then reports true.
 func (s *Store) finishDelete(ctx context.Context, db queueOps, table, name string) (bool, error) {
 	const op = "hbase.DeleteQueue"
 	v, ts, found, err := readSpecCell(ctx, db, table, name)
