@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 
 	"golang.org/x/sync/errgroup"
 
@@ -60,10 +61,27 @@ const (
 // exactly what was read: a write that lands later (an append racing the delete) stays
 // visible, and a queue created again at once is not hidden by the markers, unless one
 // of its writes is stamped in the same millisecond as the deleted row's newest cell.
+//
+// A slow delete never deletes the rows of a queue created again under the name (issue
+// 15): another call may finish the delete and remove the mark while this one still
+// scans, and a CreateQueue may then create the queue again and write to it. So each
+// MultiMutate of row deletes is sent only after a Get finds this delete's mark still
+// standing, the very cell (its bytes, whose spec holds its create's op id, and its
+// timestamp); a mark gone or replaced stops the delete, which returns nil (finished by
+// another call). Every row a sent batch deletes was thus read while the mark stood,
+// before any re-creation; a batch that lands late (checked, then delayed in flight)
+// hides only cells stamped at or before the newest cell read in each row, so a new
+// queue's later writes to the same row stay (the same caveat as any HBase delete then
+// put of a row: unless stamped in the same millisecond, or by a region server whose
+// clock is behind the one that stamped the old cell, which hbase.master.maxclockskew
+// bounds). TestReviewDeleteRacingCreateKeepsNewQueue (scans after the re-creation) and
+// TestDeleteQueueLateBatchKeepsNewQueue (a batch landing after it) check both halves.
+//
 // Cost: 3 Gets (the spec, the mark, the mark again before removing it), 1
 // check-and-mutate to set the mark, P+G+256 scans (each at least one RPC; a
 // partition's scan returns its entries' payloads, one RPC per deleteCaching rows), one
-// MultiMutate per deleteBatch rows found, and 1 check-and-mutate to remove the mark.
+// Get (the mark check) and one MultiMutate per deleteBatch rows found, and 1
+// check-and-mutate to remove the mark.
 //
 // The store forgets the queue's spec and offset cells it had cached; another Store
 // (another process) that used the queue keeps its cached spec: its appends would write
@@ -155,8 +173,9 @@ func decodeSpec(op, name string, v []byte) (specDoc, error) {
 // finishDelete finishes the delete of queue name whose spec cell holds a deletion mark
 // (steps 2 and 3 of DeleteQueue): it deletes every row of the queue the mark's spec
 // names, then removes the mark. It reports false, doing nothing, when the spec cell
-// holds no mark. A mark replaced meanwhile (another call finished the delete, and the
-// name was created again) is left alone.
+// holds no mark. A mark removed or replaced meanwhile (another call finished the
+// delete, and the name was created again) stops it before its next batch of row
+// deletes (see DeleteQueue) and is left alone; it then reports true.
 func (s *Store) finishDelete(ctx context.Context, db queueOps, table, name string) (bool, error) {
 	const op = "hbase.DeleteQueue"
 	v, ts, found, err := readSpecCell(ctx, db, table, name)
@@ -177,12 +196,30 @@ func (s *Store) finishDelete(ctx context.Context, db queueOps, table, name strin
 	for salt := 0; salt < 256; salt++ {
 		prefixes = append(prefixes, append([]byte{byte(salt)}, dedup...))
 	}
+	// Before each batch of deletes, the mark must still stand, this very cell (its
+	// bytes and its timestamp): a mark gone means another call finished the delete and
+	// the name may hold a queue created again since, whose rows the scans may have read.
+	ours := func(ctx context.Context) error {
+		now, nowTS, found, err := readSpecCell(ctx, db, table, name)
+		if err != nil {
+			return err
+		}
+		if !found || nowTS != ts || !bytes.Equal(now, v) {
+			return errMarkGone
+		}
+		return nil
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(deleteScans)
 	for _, prefix := range prefixes {
-		g.Go(func() error { return deletePrefix(gctx, db, table, prefix) })
+		g.Go(func() error { return deletePrefixWhile(gctx, db, table, prefix, ours) })
 	}
-	if err := g.Wait(); err != nil {
+	if err := g.Wait(); errors.Is(err, errMarkGone) {
+		// Finished by another call (a DeleteQueue or a CreateQueue of the name): what
+		// is under the name now is not ours to delete.
+		s.forgetQueue(name, spec)
+		return true, nil
+	} else if err != nil {
 		return false, wrap(err, op)
 	}
 	// The mark, last, at its own timestamp: a spec written after it stays.
@@ -208,13 +245,27 @@ func (s *Store) finishDelete(ctx context.Context, db queueOps, table, name strin
 	return true, nil
 }
 
+// errMarkGone reports that a delete's mark no longer stands (see finishDelete).
+var errMarkGone = errors.New("hbase: the queue's deletion mark is gone")
+
 // deletePrefix deletes every row of table whose key starts with prefix, each stamped
 // with its newest cell's timestamp, in MultiMutates of at most deleteBatch rows.
 func deletePrefix(ctx context.Context, db queueOps, table string, prefix []byte) error {
+	return deletePrefixWhile(ctx, db, table, prefix, nil)
+}
+
+// deletePrefixWhile is deletePrefix that sends each MultiMutate only once ours (called
+// after the batch's rows were read; nil: no check) returns nil.
+func deletePrefixWhile(ctx context.Context, db queueOps, table string, prefix []byte, ours func(context.Context) error) error {
 	var acts []hbaserpc.Action
 	flush := func() error {
 		if len(acts) == 0 {
 			return nil
+		}
+		if ours != nil {
+			if err := ours(ctx); err != nil {
+				return err
+			}
 		}
 		_, err := db.MultiMutate(ctx, table, acts)
 		acts = acts[:0]
