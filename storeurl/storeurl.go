@@ -121,33 +121,134 @@ func invalid(raw, format string, args ...any) error {
 // Redact returns raw with the password of its user information, if any, replaced by
 // "xxxxx", as url.URL.Redacted does, and so the value of every query parameter whose
 // name says it is a secret ("password=", "token=", ...), also for a URL that does not
-// parse. A sqlite URL, whose path may hold ':', '@' and '?', is returned as it is.
+// parse. The user information is found however it is spelt: after "scheme://",
+// "scheme:/" or "scheme:", with a password holding an unencoded '/', '?', '#' or '@',
+// or with its ':' percent-encoded (%3A); a user name that does not decode is masked
+// whole. A sqlite URL, whose path may hold ':', '@' and '?', is returned as it is.
 func Redact(raw string) string {
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok || strings.EqualFold(scheme, "sqlite") {
+	scheme, _, _ := strings.Cut(raw, ":")
+	if strings.EqualFold(scheme, "sqlite") {
 		return raw
 	}
-	if i := strings.IndexByte(rest, '?'); i >= 0 {
-		q, frag, hasFrag := strings.Cut(rest[i+1:], "#")
-		rest = rest[:i+1] + secure.RedactQuery(q)
+	if i := strings.IndexByte(raw, '?'); i >= 0 {
+		q, frag, hasFrag := strings.Cut(raw[i+1:], "#")
+		raw = raw[:i+1] + secure.RedactQuery(q)
 		if hasFrag {
-			rest += "#" + frag
+			raw += "#" + frag
 		}
 	}
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
+	start, end, ok := userinfo(raw)
+	if !ok {
+		return raw
 	}
-	if at := strings.LastIndexByte(rest[:end], '@'); at >= 0 {
-		if user, _, hasPassword := strings.Cut(rest[:at], ":"); hasPassword {
-			rest = user + ":xxxxx" + rest[at:]
+	info := raw[start:end]
+	user, shown := maskedUser(info)
+	if !shown {
+		return raw
+	}
+	return raw[:start] + user + raw[end:]
+}
+
+// knownScheme reports whether scheme (lower case) is one whose URL may carry user
+// information: aerospike, hbase or memory (which takes none, but may be given one).
+func knownScheme(scheme string) bool {
+	switch scheme {
+	case "aerospike", "hbase", "memory":
+		return true
+	}
+	return false
+}
+
+// userinfo finds the user information of a store URL that is not a sqlite URL:
+// raw[start:end], followed by the '@' at raw[end]. It looks after "scheme:" and any
+// slashes (the whole string when the scheme is none dcsync knows, which may be a user
+// name typed without one). The user information ends at the last '@' before the first
+// '?' or '#': a host, a port, a namespace and a path hold no '@', so a password holding
+// '/' ends there too. When no '@' comes before the first '?' or '#' but one comes after
+// it, the text up to that '@' is user information (a password holding '?' or '#') when
+// what lies between the '?' and the '@' is no "name=value" parameter, or when what
+// precedes the '?' is no HOST[:PORT] (a ':' followed by something other than a port).
+// A query value holding '@' (principal=dcsync/host@REALM) is thus left alone.
+func userinfo(raw string) (start, end int, ok bool) {
+	if colon := strings.IndexByte(raw, ':'); colon >= 0 && knownScheme(strings.ToLower(raw[:colon])) {
+		start = colon + 1
+		for start < len(raw) && raw[start] == '/' {
+			start++
 		}
 	}
-	return scheme + "://" + rest
+	s := raw[start:]
+	q := strings.IndexAny(s, "?#")
+	if q < 0 {
+		q = len(s)
+	}
+	if at := strings.LastIndexByte(s[:q], '@'); at >= 0 {
+		return start, start + at, true
+	}
+	if q == len(s) {
+		return 0, 0, false
+	}
+	at := strings.IndexByte(s[q+1:], '@')
+	if at < 0 {
+		return 0, 0, false
+	}
+	at += q + 1
+	if between := s[q+1 : at]; !strings.ContainsAny(between, "=&") || !isHostPort(s[:q]) {
+		return start, start + at, true
+	}
+	return 0, 0, false
+}
+
+// isHostPort reports whether the text before a URL's query (authority and path) starts
+// with a plausible HOST[:PORT][,HOST[:PORT]...]: no ':' in the authority, a bracketed
+// IPv6 address, or a ':' followed by digits up to the authority's end or a ','.
+func isHostPort(s string) bool {
+	if strings.HasPrefix(s, "[") {
+		return true
+	}
+	if i := strings.IndexByte(s, '/'); i >= 0 {
+		s = s[:i]
+	}
+	c := strings.IndexByte(s, ':')
+	if c < 0 {
+		return true
+	}
+	port := s[c+1:]
+	if i := strings.IndexByte(port, ','); i >= 0 {
+		port = port[:i]
+	}
+	if port == "" {
+		return true
+	}
+	for _, r := range port {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// maskedUser returns the user information info as messages show it, and whether it
+// holds a password (or may: masked is then different from info): "user:xxxxx" for
+// "user:password" and for "user%3Apassword", "xxxxx" for a user name that does not
+// decode, info itself for a user name alone.
+func maskedUser(info string) (masked string, hasPassword bool) {
+	decoded, err := url.PathUnescape(info)
+	if err != nil {
+		return "xxxxx", true
+	}
+	if !strings.Contains(decoded, ":") {
+		return info, false
+	}
+	cut := strings.IndexByte(info, ':')
+	if i := strings.Index(strings.ToLower(info), "%3a"); i >= 0 && (cut < 0 || i < cut) {
+		cut = i
+	}
+	return info[:cut] + ":xxxxx", true
 }
 
 // Open opens the store that raw names. Bad URLs, unknown parameters and fragments are
-// InvalidArgument, refused before any I/O.
+// InvalidArgument, refused before any I/O. A password in the URL, however spelt (see
+// Redact), is refused before the URL is parsed, and no error shows it.
 func Open(ctx context.Context, raw string) (driver.Store, error) {
 	scheme, rest, ok := strings.Cut(raw, ":")
 	if !ok || scheme == "" {
@@ -161,13 +262,24 @@ func Open(ctx context.Context, raw string) (driver.Store, error) {
 			return nil, invalid(raw, "memory: takes no path or parameters")
 		}
 		return memory.New(), nil
+	case "aerospike", "hbase":
+	default:
+		return nil, invalid(raw, "unknown scheme %q (want sqlite, memory, hbase or aerospike)", strings.ToLower(scheme))
 	}
 	if shown := Redact(raw); shown != raw {
 		// Refused before parsing, so that no parse error can show the secret.
 		return nil, invalid(raw, "a secret in the URL would show in process lists and logs: %s", passwordHint(scheme))
 	}
+	if _, _, hasUser := userinfo(raw); hasUser && !strings.EqualFold(scheme, "aerospike") {
+		return nil, invalid(raw, "user information is not supported: %s", passwordHint(scheme))
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
+		if strings.Contains(raw, "@") {
+			// The parser's message quotes a piece of the URL, which may be a piece of
+			// user information it could not tell from the host.
+			return nil, invalid(raw, "does not parse as a URL (a '@', ':', '/', '?', '#' or '%%' in a user name must be percent-encoded)")
+		}
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			err = ue.Err // the *url.Error repeats the URL
@@ -178,10 +290,10 @@ func Open(ctx context.Context, raw string) (driver.Store, error) {
 		return nil, invalid(raw, "unexpected fragment %q", "#"+u.Fragment)
 	}
 	u.Scheme = strings.ToLower(u.Scheme)
-	if _, hasPassword := u.User.Password(); hasPassword || (u.User != nil && u.Scheme != "aerospike") {
+	if _, hasPassword := u.User.Password(); hasPassword || strings.Contains(u.User.Username(), ":") || (u.User != nil && u.Scheme != "aerospike") {
 		// Only aerospike takes a user name in the URL; dropping user information
 		// silently would connect without the authentication the user asked for.
-		return nil, invalid(u.Redacted(), "user information is not supported: %s", passwordHint(u.Scheme))
+		return nil, invalid(Redact(raw), "user information is not supported: %s", passwordHint(u.Scheme))
 	}
 	switch u.Scheme {
 	case "aerospike":

@@ -122,6 +122,13 @@ func TestPasswordInURLRefused(t *testing.T) {
 		{"aerospike://alice@127.0.0.1:1/test?password=" + secret, "password_file"},
 		{"aerospike://alice@127.0.0.1:1/test?auth_token=" + secret + "&x=%zz", "xxxxx"},
 		{"hbase://127.0.0.1:1?secret=" + secret, "Kerberos"},
+		{"hbase:/admin@127.0.0.1:1", "Kerberos"},
+		{"aerospike://admin:" + secret + "#x@127.0.0.1:1/test", "DCSYNC_AEROSPIKE_PASSWORD"},
+		{"aerospike://admin:" + secret + "/x@127.0.0.1:1/test", "DCSYNC_AEROSPIKE_PASSWORD"},
+		{"aerospike:admin:" + secret + "@127.0.0.1:1/test", "DCSYNC_AEROSPIKE_PASSWORD"},
+		{"aerospike://admin%3a" + secret + "@127.0.0.1:1/test", "DCSYNC_AEROSPIKE_PASSWORD"},
+		{"admin:" + secret + "@127.0.0.1:1/test", "unknown scheme"},
+		{"memory:admin:" + secret + "@x", "memory"},
 	} {
 		_, err := Open(ctx, tc.raw)
 		if dcsync.CodeOf(err) != dcsync.InvalidArgument || !strings.Contains(err.Error(), tc.says) {
@@ -142,6 +149,20 @@ func TestRedact(t *testing.T) {
 		"sqlite:///tmp/a:b@c.db":        "sqlite:///tmp/a:b@c.db",
 		"aerospike://a:b@c@h:1/ns":      "aerospike://a:xxxxx@h:1/ns",
 		"memory:":                       "memory:",
+		// Issue 19 review: other spellings of a password.
+		"aerospike://a:b/c@h:1/ns":                        "aerospike://a:xxxxx@h:1/ns",
+		"aerospike://a:b?c@h:1/ns":                        "aerospike://a:xxxxx@h:1/ns",
+		"aerospike://a:b#c@h:1/ns":                        "aerospike://a:xxxxx@h:1/ns",
+		"aerospike:/a:b@h:1/ns":                           "aerospike:/a:xxxxx@h:1/ns",
+		"aerospike:a:b@h:1/ns":                            "aerospike:a:xxxxx@h:1/ns",
+		"hbase:/a:b@h:1":                                  "hbase:/a:xxxxx@h:1",
+		"aerospike://a%3Ab@h:1/ns":                        "aerospike://a:xxxxx@h:1/ns",
+		"aerospike://a%zzb@h:1/ns":                        "aerospike://xxxxx@h:1/ns",
+		"memory:a:b@h":                                    "memory:a:xxxxx@h",
+		"a:b@h:1/ns":                                      "a:xxxxx@h:1/ns",
+		"hbase://h:1,h2:2?principal=dcsync/h@R&keytab=/k": "hbase://h:1,h2:2?principal=dcsync/h@R&keytab=/k",
+		"hbase://h?principal=dcsync/h@R":                  "hbase://h?principal=dcsync/h@R",
+		"aerospike://[::1]:3000/ns?user=a@b":              "aerospike://[::1]:3000/ns?user=a@b",
 	} {
 		if got := Redact(raw); got != want {
 			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)

@@ -247,6 +247,9 @@ Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.storeURL, "store", envOr("DCSYNC_STORE", defaultStoreURL()),
 		"store URL: sqlite://PATH, memory:, hbase://ZK_HOST:PORT[,...] or aerospike://HOST:PORT/NAMESPACE (env DCSYNC_STORE); the default file is per user")
+	// Help shows the default as Redact does: $DCSYNC_STORE may hold a password (refused
+	// when the store is opened), which no output may show.
+	pf.Lookup("store").DefValue = storeurl.Redact(a.storeURL)
 	pf.StringVar(&a.client, "client", os.Getenv("DCSYNC_CLIENT"), "client id: the application that owns locks and latches (env DCSYNC_CLIENT)")
 	pf.StringVar(&a.farm, "farm", envOr("DCSYNC_FARM", "local"), "farm id: the data center this runs in (env DCSYNC_FARM)")
 	pf.BoolVar(&a.verbose, "verbose", false, "print errors with the library's call path and every cause")

@@ -36,14 +36,26 @@ import (
 const MaxSecretFile = 1 << 20
 
 // ReadFile reads the secret file at path, named what in errors ("password_file"). It
-// refuses (InvalidArgument) a path that is not a regular file, a file that others may
+// refuses (InvalidArgument) a path that is not a regular file (a named pipe: before
+// opening it, so that it does not wait for a writer), a file that others may
 // read or write (on systems with Unix permissions) and a file larger than
 // MaxSecretFile. Symbolic links are followed: the mode checked is the target's.
 func ReadFile(op, what, path string) ([]byte, error) {
 	if path == "" {
 		return nil, driver.Errorf(dcsync.InvalidArgument, op, "%s is empty: name a file", what)
 	}
-	f, err := os.Open(path)
+	// Look before opening: opening a named pipe blocks until a writer comes, and
+	// opening a device may do anything.
+	before, err := os.Stat(path)
+	if err != nil {
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "%s %q: %w", what, path, unwrapPath(err))
+	}
+	if !before.Mode().IsRegular() {
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "%s %q is not a regular file", what, path)
+	}
+	// The path may have been replaced since: openNoWait does not wait for a writer
+	// should it now be a pipe, and the file opened must be the one looked at.
+	f, err := openNoWait(path)
 	if err != nil {
 		return nil, driver.Errorf(dcsync.InvalidArgument, op, "%s %q: %w", what, path, unwrapPath(err))
 	}
@@ -52,8 +64,8 @@ func ReadFile(op, what, path string) ([]byte, error) {
 	if err != nil {
 		return nil, driver.Errorf(dcsync.InvalidArgument, op, "%s %q: %w", what, path, unwrapPath(err))
 	}
-	if !st.Mode().IsRegular() {
-		return nil, driver.Errorf(dcsync.InvalidArgument, op, "%s %q is not a regular file", what, path)
+	if !st.Mode().IsRegular() || !os.SameFile(before, st) {
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "%s %q is not a regular file (it changed while being opened)", what, path)
 	}
 	if err := checkMode(what, path, st.Mode()); err != nil {
 		return nil, driver.Errorf(dcsync.InvalidArgument, op, "%s", err)
