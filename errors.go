@@ -33,6 +33,13 @@ const (
 	// LockLost means the caller no longer holds the lock: its lease lapsed or another
 	// owner holds it. The other owner's lock is left untouched.
 	LockLost
+	// Unauthenticated means the two ends of a connection did not accept each other: the
+	// store refused the client's credentials (a wrong password or keytab, an expired
+	// ticket, a server without security that was sent some), or the client refused the
+	// server's certificate (an untrusted CA, a wrong TLS name). Nothing was done, and
+	// retrying does not help until the configuration changes. The message names what
+	// failed, never a secret.
+	Unauthenticated
 )
 
 var codeNames = map[Code]string{
@@ -46,6 +53,7 @@ var codeNames = map[Code]string{
 	NotFound:         "not found",
 	AlreadyExists:    "already exists",
 	LockLost:         "lock lost",
+	Unauthenticated:  "unauthenticated",
 }
 
 // String returns the code's name, such as "lock unavailable".
@@ -82,6 +90,7 @@ var (
 	ErrNotFound         = &Error{Code: NotFound}
 	ErrAlreadyExists    = &Error{Code: AlreadyExists}
 	ErrLockLost         = &Error{Code: LockLost}
+	ErrUnauthenticated  = &Error{Code: Unauthenticated}
 )
 
 // Error formats the error as "op: code: msg: cause". Each part is said once: a cause

@@ -21,7 +21,10 @@ import "context"
 // vanish under concurrent users (a read finds a partition emptied, a commit finds no
 // offset and gets LockLost, an append may land after its partition was swept and
 // outlive the delete), and a DeleteQueue cut short (a crash, an error) leaves the
-// queue with its spec, which another DeleteQueue finishes. Nothing is left that a
+// queue with its spec, which another DeleteQueue finishes. (HBase first marks the
+// queue deleted, so that one cut short leaves it untouched or reading as not found,
+// never valid with records gone; a DeleteQueue of a queue so marked finishes it and
+// returns nil, and a CreateQueue of the name finishes it first.) Nothing is left that a
 // later CreateQueue of the name could mistake for its own, once a DeleteQueue has
 // returned nil. After that, this store value's operations on the queue get NotFound;
 // another process that had the queue open keeps what it cached of it (see each

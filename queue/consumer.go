@@ -134,6 +134,11 @@ type Consumer struct {
 	fillMu   sync.Mutex
 	rot      int
 	trims    trimState // under mu (trim.go)
+	// dropped are the locks of partitions dropped (drop) not yet freed, and dropping
+	// whether a goroutine frees them (under mu): freed together, in one batched release
+	// on a store with driver.LockMover.
+	dropped  []*lock.Lock
+	dropping bool
 
 	// Membership as the run goroutine last read it (only it uses these): hi is one
 	// past the highest occupied slot, view the occupied slots whose assignment is

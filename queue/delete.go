@@ -34,7 +34,8 @@ const releaseTries = 8
 // The check and the delete are not one atomic step: a consumer that joins between
 // them is cut off as with WithForce. Stop producers first too: on HBase and Aerospike
 // an event appended while Delete runs may outlive it (see driver.QueueDeleter). A
-// Delete cut short (an error, a crash) leaves the queue, which another Delete finishes.
+// Delete cut short (an error, a crash) leaves the queue, or on HBase a queue that reads
+// as deleted, which another Delete (or, on HBase, a Create of the name) finishes.
 func Delete(ctx context.Context, s driver.Store, name string, opts ...Option) error {
 	const op = "queue.Delete"
 	if s == nil {
@@ -52,6 +53,12 @@ func Delete(ctx context.Context, s driver.Store, name string, opts ...Option) er
 		return driver.Errorf(dcsync.NotImplemented, op, "the store (%T) cannot delete queues", s)
 	}
 	spec, err := s.ReadQueueSpec(ctx, name)
+	if errors.Is(err, dcsync.ErrNotFound) {
+		// No queue, or (HBase) one whose Delete was cut short after it marked the queue
+		// deleted: the store's DeleteQueue finishes that one, and reports NotFound
+		// otherwise.
+		return del.DeleteQueue(ctx, name)
+	}
 	if err != nil {
 		return err
 	}

@@ -3,14 +3,32 @@
 //
 //	sqlite:///var/lib/app/dcsync.db   one SQLite file (also sqlite:relative/path.db)
 //	memory:                           in this process only
-//	aerospike://HOST:PORT/NAMESPACE   Aerospike (query: latch_set_suffix, lock_set_suffix,
-//	                                  attempts, timeout, retry_delay, op_ids_kept)
+//	aerospike://[USER@]HOST:PORT/NAMESPACE  Aerospike (query: latch_set_suffix,
+//	                                  lock_set_suffix, attempts, timeout, retry_delay,
+//	                                  op_ids_kept, durable_delete; security: tls, tls_ca,
+//	                                  tls_name, tls_cert, tls_key, user, password_file, auth)
 //	hbase://ZK_HOST:PORT[,ZK_HOST:PORT]  HBase via its ZooKeeper quorum (query: lock_table,
 //	                                  latch_table_suffix, zk_root, open_timeout)
 //
 // A parameter a store does not know is refused with InvalidArgument naming it, and so
-// are a fragment ("#...") and user information ("user:password@"): nothing in a store
-// URL is silently ignored.
+// is a fragment ("#..."): nothing in a store URL is silently ignored.
+//
+// # Credentials and TLS
+//
+// A store URL carries no secret (docs/secure-clusters.md): a password in it
+// ("user:password@") is refused with InvalidArgument saying where it goes instead, and
+// the URL is shown with the password masked ("xxxxx") in that and every other error.
+// Secrets come from files the URL names or from environment variables:
+//
+//	aerospike://alice@HOST:PORT/NS?tls_ca=/etc/ca.pem&tls_name=cluster1
+//	    password from $DCSYNC_AEROSPIKE_PASSWORD, a file named by
+//	    $DCSYNC_AEROSPIKE_PASSWORD_FILE, or ?password_file=/path (exactly one);
+//	    auth=internal|external|pki, tls_cert=&tls_key= for a client certificate
+//
+// A secret file that other users may read is refused. A server that refuses the
+// credentials, or a certificate dcsync refuses, is dcsync.Unauthenticated. User
+// information is taken only by aerospike URLs (the user name alone); hbase URLs
+// refuse it (HBase's identity is a Kerberos principal, see docs/secure-clusters.md).
 //
 // # SQLite paths
 //
@@ -50,6 +68,7 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/internal/secure"
 	"github.com/dcsync/dcsync/store/aerospike"
 	"github.com/dcsync/dcsync/store/hbase"
 	"github.com/dcsync/dcsync/store/memory"
@@ -96,7 +115,35 @@ func SQLiteURL(path string) string {
 }
 
 func invalid(raw, format string, args ...any) error {
-	return driver.Errorf(dcsync.InvalidArgument, "storeurl.Open", "store URL %q: "+format, append([]any{raw}, args...)...)
+	return driver.Errorf(dcsync.InvalidArgument, "storeurl.Open", "store URL %q: "+format, append([]any{Redact(raw)}, args...)...)
+}
+
+// Redact returns raw with the password of its user information, if any, replaced by
+// "xxxxx", as url.URL.Redacted does, and so the value of every query parameter whose
+// name says it is a secret ("password=", "token=", ...), also for a URL that does not
+// parse. A sqlite URL, whose path may hold ':', '@' and '?', is returned as it is.
+func Redact(raw string) string {
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok || strings.EqualFold(scheme, "sqlite") {
+		return raw
+	}
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		q, frag, hasFrag := strings.Cut(rest[i+1:], "#")
+		rest = rest[:i+1] + secure.RedactQuery(q)
+		if hasFrag {
+			rest += "#" + frag
+		}
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	if at := strings.LastIndexByte(rest[:end], '@'); at >= 0 {
+		if user, _, hasPassword := strings.Cut(rest[:at], ":"); hasPassword {
+			rest = user + ":xxxxx" + rest[at:]
+		}
+	}
+	return scheme + "://" + rest
 }
 
 // Open opens the store that raw names. Bad URLs, unknown parameters and fragments are
@@ -115,6 +162,10 @@ func Open(ctx context.Context, raw string) (driver.Store, error) {
 		}
 		return memory.New(), nil
 	}
+	if shown := Redact(raw); shown != raw {
+		// Refused before parsing, so that no parse error can show the secret.
+		return nil, invalid(raw, "a secret in the URL would show in process lists and logs: %s", passwordHint(scheme))
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		var ue *url.Error
@@ -123,15 +174,15 @@ func Open(ctx context.Context, raw string) (driver.Store, error) {
 		}
 		return nil, driver.Errorf(dcsync.InvalidArgument, "storeurl.Open", "store URL %q: %w", raw, err)
 	}
-	if u.User != nil {
-		// Neither store takes credentials in the URL; dropping them silently would
-		// connect without the authentication the user asked for.
-		return nil, invalid(u.Redacted(), "user information is not supported")
-	}
 	if u.Fragment != "" || strings.Contains(raw, "#") {
 		return nil, invalid(raw, "unexpected fragment %q", "#"+u.Fragment)
 	}
 	u.Scheme = strings.ToLower(u.Scheme)
+	if _, hasPassword := u.User.Password(); hasPassword || (u.User != nil && u.Scheme != "aerospike") {
+		// Only aerospike takes a user name in the URL; dropping user information
+		// silently would connect without the authentication the user asked for.
+		return nil, invalid(u.Redacted(), "user information is not supported: %s", passwordHint(u.Scheme))
+	}
 	switch u.Scheme {
 	case "aerospike":
 		return aerospike.OpenURL(ctx, u)
@@ -139,6 +190,18 @@ func Open(ctx context.Context, raw string) (driver.Store, error) {
 		return hbase.OpenURL(ctx, u)
 	}
 	return nil, invalid(raw, "unknown scheme %q (want sqlite, memory, hbase or aerospike)", u.Scheme)
+}
+
+// passwordHint says, for a store URL of scheme, how to pass credentials instead.
+func passwordHint(scheme string) string {
+	switch strings.ToLower(scheme) {
+	case "aerospike":
+		return "give the user alone (aerospike://USER@HOST/NS or ?user=USER) and the password in $DCSYNC_AEROSPIKE_PASSWORD, " +
+			"in a file named by $DCSYNC_AEROSPIKE_PASSWORD_FILE, or in a file named by ?password_file=/path"
+	case "hbase":
+		return "HBase authenticates with Kerberos: see docs/secure-clusters.md (?principal=, ?keytab=/path or $KRB5CCNAME)"
+	}
+	return "this store takes no credentials"
 }
 
 // openSQLite opens "sqlite:" + rest.

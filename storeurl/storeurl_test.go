@@ -103,3 +103,48 @@ func TestDefaultSQLitePath(t *testing.T) {
 		t.Fatalf("DefaultURL = %q, %v", u, err)
 	}
 }
+
+// Issue 19: a password in a store URL is refused with where it goes instead, and the
+// error never shows it, even when the rest of the URL does not parse; a user name alone
+// is passed on to the store that takes one.
+func TestPasswordInURLRefused(t *testing.T) {
+	ctx := context.Background()
+	const secret = "s3cret-Qm4"
+	for _, tc := range []struct{ raw, says string }{
+		{"aerospike://admin:" + secret + "@127.0.0.1:1/test", "DCSYNC_AEROSPIKE_PASSWORD"},
+		{"AEROSPIKE://admin:" + secret + "@127.0.0.1:1/test", "password_file"},
+		{"aerospike://admin:" + secret + "@127.0.0.1:notaport/test", "DCSYNC_AEROSPIKE_PASSWORD"},
+		{"aerospike://admin:" + secret + "@[::1/test", "xxxxx"},
+		{"aerospike://admin:" + secret + "@127.0.0.1:1/test#frag", "xxxxx"},
+		{"hbase://admin:" + secret + "@127.0.0.1:1", "Kerberos"},
+		{"hbase://admin@127.0.0.1:1", "Kerberos"},
+		{"aerospike://alice@127.0.0.1:1/test", "has no password"},
+		{"aerospike://alice@127.0.0.1:1/test?password=" + secret, "password_file"},
+		{"aerospike://alice@127.0.0.1:1/test?auth_token=" + secret + "&x=%zz", "xxxxx"},
+		{"hbase://127.0.0.1:1?secret=" + secret, "Kerberos"},
+	} {
+		_, err := Open(ctx, tc.raw)
+		if dcsync.CodeOf(err) != dcsync.InvalidArgument || !strings.Contains(err.Error(), tc.says) {
+			t.Errorf("Open(%q) = %v; want InvalidArgument saying %q", tc.raw, err, tc.says)
+		}
+		if err != nil && strings.Contains(err.Error(), secret) {
+			t.Errorf("Open(%q): the error shows the password: %v", tc.raw, err)
+		}
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for raw, want := range map[string]string{
+		"aerospike://a:b@h:1/ns?x=1":    "aerospike://a:xxxxx@h:1/ns?x=1",
+		"aerospike://a@h:1/ns":          "aerospike://a@h:1/ns",
+		"aerospike://h:1/ns?user=a:b@c": "aerospike://h:1/ns?user=a:b@c",
+		"hbase://u:p:q@h:1,h2:2":        "hbase://u:xxxxx@h:1,h2:2",
+		"sqlite:///tmp/a:b@c.db":        "sqlite:///tmp/a:b@c.db",
+		"aerospike://a:b@c@h:1/ns":      "aerospike://a:xxxxx@h:1/ns",
+		"memory:":                       "memory:",
+	} {
+		if got := Redact(raw); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)
+		}
+	}
+}

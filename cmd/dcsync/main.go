@@ -28,8 +28,9 @@
 // client and farm ids are --client and --farm (env DCSYNC_CLIENT, DCSYNC_FARM).
 //
 // Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input; 3 lock held
-// by another; 4 wait or await timed out; 5 not the owner, or lease lost; 128+N stopped
-// by signal N (130 for SIGINT). lock run exits with its command's code, 127 when the
+// by another; 4 wait or await timed out; 5 not the owner, or lease lost; 6 not
+// authenticated (the store refused the credentials, or the server's certificate was
+// refused); 128+N stopped by signal N (130 for SIGINT). lock run exits with its command's code, 127 when the
 // command is not found and 126 when it cannot be executed.
 package main
 
@@ -61,6 +62,7 @@ const (
 	exitHeld       = 3
 	exitTimeout    = 4
 	exitNotOwner   = 5
+	exitAuth       = 6   // the store refused the credentials, or the client the server's certificate
 	exitCannotExec = 126 // lock run: the command cannot be executed
 	exitNotFound   = 127 // lock run: the command is not found
 )
@@ -129,6 +131,8 @@ func exitCode(err error) int {
 		return exitHeld
 	case dcsync.LockLost:
 		return exitNotOwner
+	case dcsync.Unauthenticated:
+		return exitAuth
 	}
 	return exitError
 }
@@ -219,8 +223,13 @@ The store is --store URL (env DCSYNC_STORE):
   memory:                              this process only (nothing is shared)
   hbase://ZK_HOST:PORT[,ZK_HOST:PORT]  HBase through its ZooKeeper quorum
                                        (?lock_table=&latch_table_suffix=&queue_table=&zk_root=&open_timeout=)
-  aerospike://HOST:PORT/NAMESPACE      Aerospike (?latch_set_suffix=&lock_set_suffix=
-                                       &attempts=&retry_delay=&timeout=&op_ids_kept=)
+  aerospike://[USER@]HOST:PORT/NAMESPACE  Aerospike (?latch_set_suffix=&lock_set_suffix=
+                                       &attempts=&retry_delay=&timeout=&op_ids_kept=;
+                                       TLS: &tls_ca=&tls_name=&tls_cert=&tls_key=;
+                                       &auth=internal|external|pki&password_file=)
+A store URL holds no secret: a password in it is refused. The Aerospike password comes
+from $DCSYNC_AEROSPIKE_PASSWORD, a file named by $DCSYNC_AEROSPIKE_PASSWORD_FILE or
+?password_file= (mode 600: a file others may read is refused).
 The default store is per user: a SQLite file in the state directory of the user who
 runs dcsync ($XDG_STATE_HOME/dcsync/dcsync.db, else ~/.local/state/dcsync/dcsync.db).
 A root cron job and an operator on the same host use two files and so do not exclude
@@ -230,6 +239,7 @@ DCSYNC_STORE in their environment).
 
 Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
 3 lock held by another; 4 wait or await timed out; 5 not the owner, or lease lost;
+6 not authenticated (credentials or the server's certificate refused);
 128+N stopped by signal N (130: SIGINT). lock run: see 'dcsync lock run --help'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -26,6 +26,7 @@ const (
 	contract    layer = "contract (driver)"
 	telemetry   layer = "shared library telemetry"
 	layoutLib   layer = "shared library layout"
+	secureLib   layer = "shared library internal/secure (credentials and TLS of store URLs)"
 	wire        layer = "HBase wire client (internal/hbaserpc)"
 	store       layer = "store (store/...)"
 	frontEnd    layer = "front end (lock, latch, queue)"
@@ -58,6 +59,8 @@ func layerOf(rel string) (l layer, ok bool) {
 		return telemetry, true
 	case rel == "layout":
 		return layoutLib, true
+	case rel == "internal/secure":
+		return secureLib, true
 	case rel == "internal/hbaserpc" || strings.HasPrefix(rel, "internal/hbaserpc/"):
 		return wire, true
 	case strings.HasSuffix(path.Base(rel), "test") || slices.Contains(testHarnesses, rel):
@@ -83,13 +86,14 @@ var allowed = map[layer][]layer{
 	contract:    {vocabulary},
 	telemetry:   {vocabulary, contract},
 	layoutLib:   {vocabulary, contract},
-	wire:        {vocabulary, contract, wire},
-	store:       {vocabulary, contract, layoutLib, telemetry, wire, store},
+	secureLib:   {vocabulary, contract},
+	wire:        {vocabulary, contract, secureLib, wire},
+	store:       {vocabulary, contract, layoutLib, secureLib, telemetry, wire, store},
 	frontEnd:    {vocabulary, contract, telemetry, frontEnd},
-	opener:      {vocabulary, contract, store},
+	opener:      {vocabulary, contract, secureLib, store},
 	operations:  {vocabulary, contract, telemetry, frontEnd},
-	command:     {vocabulary, contract, telemetry, layoutLib, frontEnd, opener, operations},
-	testSupport: {vocabulary, contract, telemetry, layoutLib, wire, frontEnd, testSupport},
+	command:     {vocabulary, contract, telemetry, layoutLib, secureLib, frontEnd, opener, operations},
+	testSupport: {vocabulary, contract, telemetry, layoutLib, secureLib, wire, frontEnd, testSupport},
 }
 
 // testsChecked are the layers whose test files are held to their layer's rules as well

@@ -5,6 +5,12 @@
 // mutations, and the few admin calls a store needs (create, describe, disable,
 // delete a table).
 //
+// Security: simple authentication by default; Kerberos (SASL GSSAPI with gokrb5,
+// quality of protection "auth", Config.Kerberos) and TLS (HBase 2.6's native TLS,
+// Config.TLS) on the connections to the region servers and the master. A server or a
+// KDC that refuses the client, and a certificate the client refuses, are
+// dcsync.Unauthenticated errors, never retried. ZooKeeper is reached without either.
+//
 // Retries: every operation is retried (up to Config.MaxAttempts, with exponential
 // backoff and jitter, all bounded by the caller's context) when the server refused
 // it before applying it (region moved or not serving, server busy, ...) or when it
@@ -84,9 +90,10 @@ import (
 // giving up ends nobody else's wait; each caller waits for it only as long as its
 // own context allows.
 type Client struct {
-	cfg     Config
-	log     *slog.Logger
-	regions *regionCache
+	cfg      Config
+	closeKrb sync.Once // stops the Kerberos ticket renewal once
+	log      *slog.Logger
+	regions  *regionCache
 
 	locMu      sync.Mutex
 	metaAddr   string // "" when unknown
@@ -143,9 +150,20 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Kerberos != nil {
+		if cfg.krb, err = cfg.Kerberos.login(); err != nil {
+			return nil, err
+		}
+	}
 	c := newClient(cfg)
 	err = c.retry(ctx, "hbase.Dial", true, func(ctx context.Context) error {
-		_, err := c.metaLocation(ctx)
+		addr, err := c.metaLocation(ctx)
+		if err != nil || (cfg.krb == nil && cfg.TLS == nil) {
+			return err
+		}
+		// With Kerberos or TLS, connect to the meta region's server now: credentials
+		// or a certificate that a server refuses fail Dial, not the first call.
+		_, err = c.conn(ctx, addr, serviceClient)
 		return err
 	})
 	if err != nil {
@@ -189,6 +207,9 @@ func (c *Client) Close() error {
 		rc.close(errConnClosed)
 	}
 	c.wg.Wait()
+	if c.cfg.krb != nil {
+		c.closeKrb.Do(c.cfg.krb.close)
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package hbaserpc
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"os/user"
@@ -52,6 +53,18 @@ type Config struct {
 	// asked (a reply lost on the way), and is retried only if idempotent. It may block
 	// (the reader waits), e.g. to move a region before the caller can retry.
 	DropReply func(method string) bool
+	// Kerberos, when set, authenticates every connection to HBase with SASL GSSAPI
+	// (see Kerberos); nil speaks simple authentication (User). Dial logs in first and
+	// fails with Unauthenticated when the KDC refuses the credentials.
+	Kerberos *Kerberos
+	// TLS, when set, wraps every connection to HBase's region servers and master in
+	// TLS (HBase 2.6's native TLS, hbase.server.netty.tls.enabled) with this
+	// configuration; an empty ServerName checks the host name HBase advertises. A
+	// certificate the client refuses (or a client certificate the server refuses) is
+	// Unauthenticated. ZooKeeper is reached without TLS.
+	TLS *tls.Config
+
+	krb *krbAuth // the logged-in Kerberos client (Dial)
 }
 
 func (c Config) withDefaults() (Config, error) {

@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc/pb"
 )
 
@@ -69,6 +71,8 @@ type rpcConn struct {
 	// dropResponse, when set (tests only), makes the reader discard the response to
 	// a matching method and break the connection, as if the reply were lost.
 	dropResponse func(method string) bool
+	// sasl is set when the connection was authenticated with SASL (Kerberos).
+	sasl bool
 
 	queue chan *pendingCall // frames for the writer
 	reads atomic.Uint64     // frames read so far
@@ -123,14 +127,22 @@ func dialConn(ctx context.Context, cfg Config, addr, service string, dropRespons
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
+	deadline := time.Now().Add(cfg.DialTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	nc, user, err := secureConn(ctx, cfg, nc, addr, deadline)
+	if err != nil {
+		return nil, err
+	}
 	hdr := &pb.ConnectionHeader{
-		UserInfo:    &pb.UserInformation{EffectiveUser: proto.String(cfg.User)},
+		UserInfo:    &pb.UserInformation{EffectiveUser: proto.String(user)},
 		ServiceName: proto.String(service),
 		VersionInfo: &pb.VersionInfo{
 			Version:      proto.String("2.6.0"),
 			Url:          proto.String("dcsync"),
 			Revision:     proto.String("dcsync"),
-			User:         proto.String(cfg.User),
+			User:         proto.String(user),
 			Date:         proto.String("2025"),
 			SrcChecksum:  proto.String("dcsync"),
 			VersionMajor: proto.Uint32(2),
@@ -143,13 +155,11 @@ func dialConn(ctx context.Context, cfg Config, addr, service string, dropRespons
 		return nil, fmt.Errorf("marshal connection header: %w", err)
 	}
 	buf := make([]byte, 0, len(connPreamble)+4+len(hb))
-	buf = append(buf, connPreamble...)
+	if cfg.krb == nil {
+		buf = append(buf, connPreamble...) // else sent before the SASL exchange
+	}
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(hb)))
 	buf = append(buf, hb...)
-	deadline := time.Now().Add(cfg.DialTimeout)
-	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
-	}
 	_ = nc.SetWriteDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetWriteDeadline(time.Unix(1, 0)) })
 	_, err = nc.Write(buf)
@@ -168,6 +178,7 @@ func dialConn(ctx context.Context, cfg Config, addr, service string, dropRespons
 		log:          cfg.Logger,
 		writeTimeout: cfg.RPCTimeout,
 		dropResponse: dropResponse,
+		sasl:         cfg.krb != nil,
 		queue:        make(chan *pendingCall, writeQueueLen),
 		calls:        make(map[uint32]*pendingCall),
 		done:         make(chan struct{}),
@@ -210,11 +221,24 @@ func (c *rpcConn) fail(err error) {
 	_ = c.nc.Close()
 	for _, pc := range calls {
 		sent := !pc.withdraw()
-		pc.ch <- callResult{err: &connError{sent: sent, err: fmt.Errorf("%s %s: %w", c.addr, pc.method, err)}}
+		pc.ch <- callResult{err: c.callError(sent, pc.method, err)}
 	}
 	if !errors.Is(err, errConnClosed) {
 		c.log.Debug("hbase: connection broken", "addr", c.addr, "service", c.service, "err", err)
 	}
+}
+
+// callError is the error of a call failed because the connection died of err: a
+// transport failure (retried), unless the server refused the client's credentials.
+func (c *rpcConn) callError(sent bool, method string, err error) error {
+	if isUnauthenticated(err) {
+		return err
+	}
+	return &connError{sent: sent, err: fmt.Errorf("%s %s: %w", c.addr, method, err)}
+}
+
+func isUnauthenticated(err error) bool {
+	return errors.Is(err, dcsync.ErrUnauthenticated)
 }
 
 // call sends one request and waits for its response, which it unmarshals into resp.
@@ -240,6 +264,9 @@ func (c *rpcConn) call(ctx context.Context, method string, req, resp proto.Messa
 	if c.err != nil {
 		err := c.err
 		c.mu.Unlock()
+		if isUnauthenticated(err) {
+			return err
+		}
 		return &connError{err: fmt.Errorf("%s: %w", c.addr, err)}
 	}
 	c.nextID++
@@ -412,6 +439,13 @@ func (c *rpcConn) readLoop() {
 			return
 		}
 		n := binary.BigEndian.Uint32(lenBuf[:])
+		if c.sasl && c.reads.Load() == 0 && n == saslStatusError {
+			// Not a frame: the server's late refusal of the SASL exchange (status
+			// ERROR, then a Java exception's class and message), which has no
+			// success reply to wait for (HBase's client reads none either).
+			c.fail(driver.Errorf(dcsync.Unauthenticated, kerberosOp, "%s refused the Kerberos authentication: %s", c.addr, saslRefusal(r)))
+			return
+		}
 		if n > maxFrame {
 			c.fail(fmt.Errorf("response frame of %d bytes exceeds the limit", n))
 			return
@@ -438,7 +472,14 @@ func (c *rpcConn) readLoop() {
 		if pc == nil {
 			if ex := hdr.GetException(); ex != nil && (id == 0 || id > math.MaxInt32) {
 				// A connection-level error (call id -1): the server is closing on us.
-				c.fail(remoteError(ex))
+				re := remoteError(ex)
+				if re.Class == classAccessDenied {
+					// A secure server refusing a client without credentials
+					// ("Authentication is required"): final, not a broken link.
+					c.fail(driver.Errorf(dcsync.Unauthenticated, "hbase", "%s refused the connection: %s (does the cluster use Kerberos? then give the client a principal and keytab)", c.addr, re.Message))
+					return
+				}
+				c.fail(re)
 				return
 			}
 			continue // a late response to a cancelled call

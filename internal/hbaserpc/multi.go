@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 
@@ -28,6 +29,15 @@ type Action struct {
 	// to the row before it. Only for an unconditional Put or Delete (idempotent: when
 	// either part fails, both are sent again).
 	Read []Column
+	// More, only with Cond, are further mutations of the same row (each Row empty or
+	// the row), applied together with Mutation, atomically, when Cond holds (one
+	// conditional RowMutations, as CheckAndMutate of several mutations).
+	More []Mutation
+	// Gets, only with Cond, read the action's row after the conditional mutation, in
+	// the same request to the same server (each Get's Row is ignored), as
+	// CheckAndMutateGets' gets do, into ActionResult.Reads. A read that fails makes
+	// the action's outcome unknown (a Connection error), as a lost reply does.
+	Gets []Get
 }
 
 // ActionResult is the outcome of one Action of MultiMutate.
@@ -39,6 +49,8 @@ type ActionResult struct {
 	Cells []Cell
 	// Read is the row read back after the mutation (Action.Read), when asked for.
 	Read []Cell
+	// Reads are what Action.Gets read, in order, when asked for.
+	Reads [][]Cell
 	// Resent reports that the action succeeded on an attempt after one whose outcome
 	// was unknown. An Increment's Cells are then not necessarily the values it
 	// produced: when the earlier attempt had been applied, HBase answers the resent
@@ -99,6 +111,7 @@ func (c *Client) MultiMutate(ctx context.Context, table string, actions []Action
 	}
 	m := &multiCall{c: c, op: op, table: table, actions: actions,
 		protos:  make([]*pb.MutationProto, len(actions)),
+		more:    make([][]*pb.MutationProto, len(actions)),
 		conds:   make([]*pb.Condition, len(actions)),
 		retry:   make([]bool, len(actions)),
 		state:   make([]actionState, len(actions)),
@@ -112,15 +125,31 @@ func (c *Client) MultiMutate(ctx context.Context, table string, actions []Action
 		if len(row) == 0 {
 			return nil, driver.Errorf(dcsync.InvalidArgument, op, "action %d: empty row", i)
 		}
+		if (a.More != nil || a.Gets != nil) && a.Cond == nil {
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "action %d: More and Gets are for a conditional action", i)
+		}
 		var nonce uint64
-		if a.Mutation.needsNonce() {
+		if a.Mutation.needsNonce() || slices.ContainsFunc(a.More, func(mu Mutation) bool { return mu != nil && mu.needsNonce() }) {
 			nonce = c.newNonce()
 		}
-		mp, err := a.Mutation.toProto(nonce)
+		mp, err := fillRow(a.Mutation, row, nonce)
 		if err != nil {
 			return nil, driver.Errorf(dcsync.InvalidArgument, op, "action %d: %v", i, err)
 		}
 		m.protos[i] = mp
+		for _, mu := range a.More {
+			if mu == nil {
+				return nil, driver.Errorf(dcsync.InvalidArgument, op, "action %d: nil mutation", i)
+			}
+			if r := mu.mutationRow(); len(r) != 0 && !bytes.Equal(r, row) {
+				return nil, driver.Errorf(dcsync.InvalidArgument, op, "action %d: mutation row %q differs from row %q", i, r, row)
+			}
+			mp, err := fillRow(mu, row, nonce)
+			if err != nil {
+				return nil, driver.Errorf(dcsync.InvalidArgument, op, "action %d: %v", i, err)
+			}
+			m.more[i] = append(m.more[i], mp)
+		}
 		if a.Read != nil {
 			switch a.Mutation.(type) {
 			case *Put, *Delete:
@@ -137,7 +166,7 @@ func (c *Client) MultiMutate(ctx context.Context, table string, actions []Action
 				return nil, driver.Errorf(dcsync.InvalidArgument, op, "action %d: %v", i, err)
 			}
 			m.conds[i] = pc
-			m.retry[i] = c.retrySafe(*a.Cond, []Mutation{a.Mutation})
+			m.retry[i] = c.retrySafe(*a.Cond, append([]Mutation{a.Mutation}, a.More...))
 		} else {
 			m.retry[i] = !a.Mutation.needsNonce() || nonce != 0
 		}
@@ -168,6 +197,7 @@ type multiCall struct {
 	table   string
 	actions []Action
 	protos  []*pb.MutationProto
+	more    [][]*pb.MutationProto // Action.More of each action
 	conds   []*pb.Condition
 	retry   []bool // may be sent again after an unknown outcome
 
@@ -199,6 +229,7 @@ const (
 	raPlain raKind = iota // unconditional mutations
 	raCond                // one conditional action
 	raRead                // the read-backs of earlier plain actions of its region
+	raGets                // the Gets of the conditional action just before it
 )
 
 func (m *multiCall) pending() []int {
@@ -366,8 +397,11 @@ func (m *multiCall) build(server string, rs map[string]*regionBatch) []*multiReq
 		plain, plainRegion = nil, b.region
 		for _, i := range b.idx {
 			size := proto.Size(m.protos[i]) + 16
+			for _, mp := range m.more[i] {
+				size += proto.Size(mp) + 16
+			}
 			if m.conds[i] != nil {
-				size += proto.Size(m.conds[i]) + 64
+				size += proto.Size(m.conds[i]) + 64 + 64*len(m.actions[i].Gets)
 			}
 			if curActions > 0 && (curActions >= maxMultiActions || curBytes+size > maxMultiBytes) {
 				start()
@@ -376,13 +410,33 @@ func (m *multiCall) build(server string, rs map[string]*regionBatch) []*multiReq
 			curBytes += size
 			action := &pb.Action{Index: proto.Uint32(uint32(i)), Mutation: m.protos[i]}
 			if m.conds[i] != nil {
-				cur.req.RegionAction = append(cur.req.RegionAction, &pb.RegionAction{
+				ra := &pb.RegionAction{
 					Region: regionSpec(b.region), Atomic: proto.Bool(true), Condition: m.conds[i],
 					Action: []*pb.Action{action},
-				})
+				}
+				for k, mp := range m.more[i] {
+					ra.Action = append(ra.Action, &pb.Action{Index: proto.Uint32(uint32(1 + k)), Mutation: mp})
+				}
+				if len(m.more[i]) > 0 {
+					action.Index = proto.Uint32(0)
+				}
+				cur.req.RegionAction = append(cur.req.RegionAction, ra)
 				cur.regions = append(cur.regions, b.region)
 				cur.idx = append(cur.idx, []int{i})
 				cur.kind = append(cur.kind, raCond)
+				if gets := m.actions[i].Gets; len(gets) > 0 {
+					// The server runs the region actions of a request in order: the
+					// reads see the conditional mutation.
+					rd := &pb.RegionAction{Region: regionSpec(b.region)}
+					for k, g := range gets {
+						g.Row = m.protos[i].Row
+						rd.Action = append(rd.Action, &pb.Action{Index: proto.Uint32(uint32(k)), Get: g.proto()})
+					}
+					cur.req.RegionAction = append(cur.req.RegionAction, rd)
+					cur.regions = append(cur.regions, b.region)
+					cur.idx = append(cur.idx, []int{i})
+					cur.kind = append(cur.kind, raGets)
+				}
 				continue
 			}
 			if plain == nil {
@@ -440,6 +494,7 @@ func (m *multiCall) send(ctx context.Context, mr *multiRequest) {
 	// A plain action with a read-back completes with its read; either failing fails it.
 	applied := map[int][]Cell{}
 	failedNow := map[int]bool{}
+	conds := map[int]condOutcome{} // conditional actions with Gets, until their reads
 	for k, rar := range rars {
 		idx := mr.idx[k]
 		if ex := rar.GetException(); ex != nil {
@@ -448,14 +503,67 @@ func (m *multiCall) send(ctx context.Context, mr *multiRequest) {
 			for _, i := range idx {
 				if !failedNow[i] {
 					failedNow[i] = true
+					if mr.kind[k] == raGets {
+						// The conditional mutation before the reads ran: its outcome
+						// without them is unknown to the caller.
+						m.failed(i, &connError{sent: true, err: fmt.Errorf("multi: reads of conditional action %d: %w", i, e)})
+						continue
+					}
 					m.failed(i, e)
 				}
 			}
 			continue
 		}
 		if mr.kind[k] == raCond {
-			// One conditional action: the server indexes its result 0.
-			m.condResult(mr.regions[k], idx[0], rar)
+			i := idx[0]
+			if len(m.actions[i].Gets) == 0 {
+				// One conditional action: the server indexes its result 0.
+				m.condResult(mr.regions[k], i, rar)
+				continue
+			}
+			// Completed with its reads, by the raGets region action after it.
+			for _, roe := range rar.GetResultOrException() {
+				if ex := roe.GetException(); ex != nil {
+					e := remoteFromNameBytes(ex.GetName(), ex.GetValue())
+					c.noteFailure(mr.regions[k], e)
+					failedNow[i] = true
+					m.failed(i, e)
+					break
+				}
+			}
+			if !failedNow[i] {
+				var cells []Cell
+				for _, roe := range rar.GetResultOrException() {
+					cells = append(cells, cellsFromResult(roe.GetResult())...)
+				}
+				conds[i] = condOutcome{applied: rar.GetProcessed(), cells: cells}
+			}
+			continue
+		}
+		if mr.kind[k] == raGets {
+			i := idx[0]
+			if failedNow[i] {
+				continue
+			}
+			co, ok := conds[i]
+			reads := make([][]Cell, len(m.actions[i].Gets))
+			got := 0
+			for _, roe := range rar.GetResultOrException() {
+				n := int(roe.GetIndex())
+				if roe.GetException() != nil || n < 0 || n >= len(reads) {
+					continue
+				}
+				reads[n] = cellsFromResult(roe.GetResult())
+				got++
+			}
+			if !ok || got != len(reads) {
+				// The mutation's outcome, or its reads, are missing: unknown.
+				failedNow[i] = true
+				m.failed(i, &connError{sent: true, err: fmt.Errorf("multi: conditional action %d without its result or its reads", i)})
+				continue
+			}
+			m.finish(i, co.applied, co.cells, nil)
+			m.results[i].Reads = reads
 			continue
 		}
 		got := make(map[int]bool, len(idx))
@@ -503,6 +611,12 @@ func (m *multiCall) send(ctx context.Context, mr *multiRequest) {
 			}
 		}
 	}
+}
+
+// condOutcome is a conditional action's outcome, kept until its reads come.
+type condOutcome struct {
+	applied bool
+	cells   []Cell
 }
 
 // condResult records the outcome of conditional action i from its region result.

@@ -234,6 +234,7 @@ type Store struct {
 	log      *slog.Logger
 	writers  *writers
 	incs     incarnations
+	prepared preparedUpdates // DC count-downs' constant parts (latch_prepared.go)
 
 	// mu is held shared by every operation and exclusively by Close, so that Close
 	// waits for operations in flight before it closes an owned client.
@@ -321,25 +322,48 @@ func newStore(client *as.Client, owned bool, cfg Config) (*Store, error) {
 // OpenURL dials the cluster named by u and returns a store that owns the client: Close
 // closes it. The URL is
 //
-//	aerospike://HOST:PORT/NAMESPACE?latch_set_suffix=..&lock_set_suffix=..&attempts=..&timeout=..
+//	aerospike://[USER@]HOST:PORT/NAMESPACE?latch_set_suffix=..&lock_set_suffix=..&attempts=..&timeout=..
 //
 // where PORT defaults to 3000, timeout is a Go duration ("500ms") and every query
 // parameter is optional. A bad URL is InvalidArgument; a cluster that cannot be reached
 // is Connection.
+//
+// Security (docs/secure-clusters.md; what each mode protects: docs/stores/aerospike.md):
+//
+//   - TLS: tls_ca=/path (PEM authorities to trust; else the system's), tls_name=NAME
+//     (the cluster's TLS name, which the server's certificate must carry; default the
+//     host), tls_cert=/path and tls_key=/path (a client certificate), tls=true (TLS
+//     with the system's roots and no other parameter).
+//   - Who the client is: user=NAME (or USER@ in the URL) with a password from exactly
+//     one of ?password_file=/path, $DCSYNC_AEROSPIKE_PASSWORD (PasswordEnv) and a file
+//     named by $DCSYNC_AEROSPIKE_PASSWORD_FILE; auth=internal (the default with a user),
+//     external (LDAP; needs TLS) or pki (the client certificate is the identity; no
+//     user or password).
+//
+// A password in the URL itself (USER:PASSWORD@) is refused (InvalidArgument), and so is
+// a secret file that other users may read. A server that refuses the credentials, or a
+// certificate the client refuses (an untrusted authority, a wrong TLS name), is
+// Unauthenticated, naming what failed; errors never contain the password.
 func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	const op = "aerospike.OpenURL"
-	if u == nil || !strings.EqualFold(u.Scheme, "aerospike") {
-		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: scheme must be aerospike", u)
+	if u == nil {
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL is nil")
+	}
+	if err := refusePassword(op, u); err != nil {
+		return nil, err
+	}
+	if !strings.EqualFold(u.Scheme, "aerospike") {
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %s: scheme must be aerospike", shownURL(u))
 	}
 	host, portStr := u.Hostname(), u.Port()
 	if host == "" {
-		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v names no host", u)
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %s names no host", shownURL(u))
 	}
 	port := 3000
 	if portStr != "" {
 		p, err := strconv.Atoi(portStr)
 		if err != nil || p <= 0 || p > 65535 {
-			return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: bad port %q", u, portStr)
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %s: bad port %q", shownURL(u), portStr)
 		}
 		port = p
 	}
@@ -349,7 +373,10 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 		switch name {
 		case "latch_set_suffix", "lock_set_suffix", "attempts", "timeout", "retry_delay", "op_ids_kept", "durable_delete":
 		default:
-			return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: unknown parameter %q", u, name)
+			if slices.Contains(securityParams, name) {
+				continue
+			}
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %s: unknown parameter %q", shownURL(u), name)
 		}
 	}
 	cfg.LatchSetSuffix = q.Get("latch_set_suffix")
@@ -359,7 +386,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	case "true":
 		cfg.DurableDelete = true
 	default:
-		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: durable_delete %q is not true or false", u, v)
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %s: durable_delete %q is not true or false", shownURL(u), v)
 	}
 	for _, p := range []struct {
 		name string
@@ -368,7 +395,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 		if v := q.Get(p.name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n <= 0 {
-				return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: %s %q is not a positive integer", u, p.name, v)
+				return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %s: %s %q is not a positive integer", shownURL(u), p.name, v)
 			}
 			*p.dst = n
 		}
@@ -380,7 +407,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 		if v := q.Get(p.name); v != "" {
 			d, err := time.ParseDuration(v)
 			if err != nil || d <= 0 {
-				return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %v: %s %q is not a positive duration", u, p.name, v)
+				return nil, driver.Errorf(dcsync.InvalidArgument, op, "URL %s: %s %q is not a positive duration", shownURL(u), p.name, v)
 			}
 			*p.dst = d
 		}
@@ -389,17 +416,25 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	if _, err := newStore(nil, false, cfg); err != nil {
 		return nil, err
 	}
+	sec, err := parseSecurity(op, u)
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
 	if err := ctx.Err(); err != nil {
-		return nil, driver.Errorf(dcsync.Connection, op, "dial %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), err)
+		return nil, driver.Errorf(dcsync.Connection, op, "dial %s: %w", addr, err)
 	}
 	policy := as.NewClientPolicy()
 	policy.Timeout = 5 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
 		policy.Timeout = max(min(policy.Timeout, time.Until(dl)), time.Millisecond)
 	}
-	client, aerr := as.NewClientWithPolicy(policy, host, port)
+	// The login (if any) is bounded by the open timeout too.
+	policy.LoginTimeout = policy.Timeout
+	sec.apply(policy)
+	client, aerr := as.NewClientWithPolicyAndHost(policy, sec.host(host, port))
 	if aerr != nil {
-		return nil, driver.Errorf(dcsync.Connection, op, "dial %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), aerr)
+		return nil, sec.dialError(op, addr, aerr)
 	}
 	if err := checkNamespace(op, client, cfg.Namespace); err != nil {
 		client.Close()
@@ -704,6 +739,9 @@ func (s *Store) serverError(op string, err error) error {
 			return driver.Errorf(dcsync.TableCreation, op,
 				"namespace %q refuses writes with a TTL: set nsup-period > 0 or allow-ttl-without-nsup in its configuration (result code %d, %v): %w",
 				s.cfg.Namespace, int(rc), rc, err)
+		case slices.Contains(authCodes, rc):
+			// The session expired and a new login failed, or the user lacks the role.
+			return driver.Errorf(dcsync.Unauthenticated, op, "the server refused the client (result code %d, %v): %w", int(rc), rc, err)
 		case transient(err):
 			return driver.Errorf(dcsync.Connection, op, "result code %d (%v): %w", int(rc), rc, err)
 		}

@@ -121,16 +121,35 @@ func applied(id opID) *as.Expression {
 		as.ExpGreaterEq(as.ExpListGetByIndex(as.ListReturnTypeValue, as.ExpTypeINT, as.ExpIntVal(1), entry), as.ExpIntVal(id.seq)))
 }
 
+// inRange is true when adding delta to bin stays in the int64 range: the server wraps
+// an integer add that leaves it, so an update refuses it instead.
+func inRange(bin string, delta int64) *as.Expression {
+	switch {
+	case delta > 0:
+		return as.ExpLessEq(as.ExpIntBin(bin), as.ExpIntVal(math.MaxInt64-delta))
+	case delta < 0:
+		return as.ExpGreaterEq(as.ExpIntBin(bin), as.ExpIntVal(math.MinInt64-delta))
+	}
+	return as.ExpBoolVal(true)
+}
+
 // ---- write ops ----
+
+// The constant parts of recordOp: the policies (read only) and the entry's head, a list
+// of the server's time, packed once.
+var (
+	defaultListPolicy = as.DefaultListPolicy()
+	defaultMapPolicy  = as.DefaultMapPolicy()
+	opEntryHeadExp    = prepack(as.ExpListAppend(as.DefaultListPolicy(), serverNow(), as.ExpListVal()))
+)
 
 // recordOp sets id's writer's entry in OpsBin to [server ms, sequence number], and
 // keeps the Config.OpIDsKept entries written last (by rank: the server's time, then the
 // number). An entry is forgotten only after OpIDsKept other writers updated the record
 // since; no client clock is involved.
 func (s *Store) recordOp(id opID) *as.Operation {
-	lp := as.DefaultListPolicy()
-	entry := as.ExpListAppend(lp, as.ExpIntVal(id.seq), as.ExpListAppend(lp, serverNow(), as.ExpListVal()))
-	put := as.ExpMapPut(as.DefaultMapPolicy(), as.ExpIntVal(id.writer), entry, opsOrEmptyExp)
+	entry := as.ExpListAppend(defaultListPolicy, as.ExpIntVal(id.seq), opEntryHeadExp)
+	put := as.ExpMapPut(defaultMapPolicy, as.ExpIntVal(id.writer), entry, opsOrEmptyExp)
 	kept := as.ExpMapRemoveByRankRange(as.MapReturnType.NONE|as.MapReturnType.INVERTED,
 		as.ExpIntVal(-int64(s.cfg.OpIDsKept)), put)
 	return as.ExpWriteOp(OpsBin, kept, as.ExpWriteFlagDefault)
@@ -438,26 +457,27 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 
 func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID) (int64, error) {
 	const op = "aerospike.AddLatch"
-	if err := driver.ValidateKey("latch", k); err != nil {
-		return 0, err
+	pk := preparedKey{k: k, delta: delta}
+	var prep preparedUpdate
+	var key *as.Key
+	var err error
+	if k.Level == dcsync.DC {
+		prep, _ = s.prepared.get(pk)
+		key = prep.key // validated when it was prepared
 	}
-	if err := s.checkKey(k); err != nil {
-		return 0, err
-	}
-	key, err := s.latchKey(k)
-	if err != nil {
-		return 0, err
+	if key == nil {
+		if err := driver.ValidateKey("latch", k); err != nil {
+			return 0, err
+		}
+		if err := s.checkKey(k); err != nil {
+			return 0, err
+		}
+		if key, err = s.latchKey(k); err != nil {
+			return 0, err
+		}
 	}
 	bin := layout.AerospikeLatchBin(k.Farm)
 	ident := latchIdentity(k)
-	// The server wraps an integer add that leaves the int64 range: refuse it instead.
-	inRange := as.ExpBoolVal(true)
-	switch {
-	case delta > 0:
-		inRange = as.ExpLessEq(as.ExpIntBin(bin), as.ExpIntVal(math.MaxInt64-delta))
-	case delta < 0:
-		inRange = as.ExpGreaterEq(as.ExpIntBin(bin), as.ExpIntVal(math.MinInt64-delta))
-	}
 	var alive *as.Expression
 	var ops []*as.Operation
 	if k.Level == dcsync.DC {
@@ -465,7 +485,7 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 		// incarnation either: the filter required the one this Store knows.
 		ops = []*as.Operation{s.recordOp(id), as.AddOp(as.NewBin(bin, delta)), as.GetBinOp(bin)}
 	} else {
-		alive = as.ExpAnd(latchAlive(), as.ExpOr(as.ExpNot(cellAlive(k.Farm)), inRange))
+		alive = as.ExpAnd(latchAlive(), as.ExpOr(as.ExpNot(cellAlive(k.Farm)), inRange(bin, delta)))
 		ownEnd := as.ExpCond(as.ExpNot(hasEnds()), as.ExpUnknown(),
 			entryAlive(k.Farm), endsMap(),
 			as.ExpMapPut(as.DefaultMapPolicy(), as.ExpStringVal(k.Farm), latchEnd(), endsMap()))
@@ -497,7 +517,12 @@ func (s *Store) addLatch(ctx context.Context, k dcsync.Key, delta int64, id opID
 		}
 		var filter *as.Expression
 		if k.Level == dcsync.DC {
-			filter = as.ExpAnd(identityOK(ident), dcUpdateAlive(k.Farm, bin, end), inRange, as.ExpNot(applied(id)))
+			if prep.key == nil || prep.end != end {
+				prep = preparedUpdate{key: key, end: end,
+					checks: prepack(as.ExpAnd(identityOK(ident), dcUpdateAlive(k.Farm, bin, end), inRange(bin, delta)))}
+				s.prepared.put(pk, prep)
+			}
+			filter = as.ExpAnd(prep.checks, as.ExpNot(applied(id)))
 		} else {
 			filter = as.ExpAnd(identityOK(ident), alive, as.ExpNot(applied(id)), sameIncarnation(k, end))
 		}

@@ -30,8 +30,14 @@ func TestConformance(t *testing.T) {
 // run's tables (TestMain calls it first).
 func conformanceChildMain() {
 	drivertest.ChildMain(func(ctx context.Context) (driver.Store, error) {
-		s, err := OpenURL(ctx, &url.URL{Scheme: "hbase", Host: os.Getenv(envZK),
-			RawQuery: url.Values{"lock_table": {os.Getenv(envLockTable)}, "latch_table_suffix": {os.Getenv(envLatchSuffix)}}.Encode()})
+		q := url.Values{"lock_table": {os.Getenv(envLockTable)}, "latch_table_suffix": {os.Getenv(envLatchSuffix)}}
+		// The secure conformance run's children add the Kerberos parameters.
+		if sec, err := url.ParseQuery(os.Getenv(envSecurity)); err == nil {
+			for k, v := range sec {
+				q[k] = v
+			}
+		}
+		s, err := OpenURL(ctx, &url.URL{Scheme: "hbase", Host: os.Getenv(envZK), RawQuery: q.Encode()})
 		if err != nil {
 			return nil, err
 		}

@@ -204,7 +204,8 @@
 // retried by the client (Increments carry a nonce, so a retry reaching the same region
 // server is not applied twice; after a clean region move the new server does not know
 // the nonce, which is why latch updates are compare-and-sets on an op lane and are not
-// resent blindly). A check-and-mutate whose outcome is unknown is
+// resent blindly; an update of a Java-created latch cell, which has no lane, is sent
+// once and reports an unknown outcome as Connection). A check-and-mutate whose outcome is unknown is
 // resolved by reading the row back, and every operation recognises its own earlier
 // attempt in what it reads, also one that reached the server after the read-back: an
 // acquire its owner id, a release the row gone while its lease was live, a create its
@@ -403,6 +404,12 @@ func (s *Store) ready(ctx context.Context, op string, t *lazyTable) error {
 //
 //	hbase://ZKHOST:PORT[,ZKHOST2:PORT...]?lock_table=T&latch_table_suffix=S&queue_table=Q&zk_root=/hbase&open_timeout=5s
 //
+// and, for a secure cluster (docs/secure-clusters.md, docs/stores/hbase.md), Kerberos:
+// principal=NAME@REALM&keytab=/path (or kerberos=true alone: the credential cache,
+// $KRB5CCNAME), ccache=/path, krb5_conf=/path, server_principal=hbase/_HOST@REALM (see
+// Kerberos); TLS: tls=true, tls_ca=/path, tls_cert=/path&tls_key=/path, tls_name=NAME.
+// No secret goes in the URL: user information is refused.
+//
 // where the host part is the ZooKeeper quorum and every query parameter is optional
 // (see Config; zk_root is HBase's root znode, default /hbase; open_timeout bounds
 // reaching the cluster, as Options.OpenTimeout: by default only ctx does, and a quorum
@@ -425,10 +432,20 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	var cfg Config
 	var openTimeout time.Duration
 	rpcCfg := hbaserpc.Config{ZKQuorum: u.Host}
+	if u.User != nil {
+		return nil, driver.Errorf(dcsync.InvalidArgument, op, "user information in %q: HBase takes no user or password in the URL; a Kerberos identity goes in principal= and keytab=/path (docs/secure-clusters.md)", u.Redacted())
+	}
+	var err error
+	if rpcCfg.Kerberos, rpcCfg.TLS, err = parseSecurity(op, u.Query()); err != nil {
+		return nil, err
+	}
 	for k, vs := range u.Query() {
 		v := ""
 		if len(vs) > 0 {
 			v = vs[len(vs)-1]
+		}
+		if securityParams[k] {
+			continue
 		}
 		switch k {
 		case "lock_table":
@@ -446,7 +463,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 			}
 			openTimeout = d
 		default:
-			return nil, driver.Errorf(dcsync.InvalidArgument, op, "unknown parameter %q (want lock_table, latch_table_suffix, queue_table, zk_root, open_timeout)", k)
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "unknown parameter %q (want lock_table, latch_table_suffix, queue_table, zk_root, open_timeout; security: kerberos, principal, keytab, ccache, krb5_conf, server_principal, tls, tls_ca, tls_cert, tls_key, tls_name)", k)
 		}
 	}
 	if err := checkNames(op, strings.Split(u.Host, ","), cfg, func(p string) string {
@@ -517,7 +534,7 @@ func (s *Store) ensureTable(ctx context.Context, op string, spec hbaserpc.TableS
 // tableErr keeps a Connection error (the cluster is unreachable or ctx ended) and makes
 // anything else a TableCreation error.
 func tableErr(op, table, doing string, err error) error {
-	if dcsync.CodeOf(err) == dcsync.Connection {
+	if c := dcsync.CodeOf(err); c == dcsync.Connection || c == dcsync.Unauthenticated {
 		return driver.Wrap(err, dcsync.Connection, op)
 	}
 	return &dcsync.Error{Code: dcsync.TableCreation, Op: op, Msg: doing + " table " + table, Err: err}

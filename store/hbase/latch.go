@@ -357,7 +357,8 @@ func (s *Store) create(ctx context.Context, op string, k dcsync.Key, count int64
 // share) skips the read: one call, the write planned from what the store remembers,
 // checked against the Increment's result (latch_known.go).
 //
-// Every update is also a compare-and-set on an op lane of the store's (latch_op.go):
+// Every update of a cell with a lifetime marker is also a compare-and-set on an op lane
+// of the store's (latch_op.go):
 // every attempt of one AddLatch is conditional on the lane holding what it held before
 // the update and writes the update's own value into it, so the update is applied at
 // most once, whichever region server an attempt reaches, also after a clean region
@@ -371,6 +372,11 @@ func (s *Store) create(ctx context.Context, op string, k dcsync.Key, count int64
 // in between, and is then included), never an estimate. An update whose outcome stays
 // unknown (the row unreadable, or opResendWindow passed) fails with Connection: it may
 // have been applied.
+//
+// An update of a cell without a lifetime marker (a latch a Java client created) goes
+// without a lane, so that no dcsync cell outlives the Java latch (latch_op.go, "No
+// lane"): it is sent once, applied at most once, and when its outcome is unknown
+// AddLatch fails with Connection (it may have been applied) instead of resending it.
 func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64, error) {
 	const op = "hbase.AddLatch"
 	if err := driver.CheckLatch(k, 0); err != nil {
@@ -457,6 +463,12 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 		if !ok {
 			return 0, notFound() // the latch has ended, by the server's clock
 		}
+		if w.endsMs == 0 && o.doubted {
+			// An earlier attempt went through the lane, in doubt, and the update
+			// would now go without it (see latch_op.go, "No lane"): the lane could
+			// no longer tell whether it was applied.
+			return 0, driver.Errorf(dcsync.Connection, op, "latch %s: the update's outcome is unknown (it may have been applied): the latch's lifetime marker is gone", k)
+		}
 		cond, muts := o.guard(w.cond, w.muts, w.endsMs, w.lower)
 		o.sending()
 		var res, after []hbaserpc.Cell
@@ -470,6 +482,11 @@ func (s *Store) AddLatch(ctx context.Context, k dcsync.Key, delta int64) (int64,
 				return 0, o.fail(op, k, err)
 			}
 			o.doubted = true
+			if !o.laned {
+				// No lane (a cell a Java client created): nothing tells whether it
+				// was applied, and a resend could apply it twice.
+				return 0, o.fail(op, k, err)
+			}
 			s.log.Debug("hbase: latch update in doubt; reading the row for its op lane", "key", k.String(), "try", try, "err", err)
 			continue
 		}
@@ -587,6 +604,10 @@ func (s *Store) takeBack(ctx context.Context, op string, k dcsync.Key, row []byt
 		}
 		if err != nil {
 			o.doubted = true
+			if !o.laned {
+				s.log.Warn("hbase: taking back an update that overflowed: outcome unknown", "key", k.String(), "delta", delta, "err", err)
+				return o.fail(op, k, err)
+			}
 		}
 		cells, rerr := s.db.Get(ctx, s.latchTable, row, hbaserpc.Column{Family: famLatch})
 		if rerr != nil {
@@ -635,7 +656,10 @@ func (r latchView) update(k dcsync.Key, delta int64, now int64) (w latchWrite, o
 	case hasOwn:
 		w.cond = hbaserpc.IfPresent(famLatch, q)
 	default: // a Java XDC latch updated from a farm without a cell
-		w.cond = hbaserpc.IfPresent(famLatch, layout.HBaseLatchQualifier(sortedFarms(r.counts)[0]))
+		// Also "no cell of ours yet", which the plan assumes, and which makes the
+		// condition read the column the Increment changes: the client does not resend
+		// an attempt of unknown outcome (no lane here: latch_op.go).
+		w.cond = hbaserpc.IfAll(hbaserpc.IfPresent(famLatch, layout.HBaseLatchQualifier(sortedFarms(r.counts)[0])), hbaserpc.IfAbsent(famLatch, q))
 	}
 	inc := &hbaserpc.Increment{Deltas: []hbaserpc.Delta{{Family: famLatch, Qualifier: q, Amount: delta}}}
 	w.muts, w.lower = []hbaserpc.Mutation{inc}, now

@@ -40,23 +40,32 @@ import (
 // of every cell of the family (HBaseLatchStorage.java:128-134), which reads the first
 // 8 bytes of a longer value. dcsync's reads skip lanes.
 //
-// A lane lives as long as the latch (its TTL ends with the latch's; after that the
-// lifetime condition refuses every attempt anyway), or, on a cell without a lifetime
-// marker (a latch a Java client created), opLaneTTL after its last update. A lane that
-// does not hold what the store left there (it expired, or a delete of the latch took it)
-// is given up, and the update goes on in a new lane: the attempts sent through the old
-// one cannot be applied any more (they need the value the lane has lost, which is
-// unique). An update whose outcome stays unknown gives its lane up too. A store keeps
-// up to maxLanesPerCell free lanes per cell, so a cell holds about one lane per store
-// that updates it (more while one store updates it concurrently), whatever the number
-// of updates.
+// A lane lives as long as the latch: its TTL ends with the latch's lifetime marker
+// (after that the marker condition refuses every attempt anyway), at most the update's
+// own latency later, as the count cell version the same call writes. A lane that does
+// not hold what the store left there (it expired, or a delete of the latch took it) is
+// given up, and the update goes on in a new lane: the attempts sent through the old one
+// cannot be applied any more (they need the value the lane has lost, which is unique).
+// An update whose outcome stays unknown gives its lane up too. A store keeps up to
+// maxLanesPerCell free lanes per cell, so a cell holds about one lane per store that
+// updates it (more while one store updates it concurrently), whatever the number of
+// updates.
+//
+// No lane on a cell without a lifetime marker (a latch a Java client created, whose end
+// dcsync cannot know: its cells carry their TTL forward from each update): a lane there
+// would have to outlive the latch's cells (a lane that ended first would let a late
+// attempt through), and the row would then outlive the latch, so that a Java XDC read,
+// which sums every cell of the row, would read the expired latch as 0 instead of
+// missing. Such an update is sent once, conditional on the count cell it updates (its
+// condition reads the column it increments, so the client never resends it either,
+// hbaserpc.Client.CheckAndMutate): applied at most once, and when its outcome is
+// unknown (the reply lost) AddLatch reports Connection, outcome unknown, instead of
+// resending (TestLatchJavaCellInDoubt).
 
 const (
 	// opLanePrefix starts the qualifier of an op lane. It never starts with "count_"
 	// (no Java DC read meets one) nor with markerPrefix.
 	opLanePrefix = "dcsync_op:"
-	// opLaneTTL is the TTL of a lane of a cell without a lifetime marker.
-	opLaneTTL = 10 * time.Minute
 	// opResendWindow is how long after an update's first attempt the store may still
 	// send another; after it, an update whose outcome is unknown reports so.
 	opResendWindow = 2 * time.Minute
@@ -78,6 +87,7 @@ type latchOp struct {
 	lane    *opLane
 	first   time.Time // when its first attempt was sent (zero: none was)
 	doubted bool      // an attempt's outcome was unknown: it may still land
+	laned   bool      // the last attempt planned (guard) writes the lane
 }
 
 // newLatchOp starts an update of cell (row, q), in a free lane of the store's.
@@ -92,14 +102,17 @@ func isOpLane(q []byte) bool { return bytes.HasPrefix(q, []byte(opLanePrefix)) }
 
 // guard returns the write of one attempt of op: base (the update's own condition) and
 // "op's lane holds what it held before"; muts, then the Put of op's value into the
-// lane. The lane's TTL ends with the latch when endsMs (its end; 0 when unknown) is
-// known, lower being a lower bound of the version HBase stamps the Put with; else it
-// is opLaneTTL.
+// lane, whose TTL ends with the latch at endsMs, lower being a lower bound of the
+// version HBase stamps the Put with. When the latch's end is unknown (endsMs 0: a cell
+// without a lifetime marker) the attempt goes without the lane: base and muts as they
+// are (see "No lane" above); base must then read a column muts change, so that the
+// client does not resend it when its outcome is unknown.
 func (op *latchOp) guard(base hbaserpc.Condition, muts []hbaserpc.Mutation, endsMs, lower int64) (hbaserpc.Condition, []hbaserpc.Mutation) {
-	ttl := opLaneTTL
-	if endsMs > 0 {
-		ttl = max(time.Duration(endsMs-lower)*time.Millisecond, time.Millisecond)
+	op.laned = endsMs > 0
+	if !op.laned {
+		return base, muts
 	}
+	ttl := max(time.Duration(endsMs-lower)*time.Millisecond, time.Millisecond)
 	out := append(muts[:len(muts):len(muts)], &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famLatch, Qualifier: op.lane.qual, Value: op.val}}, TTL: ttl})
 	lane := hbaserpc.IfAbsent(famLatch, op.lane.qual)
 	if op.lane.prev != nil {
@@ -140,12 +153,15 @@ func (s *Store) recheck(op *latchOp, r latchView) {
 	op.lane = s.latchMem.newLane()
 }
 
-// end gives op's lane back to the store, moved on to op's value when applied; a lane
-// of an update whose outcome is unknown is given up.
+// end gives op's lane back to the store, moved on to op's value when applied through
+// it; a lane of an update whose outcome is unknown is given up.
 func (s *Store) end(op *latchOp, applied bool) {
 	switch {
-	case applied:
+	case applied && op.laned:
 		op.lane.prev = op.val
+	case applied:
+		// Applied without the lane (a cell without a lifetime marker): the lane holds
+		// what it held.
 	case op.doubted:
 		return
 	}

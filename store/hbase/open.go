@@ -2,6 +2,7 @@ package hbase
 
 import (
 	"context"
+	"crypto/tls"
 	"log/slog"
 	"net"
 	"slices"
@@ -51,9 +52,17 @@ type Options struct {
 	BackoffBase time.Duration
 	// BackoffMax caps the backoff between attempts. Default 2s.
 	BackoffMax time.Duration
-	// User is the user name the connection presents (SIMPLE authentication; Kerberos
-	// is not supported). Default: the OS user, or "dcsync".
+	// User is the user name the connection presents with simple authentication (no
+	// Kerberos). Default: the OS user, or "dcsync".
 	User string
+	// Kerberos, when set, authenticates to a Kerberized cluster (SASL GSSAPI); a
+	// cluster that refuses the credentials fails Open or the first call with
+	// Unauthenticated. See Kerberos.
+	Kerberos *Kerberos
+	// TLS, when set, speaks TLS to the region servers and the master (HBase 2.6's
+	// native TLS): ServerName "" checks each server's advertised host name. An
+	// untrusted certificate is Unauthenticated. ZooKeeper is reached without TLS.
+	TLS *tls.Config
 
 	// Logger receives the store's in-doubt outcomes and the client's debug logs
 	// (ZooKeeper's included). Default: discarded.
@@ -104,6 +113,8 @@ func Open(ctx context.Context, opts Options) (*Store, error) {
 		BackoffMax:  opts.BackoffMax,
 		Logger:      opts.Logger,
 		User:        opts.User,
+		Kerberos:    opts.Kerberos.rpc(),
+		TLS:         opts.TLS,
 	})
 	if err != nil {
 		return nil, err
@@ -142,6 +153,9 @@ func dialWithin(ctx context.Context, op string, within time.Duration, cfg hbaser
 	client, err := hbaserpc.Dial(dctx, cfg)
 	if err == nil {
 		return client, nil
+	}
+	if c := dcsync.CodeOf(err); c == dcsync.Unauthenticated || c == dcsync.InvalidArgument {
+		return nil, driver.Wrap(err, c, op)
 	}
 	if ctx.Err() == nil && dctx.Err() != nil || dcsync.CodeOf(err) == dcsync.RetriesExhausted {
 		tried, _ := probeQuorum(ctx, cfg.ZKQuorum, dialTimeout)

@@ -420,7 +420,9 @@ func randToken() uint64 {
 }
 
 // CreateQueue creates the queue (and the queue table on first use). It returns
-// AlreadyExists, changing nothing, when a queue of that name exists.
+// AlreadyExists, changing nothing, when a queue of that name exists. A Delete of the
+// name cut short (its deletion mark in the spec cell) is finished first: the queue
+// starts empty.
 func (s *Store) CreateQueue(ctx context.Context, spec driver.QueueSpec) error {
 	const op = "hbase.CreateQueue"
 	if err := driver.ValidateQueueSpec(spec); err != nil {
@@ -460,6 +462,13 @@ func (s *Store) CreateQueue(ctx context.Context, spec driver.QueueSpec) error {
 		if found {
 			return driver.Errorf(dcsync.AlreadyExists, op, "queue %q exists", spec.Name)
 		}
+		// A Delete of the name cut short left its deletion mark: finish it, so that
+		// the queue starts empty, and create again.
+		if done, derr := s.finishDelete(ctx, db, table, spec.Name); derr != nil {
+			return derr
+		} else if done && try < maxTries {
+			continue
+		}
 		if err == nil {
 			return driver.Errorf(dcsync.Internal, op, "queue %q: create refused but no spec found", spec.Name)
 		}
@@ -481,15 +490,12 @@ func (s *Store) readSpecRaw(ctx context.Context, db queueOps, table, name string
 		return specDoc{}, nil, 0, false, wrap(err, op)
 	}
 	v, ts, ok := cellValue(cells, qualSpec)
-	if !ok {
-		return specDoc{}, nil, 0, false, nil
+	if !ok || isDeleting(v) {
+		return specDoc{}, nil, 0, false, nil // none, or a queue being deleted (DeleteQueue)
 	}
-	var d specDoc
-	if err := json.Unmarshal(v, &d); err != nil {
-		return specDoc{}, nil, 0, false, driver.Errorf(dcsync.Internal, op, "queue %q: bad spec: %v", name, err)
-	}
-	if d.Name != name {
-		return specDoc{}, nil, 0, false, driver.Errorf(dcsync.Internal, op, "spec row of queue %q holds queue %q", name, d.Name)
+	d, err := decodeSpec(op, name, v)
+	if err != nil {
+		return specDoc{}, nil, 0, false, err
 	}
 	return d, v, ts, true, nil
 }

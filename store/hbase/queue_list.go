@@ -28,8 +28,8 @@ func (s *Store) ListQueues(ctx context.Context) ([]driver.QueueSpec, error) {
 	scan := hbaserpc.Scan{Columns: []hbaserpc.Column{{Family: famQueue, Qualifier: qualSpec}}}
 	err = db.ScanFunc(ctx, table, scan, func(row hbaserpc.Row) error {
 		v, ts, ok := cellValue(row.Cells, qualSpec)
-		if !ok {
-			return nil
+		if !ok || isDeleting(v) {
+			return nil // a queue being deleted (DeleteQueue) is not listed
 		}
 		var d specDoc
 		if err := json.Unmarshal(v, &d); err != nil {

@@ -29,7 +29,7 @@ func (s *Store) RefreshLocks(ctx context.Context, reqs []driver.LockRefresh) ([]
 	if len(reqs) == 0 {
 		return out, nil
 	}
-	err := s.write(ctx, op, func(tx *sql.Tx) error {
+	err := s.writeUrgent(ctx, op, func(tx *sql.Tx) error {
 		clear(out) // a try that failed busy is run again
 		stmt, err := tx.PrepareContext(ctx, refreshSQL)
 		if err != nil {
@@ -124,8 +124,10 @@ func (s *Store) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire) ([]
 	err := s.write(ctx, op, func(tx *sql.Tx) error {
 		clear(out) // a try that failed busy is run again
 		now := s.now()
+		stmts := newTxStmts(tx)
+		defer stmts.Close()
 		for i, r := range reqs {
-			st, err := acquireTx(ctx, tx, r.Key, r.Owner, r.TTL, now)
+			st, err := acquireTx(ctx, stmts, r.Key, r.Owner, r.TTL, now)
 			var de *dcsync.Error
 			switch {
 			case err == nil:
@@ -162,8 +164,10 @@ func (s *Store) ReleaseLocks(ctx context.Context, reqs []driver.LockRelease) ([]
 	err := s.write(ctx, op, func(tx *sql.Tx) error {
 		clear(out)
 		now := s.now()
+		stmts := newTxStmts(tx)
+		defer stmts.Close()
 		for i, r := range reqs {
-			err := releaseTx(ctx, tx, r.Key, r.Owner, now)
+			err := releaseTx(ctx, stmts, r.Key, r.Owner, now)
 			var de *dcsync.Error
 			switch {
 			case err == nil:

@@ -34,8 +34,10 @@ func (s *Store) ClaimQueuePartitions(ctx context.Context, name, group string, cl
 		if err != nil {
 			return err
 		}
+		stmts := newTxStmts(tx)
+		defer stmts.Close()
 		for i, c := range claims {
-			off, _, err := s.readOffset(ctx, tx, m.id, group, c.P)
+			off, _, err := s.readOffset(ctx, stmts, m.id, group, c.P)
 			if err != nil {
 				return err
 			}
@@ -45,7 +47,7 @@ func (s *Store) ClaimQueuePartitions(ctx context.Context, name, group string, cl
 				continue
 			}
 			if c.Token > off.Token {
-				if _, err := tx.ExecContext(ctx, `INSERT INTO dcsync_queue_offsets (q, g, p, token, next, attempts, held, version, marks)
+				if _, err := stmts.ExecContext(ctx, `INSERT INTO dcsync_queue_offsets (q, g, p, token, next, attempts, held, version, marks)
 					VALUES (?, ?, ?, ?, 0, 0, 0, 0, x'') ON CONFLICT (q, g, p) DO UPDATE SET token = excluded.token WHERE token < excluded.token`,
 					m.id, group, c.P, int64(c.Token)); err != nil {
 					return err

@@ -89,9 +89,9 @@ type Store struct {
 	busy     time.Duration
 	readOnly bool
 
-	wsem      chan struct{} // one writer of this process at a time; waiting honours ctx
-	lastSweep time.Time     // guarded by wsem
-	queues    queueState    // queue tables' cached ids (queue.go)
+	wgate     writeGate  // one writer of this process at a time; waiting honours ctx
+	lastSweep time.Time  // guarded by wgate
+	queues    queueState // queue tables' cached ids (queue.go)
 
 	closeOnce sync.Once
 	done      chan struct{} // closed by Close
@@ -155,7 +155,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	db.SetMaxOpenConns(8)
 	db.SetMaxIdleConns(8)
 	s := &Store{db: db, path: path, now: c.now, busy: c.busy, readOnly: readOnly,
-		wsem: make(chan struct{}, 1), done: make(chan struct{})}
+		done: make(chan struct{})}
 	if err := s.init(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -369,17 +369,26 @@ func (s *Store) retry(ctx context.Context, op string, fn func() error) error {
 // fails. It waits for this process's other writers and for other processes' write
 // locks only while ctx lasts.
 func (s *Store) write(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	return s.writeAs(ctx, op, false, fn)
+}
+
+// writeUrgent is write for a lease renewal: it goes before every writer of this
+// process still waiting that is not urgent (writeGate).
+func (s *Store) writeUrgent(ctx context.Context, op string, fn func(tx *sql.Tx) error) error {
+	return s.writeAs(ctx, op, true, fn)
+}
+
+func (s *Store) writeAs(ctx context.Context, op string, urgent bool, fn func(tx *sql.Tx) error) error {
 	if s.readOnly {
 		return driver.Errorf(dcsync.NotImplemented, op, "%s is opened read-only (this process cannot write the file): writes are refused", s.path)
 	}
-	select {
-	case s.wsem <- struct{}{}:
-	case <-ctx.Done():
+	if !s.wgate.acquire(ctx.Done(), s.done, urgent) {
+		if isClosed(s.done) {
+			return s.closedErr(op)
+		}
 		return s.ctxErr(ctx, op, nil)
-	case <-s.done:
-		return s.closedErr(op)
 	}
-	defer func() { <-s.wsem }()
+	defer s.wgate.release()
 	return s.retry(ctx, op, func() error {
 		tx, err := s.db.BeginTx(ctx, nil)
 		if err != nil {
@@ -458,7 +467,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 // acquireTx takes k for owner in tx at now if it is free: the next fencing token and
 // the lock row. A held lock gets its holder's state and LockUnavailable, written
 // nothing; any other error is the database's.
-func acquireTx(ctx context.Context, tx *sql.Tx, k dcsync.Key, owner string, ttl time.Duration, now time.Time) (driver.LockState, error) {
+func acquireTx(ctx context.Context, tx txQuerier, k dcsync.Key, owner string, ttl time.Duration, now time.Time) (driver.LockState, error) {
 	held, ok, err := liveLock(ctx, tx, k, now)
 	if err != nil {
 		return driver.LockState{}, err
@@ -487,7 +496,7 @@ func (s *Store) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return driver.LockState{}, err
 	}
 	var st driver.LockState
-	err := s.write(ctx, "sqlite.RefreshLock", func(tx *sql.Tx) error {
+	err := s.writeUrgent(ctx, "sqlite.RefreshLock", func(tx *sql.Tx) error {
 		now := s.now()
 		var err error
 		st, err = refreshed(tx.QueryRowContext(ctx, refreshSQL, refreshArgs(k, owner, ttl, now)...), k, owner, ttl, now)
@@ -527,7 +536,7 @@ func (s *Store) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) err
 }
 
 // releaseTx frees k in tx at now if owner holds it; LockLost, writing nothing, if not.
-func releaseTx(ctx context.Context, tx *sql.Tx, k dcsync.Key, owner string, now time.Time) error {
+func releaseTx(ctx context.Context, tx txQuerier, k dcsync.Key, owner string, now time.Time) error {
 	res, err := tx.ExecContext(ctx, `DELETE FROM dcsync_locks WHERE `+lockWhere+` AND owner = ? AND expires_ms > ?`,
 		append(lockArgs(k), owner, now.UnixMilli())...)
 	if err != nil {

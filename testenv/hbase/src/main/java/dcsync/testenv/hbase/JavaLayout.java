@@ -134,6 +134,7 @@ public final class JavaLayout {
     conf.setInt("hbase.client.operation.timeout", 120_000);
     conf.setInt("hbase.rpc.timeout", 60_000);
     conf.setInt("zookeeper.recovery.retry", 3);
+    SecureCheck.clientSecurity(conf);
     return conf;
   }
 

@@ -195,6 +195,8 @@ public final class Main {
    *   as.latch.getOrCreate   ns setSuffix client latch farm ttl          DistributedLatchFactory.getOrCreate..
    *   as.latch.countDown / as.latch.countUp  ns setSuffix client latch farm ttl
    *   as.latch.count         ns setSuffix client latch farm level        AerospikeLatchStorage.getCount
+   *   hbase.bench / as.bench what n warmup and the fields of the lock or latch op: n timed
+   *                          iterations of the library's operation in the JVM ({@link Bench})
    * </pre>
    *
    * Inspection, NOT library operations: raw.hbase.row (table, key | rowHex: every cell, all
@@ -270,6 +272,10 @@ public final class Main {
       case "as.latch.count":
         return latchAero(r).getCount(str(r, "client"), level(r), str(r, "farm"),
             str(r, "latch"));
+      case "hbase.bench":
+        return hbaseBench(r);
+      case "as.bench":
+        return aeroBench(r);
       case "raw.hbase.rowkey":
         return Bytes.toHex(OneByteSimpleHash.distributedKey(str(r, "key")));
       case "raw.hbase.row":
@@ -278,6 +284,61 @@ public final class Main {
         return rawRecord(r);
       default:
         throw new IllegalArgumentException("unknown op " + op);
+    }
+  }
+
+  private static int benchN(JsonObject r, String name, long def) {
+    long n = num(r, name, def);
+    if (n < 0 || n > 1_000_000) {
+      throw new IllegalArgumentException(name + " must be in [0, 1000000], got " + n);
+    }
+    return (int) n;
+  }
+
+  /** hbase.bench: what = lock (table level farm client lock ttl), countdown, count. */
+  private Object hbaseBench(JsonObject r) throws Exception {
+    int n = benchN(r, "n", 500);
+    int warmup = benchN(r, "warmup", 0);
+    switch (str(r, "what")) {
+      case "lock":
+        return Bench.run(Bench.lock(new Dlm(hbaseLockStore(r)), str(r, "client"), str(r, "farm"),
+            str(r, "lock"), level(r), Duration.ofSeconds(num(r, "ttl"))), n, warmup);
+      case "countdown": {
+        LatchHBaseStorage l = latchHBase(r);
+        String c = str(r, "client"), f = str(r, "farm"), id = str(r, "latch");
+        return Bench.run(() -> l.decrementCount(c, f, id), n, warmup);
+      }
+      case "count": {
+        LatchHBaseStorage l = latchHBase(r);
+        String c = str(r, "client"), lv = level(r), f = str(r, "farm"), id = str(r, "latch");
+        return Bench.run(() -> l.getCount(c, lv, f, id), n, warmup);
+      }
+      default:
+        throw new IllegalArgumentException("hbase.bench: unknown what " + str(r, "what"));
+    }
+  }
+
+  /** as.bench: what = lock (ns setSuffix level farm client lock ttl), countdown, count. */
+  private Object aeroBench(JsonObject r) throws Exception {
+    int n = benchN(r, "n", 500);
+    int warmup = benchN(r, "warmup", 0);
+    switch (str(r, "what")) {
+      case "lock":
+        return Bench.run(Bench.lock(new Dlm(aeroLockStore(r)), str(r, "client"), str(r, "farm"),
+            str(r, "lock"), level(r), Duration.ofSeconds(num(r, "ttl"))), n, warmup);
+      case "countdown": {
+        LatchAerospikeStorage l = latchAero(r);
+        String c = str(r, "client"), f = str(r, "farm"), id = str(r, "latch");
+        int ttl = (int) num(r, "ttl");
+        return Bench.run(() -> l.decrementCount(c, f, id, ttl), n, warmup);
+      }
+      case "count": {
+        LatchAerospikeStorage l = latchAero(r);
+        String c = str(r, "client"), lv = level(r), f = str(r, "farm"), id = str(r, "latch");
+        return Bench.run(() -> l.getCount(c, lv, f, id), n, warmup);
+      }
+      default:
+        throw new IllegalArgumentException("as.bench: unknown what " + str(r, "what"));
     }
   }
 
