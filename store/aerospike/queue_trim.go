@@ -266,7 +266,8 @@ func (s *Store) bumpTrimGuards(ctx context.Context, op, name string, partitions 
 		wp.Expiration = as.TTLDontUpdate // head records never expire
 		recs[p] = as.NewBatchWrite(wp, s.headKey(name, p), as.AddOp(as.NewBin(qbGuard, 1)))
 	}
-	return s.runBatch(ctx, op, true, recs, nil, types.KEY_NOT_FOUND_ERROR)
+	// One command per node (bounded by bytes only; halved if the server refuses).
+	return s.runBatchUpTo(ctx, op, true, recs, 0, func(int) int { return 64 }, types.KEY_NOT_FOUND_ERROR)
 }
 
 // pinRewind records that group's offset in p moves back to off.Next by the write off,
