@@ -537,7 +537,10 @@ func (s *Store) ReadQueueSpec(ctx context.Context, name string) (driver.QueueSpe
 // AddQueueGroup implements driver.QueueStore: the spec record is read and written back
 // with the group appended, expecting the generation read (a concurrent change makes it
 // read again). The write carries a writer id, by which a retry after an in-doubt try
-// that was applied recognises its own group.
+// that was applied recognises its own group. Then it increments the trim guard tg of
+// every shared partition's head record (see "Trims against added groups" in
+// queue_trim.go); an error may leave the group added, and the call made again
+// (AlreadyExists) increments them again.
 func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.QueueSpec, error) {
 	const op = "aerospike.AddQueueGroup"
 	if err := checkQueueName(name); err != nil {
@@ -558,6 +561,12 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.Q
 				return driver.QueueSpec{}, err
 			}
 			if rec != nil {
+				// Incremented again here too, so that whichever call returns (this
+				// one, or one whose increment failed) no trim passes the group (see
+				// "Trims against added groups" in queue_trim.go).
+				if err := s.bumpTrimGuards(ctx, op, name, spec.Partitions); err != nil {
+					return driver.QueueSpec{}, err
+				}
 				if ow, _ := intOf(rec.Bins[qbWriter]); ow == w {
 					return spec, nil // our in-doubt try was applied
 				}
@@ -582,6 +591,11 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.Q
 			return driver.QueueSpec{}, err
 		}
 		if code == types.OK {
+			// Then the trim guards: a trim that read the spec before this write has
+			// its raise refused (see "Trims against added groups").
+			if err := s.bumpTrimGuards(ctx, op, name, spec.Partitions); err != nil {
+				return driver.QueueSpec{}, err
+			}
 			spec.Groups = groups
 			return spec, nil
 		}

@@ -35,6 +35,23 @@ package aerospike
 // trim). So the floor never passes a rewound offset, and the batch deletes below the
 // floor can land at any time. A pin whose rewind died before its write stays until the
 // group's offset is written again, and holds trims back at its Next until then.
+//
+// # Trims against added groups
+//
+// The groups a trim waits for come from the spec record, which the raise's filter (on
+// the head record) cannot read. So AddQueueGroup, after its write of the spec,
+// increments tg in the head record of every shared partition (a batch write, one
+// command per node), and a trim reads the spec twice: with the head record (for the
+// groups), and again in the batch of the offsets, which starts after the head read
+// returned; it starts over when the second read shows more groups. A group G the trim
+// left out was then added after the second read, so after the head read, and G's
+// increment of tg comes after that: the raise (filtered on the tg of the head read)
+// lands before the increment or not at all, also when it is an attempt sent again that
+// lands late. Hence once AddQueueGroup returns, no trim raises the floor past the new
+// group's offset (0): the group's consumers start at the oldest event still stored
+// when it returned. (A raise that lands between the spec write and the increment
+// passes 0: it is ordered before the add, which is done only when the increment is.)
+// The private partition of a group needs no increment: only that group reads it.
 
 import (
 	"context"
@@ -166,22 +183,32 @@ func (s *Store) raiseFloor(ctx context.Context, op, name string, p int, below ui
 				groups = append(groups, gr)
 			}
 		}
+		// The offsets, and the spec again: this read of the spec comes after the head
+		// read, so a group it lacks was added after the head read, and its
+		// AddQueueGroup's increment of tg refuses this raise (see "Trims against added
+		// groups").
+		orecs := make([]as.BatchRecordIfc, len(groups), len(groups)+1)
+		for i, gr := range groups {
+			orecs[i] = as.NewBatchRead(nil, s.offsetKey(name, gr, p), offsetBins)
+		}
+		orecs = append(orecs, as.NewBatchRead(nil, s.specKey(name), nil))
+		if err := s.runBatch(ctx, op, false, orecs, nil, types.KEY_NOT_FOUND_ERROR); err != nil {
+			return g, err
+		}
+		again := orecs[len(groups)].BatchRec().Record
+		if again == nil {
+			return g, driver.Errorf(dcsync.NotFound, op, "queue %q does not exist", name)
+		}
+		if len(specOf(name, again.Bins).Groups) != len(spec.Groups) {
+			continue // a group was added meanwhile: read again
+		}
 		offs := map[string]driver.QueueOffset{}
-		if len(groups) > 0 {
-			orecs := make([]as.BatchRecordIfc, len(groups))
-			for i, gr := range groups {
-				orecs[i] = as.NewBatchRead(nil, s.offsetKey(name, gr, p), offsetBins)
+		for i, gr := range groups {
+			var off driver.QueueOffset
+			if br := orecs[i].BatchRec(); br.ResultCode == types.OK && br.Record != nil {
+				off = offsetOf(br.Record.Bins)
 			}
-			if err := s.runBatch(ctx, op, false, orecs, nil, types.KEY_NOT_FOUND_ERROR); err != nil {
-				return g, err
-			}
-			for i, gr := range groups {
-				var off driver.QueueOffset
-				if br := orecs[i].BatchRec(); br.ResultCode == types.OK && br.Record != nil {
-					off = offsetOf(br.Record.Bins)
-				}
-				offs[gr] = off
-			}
+			offs[gr] = off
 		}
 		if err := queueHook(name, "trim-offsets-read"); err != nil {
 			return g, err
@@ -223,6 +250,24 @@ func (s *Store) raiseFloor(ctx context.Context, op, name string, p int, below ui
 		// Refused (or a retried try found the first one applied): read again (the
 		// loop ends once the floor is up to what the offsets allow).
 	}
+}
+
+// bumpTrimGuards increments tg in the head records of partitions 0..partitions-1 of
+// queue name (those every group reads), in one batch write (a command per node): a
+// trim whose head read came before has its raise filtered out and reads the spec
+// again (see "Trims against added groups"). A head record that is gone (the queue
+// deleted meanwhile) is not created (update only). An increment applied twice (a
+// retry after an in-doubt try) only refuses a trim more: tg only ever grows.
+func (s *Store) bumpTrimGuards(ctx context.Context, op, name string, partitions int) error {
+	recs := make([]as.BatchRecordIfc, partitions)
+	for p := range recs {
+		wp := as.NewBatchWritePolicy()
+		wp.RecordExistsAction = as.UPDATE_ONLY
+		wp.Expiration = as.TTLDontUpdate // head records never expire
+		recs[p] = as.NewBatchWrite(wp, s.headKey(name, p), as.AddOp(as.NewBin(qbGuard, 1)))
+	}
+	// One command per node (bounded by bytes only; halved if the server refuses).
+	return s.runBatchUpTo(ctx, op, true, recs, 0, func(int) int { return 64 }, types.KEY_NOT_FOUND_ERROR)
 }
 
 // pinRewind records that group's offset in p moves back to off.Next by the write off,

@@ -553,7 +553,11 @@ func (s *Store) knownSpec(ctx context.Context, db queueOps, table, op, name stri
 	return spec, nil
 }
 
-// AddQueueGroup appends group to the queue's groups (check-and-set of the spec).
+// AddQueueGroup appends group to the queue's groups (check-and-set of the spec), then
+// increments the trim guard q:r of every shared partition's head row (one MultiMutate;
+// see "Trims against added groups" in queue_trim.go). It returns only once both are
+// done; an error may leave the group added, and the call made again (AlreadyExists)
+// bumps the guards again.
 func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.QueueSpec, error) {
 	const op = "hbase.AddQueueGroup"
 	if err := driver.ValidateID("queue", name); err != nil {
@@ -579,6 +583,12 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.Q
 		spec := d.spec(ts)
 		for _, g := range d.Groups {
 			if g == group {
+				// Bumped again here too, so that whichever call returns (this one, or
+				// one whose bump failed) no trim passes the group (see "Trims against
+				// added groups").
+				if err := bumpTrimGuards(ctx, db, table, op, name, d.Partitions); err != nil {
+					return driver.QueueSpec{}, err
+				}
 				if doubt != nil {
 					return spec, nil // our in-doubt write (or a concurrent add of the same group)
 				}
@@ -605,6 +615,11 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.Q
 			continue
 		}
 		if ok {
+			// Then the trim guards: a trim that read the spec before this write is
+			// refused (see "Trims against added groups").
+			if err := bumpTrimGuards(ctx, db, table, op, name, nd.Partitions); err != nil {
+				return driver.QueueSpec{}, err
+			}
 			out := nd.spec(0)
 			s.rememberSpec(out)
 			return out, nil

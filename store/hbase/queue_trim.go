@@ -36,6 +36,23 @@ package hbase
 // marks) below the Floor can land at any time. A pin whose rewind died before its
 // offset write stays until the group's offset is written again (by any owner), and
 // holds trims back at its Next until then.
+//
+// # Trims against added groups
+//
+// The groups a trim waits for come from the spec row, which the raise's
+// check-and-mutate (on the head row) cannot condition on. So AddQueueGroup, after its
+// write of the spec, increments q:r in the head row of every shared partition (one
+// MultiMutate), and a trim reads the spec twice: with the head row (for the groups),
+// and again with the offsets, a read that starts after the head read returned; it
+// starts over when the second read shows more groups. A group G the trim left out was
+// then added after the second read, so after the head read, and G's bump of q:r
+// comes after that: the raise (conditioned on the q:r of the head read) lands before
+// the bump or not at all, also when it is an attempt sent again that lands late.
+// Hence once AddQueueGroup returns, no trim raises the Floor past the new group's
+// offset (0): the group's consumers start at the oldest event still stored when it
+// returned. (A raise that lands between the spec write and the bump passes 0: it is
+// ordered before the add, which is done only when the bump is.) The private
+// partition of a group needs no bump: only that group reads it.
 
 import (
 	"context"
@@ -180,20 +197,30 @@ func (s *Store) raiseFloor(ctx context.Context, db queueOps, table, op, name str
 				groups = append(groups, gr)
 			}
 		}
-		gets := make([]hbaserpc.Get, len(groups))
+		// The offsets, and the spec again: this read of the spec comes after the head
+		// read, so a group it lacks was added after the head read, and its
+		// AddQueueGroup's bump of q:r refuses this raise (see "Trims against added
+		// groups").
+		gets := make([]hbaserpc.Get, len(groups), len(groups)+1)
 		for i, gr := range groups {
 			gets[i] = hbaserpc.Get{Row: offsetRow(name, gr, p), Columns: []hbaserpc.Column{offsetColumn}}
 		}
+		gets = append(gets, hbaserpc.Get{Row: specRow(name), Columns: []hbaserpc.Column{{Family: famQueue, Qualifier: qualSpec}}})
+		orows, err := db.MultiGet(ctx, table, gets)
+		if err != nil {
+			return g, wrap(err, op)
+		}
+		again, err := decodeSpecCell(op, name, orows[len(groups)])
+		if err != nil {
+			return g, err
+		}
+		if len(again.Groups) != len(spec.Groups) {
+			continue // a group was added meanwhile: read again
+		}
 		offs := map[string]driver.QueueOffset{}
-		if len(gets) > 0 {
-			orows, err := db.MultiGet(ctx, table, gets)
-			if err != nil {
-				return g, wrap(err, op)
-			}
-			for i, cells := range orows {
-				if offs[groups[i]], _, err = offsetOf(op, cells); err != nil {
-					return g, err
-				}
+		for i, cells := range orows[:len(groups)] {
+			if offs[groups[i]], _, err = offsetOf(op, cells); err != nil {
+				return g, err
 			}
 		}
 		floor := below
@@ -227,10 +254,37 @@ func (s *Store) raiseFloor(ctx context.Context, db queueOps, table, op, name str
 	}
 }
 
-// decodeSpecCell decodes the spec row's cells (NotFound when there is none).
+// bumpTrimGuards increments q:r in the head rows of partitions 0..partitions-1 of
+// queue name (those every group reads), in one MultiMutate (a Multi RPC per region
+// server): a trim whose head read came before is refused and reads the spec again
+// (see "Trims against added groups"). A head row that is gone (the queue deleted
+// meanwhile) is left alone: each Increment is conditioned on its q:h. The Increments
+// are nonce'd: one sent again after a lost reply is not applied twice, and one
+// applied twice would only refuse a trim more (q:r only ever grows).
+func bumpTrimGuards(ctx context.Context, db queueOps, table, op, name string, partitions int) error {
+	acts := make([]hbaserpc.Action, partitions)
+	present := hbaserpc.IfPresent(famQueue, qualHead)
+	for p := range acts {
+		acts[p] = hbaserpc.Action{Cond: &present, Mutation: &hbaserpc.Increment{Row: headRow(name, p),
+			Deltas: []hbaserpc.Delta{{Family: famQueue, Qualifier: qualGuard, Amount: 1}}}}
+	}
+	res, err := db.MultiMutate(ctx, table, acts)
+	if err != nil {
+		return wrap(err, op)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			return wrap(r.Err, op)
+		}
+	}
+	return nil
+}
+
+// decodeSpecCell decodes the spec row's cells (NotFound when there is none, or when
+// it holds a deletion mark: the queue reads as deleted, see isDeleting).
 func decodeSpecCell(op, name string, cells []hbaserpc.Cell) (driver.QueueSpec, error) {
 	v, ts, ok := cellValue(cells, qualSpec)
-	if !ok {
+	if !ok || isDeleting(v) {
 		return driver.QueueSpec{}, driver.Errorf(dcsync.NotFound, op, "queue %q not found", name)
 	}
 	var d specDoc
