@@ -160,7 +160,11 @@ type QueueStore interface {
 	ReadQueueSpec(ctx context.Context, name string) (QueueSpec, error)
 	// AddQueueGroup appends group to the queue's groups and returns the new spec; it
 	// returns AlreadyExists (and the spec) when the group exists, NotFound when the
-	// queue does not, InvalidArgument beyond MaxQueueGroups.
+	// queue does not, InvalidArgument beyond MaxQueueGroups. Once it has returned
+	// (nil or AlreadyExists), no TrimQueue raises a shared partition's floor above the
+	// new group's offset (0 until it commits), including a trim that read the spec
+	// before the group was added and whose floor write lands late (conformance:
+	// stores' TestTrim*AGroupAdded* / TestReviewTrimHeldBackByAGroupAddedMeanwhile).
 	AddQueueGroup(ctx context.Context, name, group string) (QueueSpec, error)
 	// AppendQueue appends events; events of one partition get consecutive sequence
 	// numbers in the order given. Result i belongs to events[i]. On success every
