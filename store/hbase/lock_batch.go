@@ -32,18 +32,12 @@ func (s *Store) RefreshLocks(ctx context.Context, reqs []driver.LockRefresh) ([]
 			return nil, err
 		}
 	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
 	out := make([]driver.LockResult, len(reqs))
-	if len(reqs) == 0 {
+	if start, err := s.startLockBatch(ctx, op, len(reqs)); err != nil || !start {
+		if err != nil {
+			return nil, err
+		}
 		return out, nil
-	}
-	if err := s.ready(ctx, op, &s.locks); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, driver.Wrap(err, dcsync.Connection, op)
 	}
 	var actions []hbaserpc.Action
 	var idx []int // request of each action
@@ -105,18 +99,12 @@ func (s *Store) InspectLocks(ctx context.Context, keys []dcsync.Key) ([]driver.L
 			return nil, err
 		}
 	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
 	out := make([]driver.LockResult, len(keys))
-	if len(keys) == 0 {
+	if start, err := s.startLockBatch(ctx, op, len(keys)); err != nil || !start {
+		if err != nil {
+			return nil, err
+		}
 		return out, nil
-	}
-	if err := s.ready(ctx, op, &s.locks); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, driver.Wrap(err, dcsync.Connection, op)
 	}
 	var rows [][]hbaserpc.Cell
 	var err error
@@ -148,4 +136,24 @@ func (s *Store) InspectLocks(ctx context.Context, keys []dcsync.Key) ([]driver.L
 		}
 	}
 	return out, nil
+}
+
+// startLockBatch is the start every batched lock operation (RefreshLocks, InspectLocks,
+// AcquireLocks, ReleaseLocks) shares once its requests are valid: the store open, then,
+// for n > 0 requests, the lock table ready and the context live. It reports whether
+// there is anything to send (false with a nil error: n == 0, nothing to do).
+func (s *Store) startLockBatch(ctx context.Context, op string, n int) (bool, error) {
+	if err := s.check(op); err != nil {
+		return false, err
+	}
+	if n == 0 {
+		return false, nil
+	}
+	if err := s.ready(ctx, op, &s.locks); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, driver.Wrap(err, dcsync.Connection, op)
+	}
+	return true, nil
 }

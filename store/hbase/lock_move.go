@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/layout"
@@ -40,18 +39,12 @@ func (s *Store) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire) ([]
 			return nil, err
 		}
 	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
 	out := make([]driver.LockResult, len(reqs))
-	if len(reqs) == 0 {
+	if start, err := s.startLockBatch(ctx, op, len(reqs)); err != nil || !start {
+		if err != nil {
+			return nil, err
+		}
 		return out, nil
-	}
-	if err := s.ready(ctx, op, &s.locks); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, driver.Wrap(err, dcsync.Connection, op)
 	}
 	_, rawOK := s.db.(rawGetOps)
 	raw := rawOK && s.maskedCheck()
@@ -235,18 +228,12 @@ func (s *Store) ReleaseLocks(ctx context.Context, reqs []driver.LockRelease) ([]
 			return nil, err
 		}
 	}
-	if err := s.check(op); err != nil {
-		return nil, err
-	}
 	out := make([]driver.LockResult, len(reqs))
-	if len(reqs) == 0 {
+	if start, err := s.startLockBatch(ctx, op, len(reqs)); err != nil || !start {
+		if err != nil {
+			return nil, err
+		}
 		return out, nil
-	}
-	if err := s.ready(ctx, op, &s.locks); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, driver.Wrap(err, dcsync.Connection, op)
 	}
 	alone := make([]bool, len(reqs))
 	seen := make(map[string]bool, len(reqs))
