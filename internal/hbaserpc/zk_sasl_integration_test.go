@@ -65,6 +65,7 @@ func TestZKSASLIntegration(t *testing.T) {
 
 	t.Run("no zk sasl", func(t *testing.T) {
 		cfg := env.config(t)
+		cfg.Kerberos.ZooKeeper = false
 		dctx, dcancel := context.WithTimeout(ctx, time.Minute)
 		defer dcancel()
 		c, err := Dial(dctx, cfg)
