@@ -80,3 +80,24 @@ func TestSecureZKSASL(t *testing.T) {
 		refused(t, q)
 	})
 }
+
+// TestParseZKSASL: zk_sasl=true turns Kerberos on for ZooKeeper too, with
+// zk_server_principal; a value other than true or false, or zk_sasl=true with
+// kerberos=false, is InvalidArgument.
+func TestParseZKSASL(t *testing.T) {
+	k, _, err := parseSecurity("test", url.Values{"zk_sasl": {"true"}, "zk_server_principal": {"zookeeper/zk1"}})
+	if err != nil || k == nil || !k.ZooKeeper || k.ZKServicePrincipal != "zookeeper/zk1" {
+		t.Fatalf("zk_sasl=true: %+v, %v; want Kerberos with ZooKeeper and its principal", k, err)
+	}
+	if k, _, err := parseSecurity("test", url.Values{"principal": {"a@R"}, "keytab": {"/k"}}); err != nil || k == nil || k.ZooKeeper {
+		t.Fatalf("Kerberos without zk_sasl: %+v, %v; want ZooKeeper unauthenticated", k, err)
+	}
+	for _, q := range []url.Values{
+		{"zk_sasl": {"yes"}},
+		{"zk_sasl": {"true"}, "kerberos": {"false"}},
+	} {
+		if _, _, err := parseSecurity("test", q); dcsync.CodeOf(err) != dcsync.InvalidArgument {
+			t.Errorf("%v: %v; want InvalidArgument", q, err)
+		}
+	}
+}
