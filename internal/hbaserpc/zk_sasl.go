@@ -98,7 +98,7 @@ func (c *Client) zkSASLGetFrom(ctx context.Context, addr, path string) ([]byte, 
 	if err := s.connect(); err != nil {
 		return nil, err
 	}
-	spn, err := c.zkServicePrincipal(addr)
+	spn, err := c.zkServicePrincipal(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +115,7 @@ func (c *Client) zkSASLGetFrom(ctx context.Context, addr, path string) ([]byte, 
 // configured pattern (default zookeeper/_HOST), _HOST replaced by the server's host
 // name in lower case, an IP address first resolved to its name as ZooKeeper's Java
 // client does (zookeeper.sasl.client.canonicalize.hostname).
-func (c *Client) zkServicePrincipal(addr string) (string, error) {
+func (c *Client) zkServicePrincipal(ctx context.Context, addr string) (string, error) {
 	pattern := defaultZKServicePrincipal
 	if k := c.cfg.Kerberos; k != nil && k.ZKServicePrincipal != "" {
 		pattern = k.ZKServicePrincipal
@@ -132,7 +132,7 @@ func (c *Client) zkServicePrincipal(addr string) (string, error) {
 		host = addr
 	}
 	if net.ParseIP(host) != nil {
-		if names, err := net.LookupAddr(host); err == nil && len(names) > 0 {
+		if names, err := net.DefaultResolver.LookupAddr(ctx, host); err == nil && len(names) > 0 {
 			host = strings.TrimSuffix(names[0], ".")
 		}
 	}

@@ -116,8 +116,8 @@ hb_health() {
     while [[ ! -s "$HB_RUN/secure.env" ]] && ((i++ < ${1:-0})); do sleep 1; done
     [[ -s "$HB_RUN/secure.env" ]] || { echo "health: no $HB_RUN/secure.env" >&2; return 1; }
     (set -a; source "$HB_RUN/secure.env"; set +a
-      # ZooKeeper with SASL: the health check's ZooKeeper session logs in as the client.
-      [[ "${DCSYNC_HBASE_ZK_SASL:-}" == 1 ]] && HB_JDK_OPTS+=(-Djava.security.auth.login.config="$HB_RUN/jaas-client.conf")
+      # ZooKeeper with SASL (secure.env says so): the health check's session logs in as the client.
+      [[ "${DCSYNC_HBASE_SECURE_ZK_SASL:-}" == 1 ]] && HB_JDK_OPTS+=(-Djava.security.auth.login.config="$HB_RUN/jaas-client.conf")
       hb_java_layout health "$@")
   else
     hb_java_layout health "$@"
