@@ -67,6 +67,13 @@ func TestHBaseKerberosTLS(t *testing.T) {
 		t.Fatal("secure.env names no CA (DCSYNC_HBASE_SECURE_TLS_CA): the cluster runs without TLS")
 	}
 	q.Set("tls_ca", ca)
+	noCredsSays := "Authentication is required"
+	if vars["DCSYNC_HBASE_SECURE_ZK_SASL"] == "1" {
+		// ZooKeeper requires SASL of every client (up-secure with DCSYNC_HBASE_SECURE_ZK_SASL=1).
+		q.Set("zk_sasl", "true")
+		q.Set("zk_server_principal", vars["DCSYNC_HBASE_SECURE_ZK_PRINCIPAL"])
+		noCredsSays = "ZooKeeper"
+	}
 	store := func(q url.Values) string { return "hbase://" + zk + "?" + q.Encode() }
 	c := &cli{t: t, store: store(q)}
 	run := randSuffix()
@@ -120,7 +127,7 @@ func TestHBaseKerberosTLS(t *testing.T) {
 		store string
 		says  string
 	}{
-		{"NoCredentials", store(noCreds), "Authentication is required"},
+		{"NoCredentials", store(noCreds), noCredsSays},
 		{"NoTLS", store(noTLS), "TLS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

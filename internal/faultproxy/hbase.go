@@ -20,7 +20,9 @@ func HBase(t testing.TB, zk string, cfg hbaserpc.Config) (*hbaserpc.Client, *Pro
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	plain, err := hbaserpc.Dial(ctx, hbaserpc.Config{ZKQuorum: zk})
+	// cfg's credentials locate the server too: a ZooKeeper that requires SASL
+	// (Kerberos.ZooKeeper) refuses an unauthenticated session.
+	plain, err := hbaserpc.Dial(ctx, hbaserpc.Config{ZKQuorum: zk, Kerberos: cfg.Kerberos, TLS: cfg.TLS})
 	if err != nil {
 		t.Fatalf("faultproxy: HBase at %s: %v", zk, err)
 	}

@@ -36,7 +36,8 @@ import (
 // hbase.security.authentication=kerberos. Only the "authentication" quality of
 // protection (hbase.rpc.protection) is spoken: a cluster that requires integrity or
 // privacy is refused with a message saying so (TLS, Config.TLS, protects the
-// traffic instead). ZooKeeper is reached without authentication.
+// traffic instead). ZooKeeper is reached without authentication unless ZooKeeper
+// is set.
 type Kerberos struct {
 	// Principal is the client's principal, "name@REALM" or "name" (the default realm
 	// of krb5.conf). Required with Keytab; with the credential cache it defaults to
@@ -58,6 +59,14 @@ type Kerberos struct {
 	// The realm is taken from krb5.conf's domain_realm for the host (else the
 	// client's), whatever the "@REALM" part says.
 	ServicePrincipal string
+	// ZooKeeper, when set, authenticates the ZooKeeper sessions too (SASL GSSAPI, as
+	// ZooKeeper's Java client does with a JAAS "Client" section), for a quorum that
+	// requires SASL of every client. Unset, ZooKeeper is read without authentication.
+	ZooKeeper bool
+	// ZKServicePrincipal is ZooKeeper's principal, "service/host[@REALM]", "_HOST"
+	// standing for the ZooKeeper server's host name in lower case (an IP address in
+	// the quorum is first resolved to its name). Default "zookeeper/_HOST".
+	ZKServicePrincipal string
 }
 
 // krbAuth is a logged-in Kerberos client: the Client's credentials for every
@@ -206,14 +215,44 @@ var krb5OIDHeader = []byte{0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x12, 0x01,
 // server's security-layer offer (a GSS wrap token), and the client's choice,
 // "auth" only. nc's deadlines bound it.
 func (a *krbAuth) handshake(nc net.Conn, addr string) error {
-	spn := a.servicePrincipal(addr)
+	r := bufio.NewReader(nc)
+	step := func(tok []byte, last bool) ([]byte, error) {
+		if err := writeSASLToken(nc, tok); err != nil {
+			return nil, &connError{err: fmt.Errorf("sasl with %s: %w", addr, err)}
+		}
+		if last {
+			return nil, nil
+		}
+		return readSASLReply(r, addr)
+	}
+	if err := a.gssapi(a.servicePrincipal(addr), "HBase", addr, step); err != nil {
+		return err
+	}
+	if r.Buffered() > 0 {
+		return &connError{err: fmt.Errorf("sasl with %s: %d unexpected bytes after the exchange", addr, r.Buffered())}
+	}
+	return nil
+}
+
+// gssapi runs the client side of SASL GSSAPI (RFC 4752) with the service principal
+// spn of the server at addr (what names the service in messages: "HBase",
+// "ZooKeeper"). step sends one client token and returns the server's reply token
+// (none after the last one, last true). Steps: the AP-REQ (mutual authentication
+// asked), the server's AP-REP (checked: the server knows the service key), an empty
+// token, the server's security-layer offer (a GSS wrap token), and the client's
+// choice, "auth" only.
+func (a *krbAuth) gssapi(spn, what, addr string, step func(tok []byte, last bool) ([]byte, error)) error {
 	tkt, key, err := a.cl.GetServiceTicket(spn)
 	if err != nil {
 		var ke krberror.Krberror
 		if errors.As(err, &ke) && ke.RootCause == krberror.NetworkingError {
 			return &connError{err: fmt.Errorf("kerberos: the KDC cannot be reached for a ticket to %s: %w", spn, err)}
 		}
-		return driver.Errorf(dcsync.Unauthenticated, kerberosOp, "no ticket for HBase's principal %s as %s from %s (is server_principal right? has the ticket expired?): %v", spn, a.principal, a.source, err)
+		hint := "server_principal"
+		if what == "ZooKeeper" {
+			hint = "zk_server_principal"
+		}
+		return driver.Errorf(dcsync.Unauthenticated, kerberosOp, "no ticket for %s's principal %s as %s from %s (is %s right? has the ticket expired?): %v", what, spn, a.principal, a.source, hint, err)
 	}
 	auth, err := types.NewAuthenticator(a.cl.Credentials.Domain(), a.cl.Credentials.CName())
 	if err != nil {
@@ -236,11 +275,7 @@ func (a *krbAuth) handshake(nc net.Conn, addr string) error {
 	tok := append(append(append([]byte{}, krb5OIDHeader...), 0x01, 0x00), reqBytes...)
 	tok = asn1tools.AddASNAppTag(tok, 0)
 
-	r := bufio.NewReader(nc)
-	if err := writeSASLToken(nc, tok); err != nil {
-		return &connError{err: fmt.Errorf("sasl with %s: %w", addr, err)}
-	}
-	reply, err := readSASLReply(r, addr)
+	reply, err := step(tok, false)
 	if err != nil {
 		return err
 	}
@@ -268,11 +303,7 @@ func (a *krbAuth) handshake(nc net.Conn, addr string) error {
 	}
 
 	// The security layer: an empty token, then the server's offer.
-	if err := writeSASLToken(nc, nil); err != nil {
-		return &connError{err: fmt.Errorf("sasl with %s: %w", addr, err)}
-	}
-	reply, err = readSASLReply(r, addr)
-	if err != nil {
+	if reply, err = step(nil, false); err != nil {
 		return err
 	}
 	var offer gssapi.WrapToken
@@ -286,6 +317,9 @@ func (a *krbAuth) handshake(nc net.Conn, addr string) error {
 		return driver.Errorf(dcsync.Unauthenticated, kerberosOp, "%s's security layer offer has %d bytes, not 4", addr, len(offer.Payload))
 	}
 	if offer.Payload[0]&qopAuth == 0 {
+		if what != "HBase" {
+			return driver.Errorf(dcsync.Unauthenticated, kerberosOp, "%s %s requires SASL integrity or privacy, which dcsync does not speak", what, addr)
+		}
 		return driver.Errorf(dcsync.Unauthenticated, kerberosOp, "%s requires SASL integrity or privacy (hbase.rpc.protection=integrity or privacy), which dcsync does not speak: set it to authentication and use TLS (tls=true) to protect the traffic", addr)
 	}
 	choice := gssapi.WrapToken{
@@ -308,13 +342,8 @@ func (a *krbAuth) handshake(nc net.Conn, addr string) error {
 	if err != nil {
 		return fmt.Errorf("kerberos: %w", err)
 	}
-	if err := writeSASLToken(nc, cb); err != nil {
-		return &connError{err: fmt.Errorf("sasl with %s: %w", addr, err)}
-	}
-	if r.Buffered() > 0 {
-		return &connError{err: fmt.Errorf("sasl with %s: %d unexpected bytes after the exchange", addr, r.Buffered())}
-	}
-	return nil
+	_, err = step(cb, true)
+	return err
 }
 
 func writeSASLToken(w io.Writer, tok []byte) error {

@@ -23,6 +23,8 @@ import (
 // testenv/hbase/run-secure) holds secure.env, the client's settings.
 type secureEnv struct {
 	zk, krb5Conf, keytab, principal, otherKeytab, serverPrincipal, tlsCA string
+	// zkPrincipal is set when ZooKeeper requires SASL (DCSYNC_HBASE_SECURE_ZK_SASL=1).
+	zkPrincipal string
 }
 
 func loadSecureEnv(t *testing.T) secureEnv {
@@ -58,6 +60,7 @@ func loadSecureEnv(t *testing.T) secureEnv {
 		otherKeytab:     vars["DCSYNC_HBASE_SECURE_OTHER_KEYTAB"],
 		serverPrincipal: vars["DCSYNC_HBASE_SECURE_SERVER_PRINCIPAL"],
 		tlsCA:           vars["DCSYNC_HBASE_SECURE_TLS_CA"],
+		zkPrincipal:     vars["DCSYNC_HBASE_SECURE_ZK_PRINCIPAL"],
 	}
 }
 
@@ -79,7 +82,8 @@ func (e secureEnv) config(t *testing.T) Config {
 }
 
 func (e secureEnv) kerberos() *Kerberos {
-	return &Kerberos{Principal: e.principal, Keytab: e.keytab, Krb5Conf: e.krb5Conf, ServicePrincipal: e.serverPrincipal}
+	return &Kerberos{Principal: e.principal, Keytab: e.keytab, Krb5Conf: e.krb5Conf, ServicePrincipal: e.serverPrincipal,
+		ZooKeeper: e.zkPrincipal != "", ZKServicePrincipal: e.zkPrincipal}
 }
 
 // TestKerberosIntegration: with a keytab the client authenticates with SASL GSSAPI
@@ -112,6 +116,13 @@ func TestKerberosIntegration(t *testing.T) {
 		cfg := env.config(t)
 		cfg.Kerberos = nil
 		c, err := Dial(ctx, cfg)
+		if env.zkPrincipal != "" {
+			// ZooKeeper requires SASL: Dial fails (TestZKSASLIntegration checks how).
+			if !errors.Is(err, dcsync.ErrUnauthenticated) {
+				t.Fatalf("Dial (simple) with ZooKeeper requiring SASL: %v; want Unauthenticated", err)
+			}
+			return
+		}
 		if err != nil {
 			t.Fatalf("Dial (simple): %v", err)
 		}

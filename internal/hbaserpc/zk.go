@@ -9,11 +9,14 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-zookeeper/zk"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc/pb"
 )
 
@@ -29,6 +32,9 @@ func (z zkLogger) Printf(format string, args ...any) {
 // alive between lookups; the lookups are rare (only when a cached location is found
 // stale), and concurrent ones share one session (see Client.serverLocation).
 func (c *Client) zkGet(parent context.Context, path string) ([]byte, error) {
+	if c.cfg.krb != nil && c.cfg.Kerberos.ZooKeeper {
+		return c.zkSASLGet(parent, path)
+	}
 	ctx, cancel := context.WithTimeout(parent, max(c.cfg.DialTimeout, 2*time.Second))
 	defer cancel()
 	dialTimeout := c.cfg.DialTimeout
@@ -60,6 +66,10 @@ func (c *Client) zkGet(parent context.Context, path string) ([]byte, error) {
 	case r := <-ch:
 		if errors.Is(r.err, zk.ErrNoNode) {
 			return nil, &locateError{msg: "znode " + path + " does not exist (is HBase running?)", retry: true}
+		}
+		if r.err != nil && strings.Contains(r.err.Error(), "unknown error: -124") {
+			// SESSIONCLOSEDREQUIRESASLAUTH, which go-zookeeper does not name.
+			return nil, driver.Errorf(dcsync.Unauthenticated, "hbase.zookeeper", "ZooKeeper %s requires SASL (Kerberos) authentication of every client: use Kerberos with zk_sasl=true", c.cfg.ZKQuorum)
 		}
 		if r.err != nil {
 			return nil, &connError{err: fmt.Errorf("zookeeper %s get %s: %w", c.cfg.ZKQuorum, path, r.err)}

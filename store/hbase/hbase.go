@@ -463,7 +463,7 @@ func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 			}
 			openTimeout = d
 		default:
-			return nil, driver.Errorf(dcsync.InvalidArgument, op, "unknown parameter %q (want lock_table, latch_table_suffix, queue_table, zk_root, open_timeout; security: kerberos, principal, keytab, ccache, krb5_conf, server_principal, tls, tls_ca, tls_cert, tls_key, tls_name)", k)
+			return nil, driver.Errorf(dcsync.InvalidArgument, op, "unknown parameter %q (want lock_table, latch_table_suffix, queue_table, zk_root, open_timeout; security: kerberos, principal, keytab, ccache, krb5_conf, server_principal, zk_sasl, zk_server_principal, tls, tls_ca, tls_cert, tls_key, tls_name)", k)
 		}
 	}
 	if err := checkNames(op, strings.Split(u.Host, ","), cfg, func(p string) string {

@@ -79,8 +79,16 @@ func (c secureCluster) query() url.Values {
 	if ca := c.vars["DCSYNC_HBASE_SECURE_TLS_CA"]; ca != "" {
 		q.Set("tls_ca", ca)
 	}
+	if c.zkSASL() {
+		q.Set("zk_sasl", "true")
+		q.Set("zk_server_principal", c.vars["DCSYNC_HBASE_SECURE_ZK_PRINCIPAL"])
+	}
 	return q
 }
+
+// zkSASL reports whether the cluster's ZooKeeper requires SASL of every client
+// (up-secure with DCSYNC_HBASE_SECURE_ZK_SASL=1).
+func (c secureCluster) zkSASL() bool { return c.vars["DCSYNC_HBASE_SECURE_ZK_SASL"] == "1" }
 
 func (c secureCluster) url(q url.Values) *url.URL {
 	return &url.URL{Scheme: "hbase", Host: c.zk, RawQuery: q.Encode()}
@@ -159,6 +167,11 @@ func TestSecureOpenErrors(t *testing.T) {
 			q.Set("tls_ca", ca)
 		}
 		s, err := OpenURL(ctx, c.url(q))
+		if c.zkSASL() {
+			// ZooKeeper refuses the session: Open fails, naming ZooKeeper.
+			check(t, err, dcsync.Unauthenticated, "ZooKeeper")
+			return
+		}
 		if err != nil {
 			t.Fatalf("OpenURL without credentials: %v (ZooKeeper is open: Open succeeds, the first call is refused)", err)
 		}

@@ -15,7 +15,8 @@ import (
 // (docs/stores/hbase.md, "Security"). The quality of protection spoken is
 // "authentication" (hbase.rpc.protection=authentication): the client and the servers
 // prove who they are to each other, and the traffic is protected by TLS (Options.TLS)
-// if at all. ZooKeeper is reached without authentication.
+// if at all. ZooKeeper is reached without authentication unless ZooKeeperSASL is
+// set.
 type Kerberos struct {
 	// Principal is the client's principal, "name@REALM" or "name" (krb5.conf's default
 	// realm). Required with Keytab; with the credential cache it defaults to the
@@ -35,23 +36,35 @@ type Kerberos struct {
 	// "_HOST" standing for each server's host name as HBase advertises it. Default
 	// "hbase/_HOST".
 	ServerPrincipal string
+	// ZooKeeperSASL authenticates the ZooKeeper sessions too (SASL GSSAPI, the
+	// principal above), for a quorum that requires SASL of every client
+	// (zookeeper.sessionRequireClientSASLAuth=true, enforce.auth.schemes=sasl). A
+	// client without it gets Unauthenticated from such a quorum.
+	ZooKeeperSASL bool
+	// ZKServerPrincipal is ZooKeeper's principal, "_HOST" standing for each ZooKeeper
+	// server's host name in lower case (an IP address is resolved to its name first).
+	// Default "zookeeper/_HOST".
+	ZKServerPrincipal string
 }
 
 func (k *Kerberos) rpc() *hbaserpc.Kerberos {
 	if k == nil {
 		return nil
 	}
-	return &hbaserpc.Kerberos{Principal: k.Principal, Keytab: k.Keytab, CCache: k.CCache, Krb5Conf: k.Krb5Conf, ServicePrincipal: k.ServerPrincipal}
+	return &hbaserpc.Kerberos{Principal: k.Principal, Keytab: k.Keytab, CCache: k.CCache, Krb5Conf: k.Krb5Conf, ServicePrincipal: k.ServerPrincipal,
+		ZooKeeper: k.ZooKeeperSASL, ZKServicePrincipal: k.ZKServerPrincipal}
 }
 
 // securityParams are OpenURL's security parameters (docs/secure-clusters.md).
 var securityParams = map[string]bool{
 	"kerberos": true, "principal": true, "keytab": true, "ccache": true, "krb5_conf": true, "server_principal": true,
+	"zk_sasl": true, "zk_server_principal": true,
 	"tls": true, "tls_ca": true, "tls_cert": true, "tls_key": true, "tls_name": true,
 }
 
 // parseSecurity reads the security parameters of q: Kerberos (kerberos=true, or any of
-// principal, keytab, ccache, krb5_conf, server_principal) and TLS (secure.ParseTLS).
+// principal, keytab, ccache, krb5_conf, server_principal, zk_server_principal), with
+// zk_sasl=true the ZooKeeper sessions too, and TLS (secure.ParseTLS).
 func parseSecurity(op string, q url.Values) (*hbaserpc.Kerberos, *tls.Config, error) {
 	get := func(k string) string {
 		if vs := q[k]; len(vs) > 0 {
@@ -60,7 +73,14 @@ func parseSecurity(op string, q url.Values) (*hbaserpc.Kerberos, *tls.Config, er
 		return ""
 	}
 	k := &Kerberos{Principal: get("principal"), Keytab: get("keytab"), CCache: get("ccache"),
-		Krb5Conf: get("krb5_conf"), ServerPrincipal: get("server_principal")}
+		Krb5Conf: get("krb5_conf"), ServerPrincipal: get("server_principal"), ZKServerPrincipal: get("zk_server_principal")}
+	switch v := get("zk_sasl"); v {
+	case "", "false":
+	case "true":
+		k.ZooKeeperSASL = true
+	default:
+		return nil, nil, driver.Errorf(dcsync.InvalidArgument, op, "zk_sasl %q is not true or false", v)
+	}
 	on := *k != Kerberos{}
 	switch v := get("kerberos"); v {
 	case "":

@@ -13,6 +13,12 @@ if [[ "${DCSYNC_HBASE_SECURE:-}" == 1 ]]; then
   export DCSYNC_HBASE_MASTER_PORT="${DCSYNC_HBASE_SECURE_MASTER_PORT:-19000}"
   export DCSYNC_HBASE_RS_PORT="${DCSYNC_HBASE_SECURE_RS_PORT:-19020}"
   export DCSYNC_HBASE_KDC_PORT="${DCSYNC_HBASE_SECURE_KDC_PORT:-19088}"
+  # DCSYNC_HBASE_SECURE_ZK_SASL=1: ZooKeeper requires SASL (Kerberos) of every client.
+  if [[ "${DCSYNC_HBASE_SECURE_ZK_SASL:-}" == 1 ]]; then
+    export DCSYNC_HBASE_ZK_SASL=1
+  else
+    unset DCSYNC_HBASE_ZK_SASL
+  fi
   # TLS on the RPC ports unless DCSYNC_HBASE_SECURE_TLS=0 (material made by hb_make_tls).
   if [[ "${DCSYNC_HBASE_SECURE_TLS:-1}" != 0 ]]; then
     export DCSYNC_HBASE_TLS_DIR="$DCSYNC_HBASE_RUN_DIR/tls"
@@ -109,7 +115,10 @@ hb_health() {
     local i=0
     while [[ ! -s "$HB_RUN/secure.env" ]] && ((i++ < ${1:-0})); do sleep 1; done
     [[ -s "$HB_RUN/secure.env" ]] || { echo "health: no $HB_RUN/secure.env" >&2; return 1; }
-    (set -a; source "$HB_RUN/secure.env"; set +a; hb_java_layout health "$@")
+    (set -a; source "$HB_RUN/secure.env"; set +a
+      # ZooKeeper with SASL (secure.env says so): the health check's session logs in as the client.
+      [[ "${DCSYNC_HBASE_SECURE_ZK_SASL:-}" == 1 ]] && HB_JDK_OPTS+=(-Djava.security.auth.login.config="$HB_RUN/jaas-client.conf")
+      hb_java_layout health "$@")
   else
     hb_java_layout health "$@"
   fi

@@ -31,10 +31,13 @@ import org.apache.hadoop.util.ToolRunner;
  * {@code ca.p12}, the trust store, both with password "changeit": HBase's native TLS on
  * the RPC port).
  *
- * <p>ZooKeeper is left open (no SASL): HBase's znodes get open ACLs because no JAAS
- * "Client" section is configured, and a client reads the meta location without
+ * <p>ZooKeeper is left open (no SASL) by default: HBase's znodes get open ACLs because no
+ * JAAS "Client" section is configured, and a client reads the meta location without
  * authenticating, as in many Kerberized clusters whose ZooKeeper is reachable only from
- * inside.
+ * inside. With DCSYNC_HBASE_ZK_SASL=1 ZooKeeper requires SASL (Kerberos) of every client
+ * session ({@link #zkSasl}): its principal is {@code zookeeper/localhost}
+ * ({@code keytabs/zookeeper.keytab}), and {@code jaas-client.conf} is the JAAS file a Java
+ * client uses (section "Client", the {@code dcsync} principal).
  */
 public final class LocalHBaseSecure {
   private LocalHBaseSecure() {}
@@ -72,14 +75,21 @@ public final class LocalHBaseSecure {
     File serverKeytab = new File(keytabs, "hbase.keytab");
     File clientKeytab = new File(keytabs, "client.keytab");
     File otherKeytab = new File(keytabs, "other.keytab");
-    for (File f : new File[] {serverKeytab, clientKeytab, otherKeytab}) {
+    File zkKeytab = new File(keytabs, "zookeeper.keytab");
+    boolean zkSasl = "1".equals(envOr("DCSYNC_HBASE_ZK_SASL", "0"));
+    for (File f : new File[] {serverKeytab, clientKeytab, otherKeytab, zkKeytab}) {
       Files.deleteIfExists(f.toPath());
     }
     kdc.createPrincipal(serverKeytab, "hbase/localhost");
     kdc.createPrincipal(clientKeytab, "dcsync");
     kdc.createPrincipal(otherKeytab, "other");
+    File[] secrets = {serverKeytab, clientKeytab, otherKeytab};
+    if (zkSasl) {
+      kdc.createPrincipal(zkKeytab, ZK_PRINCIPAL_NAME);
+      secrets = new File[] {serverKeytab, clientKeytab, otherKeytab, zkKeytab};
+    }
     // Keytabs are secrets: dcsync refuses one that others may read (chmod 600).
-    for (File f : new File[] {serverKeytab, clientKeytab, otherKeytab}) {
+    for (File f : secrets) {
       Files.setPosixFilePermissions(f.toPath(), PosixFilePermissions.fromString("rw-------"));
     }
     File krb5 = new File(runDir, "krb5.conf");
@@ -93,6 +103,9 @@ public final class LocalHBaseSecure {
     if (tlsDir != null && !tlsDir.isEmpty()) {
       tls(conf, new File(tlsDir));
     }
+    if (zkSasl) {
+      zkSasl(runDir, serverKeytab, zkKeytab, clientKeytab);
+    }
     UserGroupInformation.setConfiguration(conf);
     UserGroupInformation.loginUserFromKeytab(SERVER_PRINCIPAL, serverKeytab.getAbsolutePath());
 
@@ -103,6 +116,8 @@ public final class LocalHBaseSecure {
             + "DCSYNC_HBASE_SECURE_PRINCIPAL=dcsync@" + REALM + "\n"
             + "DCSYNC_HBASE_SECURE_OTHER_KEYTAB=" + otherKeytab.getAbsolutePath() + "\n"
             + "DCSYNC_HBASE_SECURE_SERVER_PRINCIPAL=" + SERVER_PRINCIPAL + "\n"
+            + (zkSasl ? "DCSYNC_HBASE_SECURE_ZK_PRINCIPAL=" + ZK_PRINCIPAL_NAME + "@" + REALM + "\n"
+                + "DCSYNC_HBASE_SECURE_ZK_SASL=1\n" : "")
             + (tlsDir == null || tlsDir.isEmpty() ? ""
                 : "DCSYNC_HBASE_SECURE_TLS_CA=" + new File(tlsDir, "ca.pem").getAbsolutePath() + "\n"));
     System.err.println("LocalHBaseSecure: KDC " + kdc.getHost() + ":" + kdc.getPort() + " realm " + kdc.getRealm());
@@ -110,6 +125,38 @@ public final class LocalHBaseSecure {
     int rc = ToolRunner.run(conf, new HMasterCommandLine(HMaster.class), new String[] {"start"});
     kdc.stop();
     System.exit(rc);
+  }
+
+  /** ZooKeeper's principal in DCSYNC_HBASE_ZK_SASL mode, without the realm. */
+  static final String ZK_PRINCIPAL_NAME = "zookeeper/localhost";
+
+  /**
+   * ZooKeeper requiring SASL of every client session (ZooKeeper 3.8: the SASL
+   * authentication provider, zookeeper.sessionRequireClientSASLAuth=true, which closes a
+   * session that sends a request before authenticating), Kerberos via JAAS: section
+   * "Server" for the in-process ZooKeeper server (zookeeper/localhost), section "Client"
+   * for HBase's own ZooKeeper sessions (hbase/localhost; HBase then puts SASL ACLs on its
+   * znodes, world-readable for the master and meta locations). Also writes
+   * jaas-client.conf, a client's JAAS file (the dcsync principal), for the health check.
+   */
+  static void zkSasl(File runDir, File serverKeytab, File zkKeytab, File clientKeytab) throws Exception {
+    File jaas = new File(runDir, "jaas.conf");
+    Files.writeString(jaas.toPath(),
+        jaasSection("Server", zkKeytab, ZK_PRINCIPAL_NAME + "@" + REALM)
+            + jaasSection("Client", serverKeytab, SERVER_PRINCIPAL));
+    Files.writeString(new File(runDir, "jaas-client.conf").toPath(),
+        jaasSection("Client", clientKeytab, "dcsync@" + REALM));
+    System.setProperty("java.security.auth.login.config", jaas.getAbsolutePath());
+    System.setProperty("zookeeper.authProvider.1", "org.apache.zookeeper.server.auth.SASLAuthenticationProvider");
+    System.setProperty("zookeeper.sessionRequireClientSASLAuth", "true");
+    System.setProperty("zookeeper.allowSaslFailedClients", "false");
+  }
+
+  static String jaasSection(String name, File keytab, String principal) {
+    return name + " {\n  com.sun.security.auth.module.Krb5LoginModule required\n"
+        + "  useKeyTab=true storeKey=true useTicketCache=false\n"
+        + "  keyTab=\"" + keytab.getAbsolutePath() + "\"\n"
+        + "  principal=\"" + principal + "\";\n};\n";
   }
 
   static String envOr(String name, String def) {
