@@ -404,17 +404,18 @@ func (s *Store) ready(ctx context.Context, op string, t *lazyTable) error {
 //
 //	hbase://ZKHOST:PORT[,ZKHOST2:PORT...]?lock_table=T&latch_table_suffix=S&queue_table=Q&zk_root=/hbase&open_timeout=5s
 //
-// and, for a secure cluster (docs/secure-clusters.md, docs/stores/hbase.md), Kerberos:
-// principal=NAME@REALM&keytab=/path (or kerberos=true alone: the credential cache,
-// $KRB5CCNAME), ccache=/path, krb5_conf=/path, server_principal=hbase/_HOST@REALM (see
-// Kerberos); TLS: tls=true, tls_ca=/path, tls_cert=/path&tls_key=/path, tls_name=NAME.
-// No secret goes in the URL: user information is refused.
-//
 // where the host part is the ZooKeeper quorum and every query parameter is optional
 // (see Config; zk_root is HBase's root znode, default /hbase; open_timeout bounds
 // reaching the cluster, as Options.OpenTimeout: by default only ctx does, and a quorum
 // where no server accepts a connection fails at once). Unknown parameters are an
 // InvalidArgument error.
+//
+// For a secure cluster (docs/secure-clusters.md, docs/stores/hbase.md), Kerberos:
+// principal=NAME@REALM&keytab=/path (or kerberos=true alone: the credential cache,
+// $KRB5CCNAME), ccache=/path, krb5_conf=/path, server_principal=hbase/_HOST@REALM, and
+// for a ZooKeeper that requires SASL zk_sasl=true and zk_server_principal=zookeeper/_HOST
+// (see Kerberos); TLS: tls=true, tls_ca=/path, tls_cert=/path&tls_key=/path, tls_name=NAME.
+// No secret goes in the URL: user information is refused.
 func OpenURL(ctx context.Context, u *url.URL) (*Store, error) {
 	const op = "hbase.OpenURL"
 	if u == nil {
