@@ -168,11 +168,13 @@ func (c *Consumer) write(ctx context.Context, pt *part, kind int) error {
 
 // writeMany writes the offset records of pts (distinct partitions), each as write
 // would (its own snapshot, condition, Version and outcome), and returns each one's
-// error. On a store that commits in SQL transactions (SQLite: driver.QueueTxCommitter
-// and WriteTx) the records go in one transaction, one commit of the file instead of
-// one per partition; on the others the writes run at once, up to `readers` at a time.
-// A record refused with LockLost in the transaction changes nothing of it (the store's
-// conditional UPDATE matched no row) and does not stop the others.
+// error. On a store that writes many offsets in one round trip (driver.QueueCommitter:
+// HBase, Aerospike) the records go in one CommitQueueOffsets call, each with
+// CommitQueueOffset's own outcome; on a store that commits in SQL transactions
+// (SQLite: driver.QueueTxCommitter and WriteTx) in one transaction, one commit of the
+// file instead of one per partition; on the others the writes run at once, up to
+// `readers` at a time. A record refused with LockLost (in the batch or the transaction)
+// changes nothing of it and does not stop the others.
 func (c *Consumer) writeMany(ctx context.Context, pts []*part, kind int) []error {
 	errs := make([]error, len(pts))
 	if len(pts) == 1 {
@@ -205,8 +207,10 @@ func (c *Consumer) writeMany(ctx context.Context, pts []*part, kind int) []error
 	c.mu.Unlock()
 	txc, ok1 := c.q.store.(driver.QueueTxCommitter)
 	txs, ok2 := c.q.store.(txStore)
-	if ok1 && ok2 {
-		c.putTx(ctx, txc, txs, pts, snaps, ok, errs)
+	if bc, ok3 := c.q.store.(driver.QueueCommitter); ok3 {
+		c.putMany(pts, snaps, ok, errs, func(todo []int) { c.putBatch(ctx, bc, pts, snaps, todo, errs) })
+	} else if ok1 && ok2 {
+		c.putMany(pts, snaps, ok, errs, func(todo []int) { c.putTx(ctx, txc, txs, pts, snaps, todo, errs) })
 	} else {
 		parallel(len(pts), func(i int) {
 			if ok[i] {
@@ -222,9 +226,11 @@ func (c *Consumer) writeMany(ctx context.Context, pts []*part, kind int) []error
 	return errs
 }
 
-// putTx is put of several partitions' snapshots (those with ok[i]) in one SQL
-// transaction, with every pts[i].commitMu held; it sets errs[i].
-func (c *Consumer) putTx(ctx context.Context, txc driver.QueueTxCommitter, txs txStore, pts []*part, snaps []snapshot, ok []bool, errs []error) {
+// putMany is put of several partitions' snapshots (those with ok[i]), with every
+// pts[i].commitMu held: it gives each record to write its next Version and calls
+// write once with the records to write (write sets their errs[i]), then applies every
+// outcome and drops the partitions refused with LockLost.
+func (c *Consumer) putMany(pts []*part, snaps []snapshot, ok []bool, errs []error, write func(todo []int)) {
 	var todo []int
 	for i, pt := range pts {
 		switch {
@@ -238,26 +244,7 @@ func (c *Consumer) putTx(ctx context.Context, txc driver.QueueTxCommitter, txs t
 		}
 	}
 	if len(todo) > 0 {
-		res := make([]error, len(pts))
-		err := txs.WriteTx(ctx, func(tx *sql.Tx) error {
-			clear(res) // a busy attempt was rolled back: this one starts afresh
-			for _, i := range todo {
-				err := txc.CommitQueueOffsetTx(ctx, tx, c.name, c.group, pts[i].p, snaps[i].off)
-				if errors.Is(err, dcsync.ErrLockLost) {
-					res[i] = err // refused: nothing of this record was written
-					continue
-				}
-				if err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		for _, i := range todo {
-			if errs[i] = res[i]; err != nil {
-				errs[i] = err
-			}
-		}
+		write(todo)
 	}
 	c.mu.Lock()
 	for i, pt := range pts {
@@ -269,6 +256,51 @@ func (c *Consumer) putTx(ctx context.Context, txc driver.QueueTxCommitter, txs t
 	for i, pt := range pts {
 		if ok[i] && errors.Is(errs[i], dcsync.ErrLockLost) {
 			c.drop(pt)
+		}
+	}
+}
+
+// putTx writes the records todo of putMany in one SQL transaction; it sets errs[i].
+func (c *Consumer) putTx(ctx context.Context, txc driver.QueueTxCommitter, txs txStore, pts []*part, snaps []snapshot, todo []int, errs []error) {
+	res := make([]error, len(pts))
+	err := txs.WriteTx(ctx, func(tx *sql.Tx) error {
+		clear(res) // a busy attempt was rolled back: this one starts afresh
+		for _, i := range todo {
+			err := txc.CommitQueueOffsetTx(ctx, tx, c.name, c.group, pts[i].p, snaps[i].off)
+			if errors.Is(err, dcsync.ErrLockLost) {
+				res[i] = err // refused: nothing of this record was written
+				continue
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, i := range todo {
+		if errs[i] = res[i]; err != nil {
+			errs[i] = err
+		}
+	}
+}
+
+// putBatch writes the records todo of putMany in one CommitQueueOffsets call (one
+// round trip per store node); it sets errs[i]. A failure of the call as a whole
+// (nothing sent, or nothing known of it) is every record's error.
+func (c *Consumer) putBatch(ctx context.Context, bc driver.QueueCommitter, pts []*part, snaps []snapshot, todo []int, errs []error) {
+	commits := make([]driver.QueueCommit, len(todo))
+	for j, i := range todo {
+		commits[j] = driver.QueueCommit{P: pts[i].p, Off: snaps[i].off}
+	}
+	res, err := bc.CommitQueueOffsets(ctx, c.name, c.group, commits)
+	if err == nil && len(res) != len(todo) {
+		err = driver.Errorf(dcsync.Internal, "queue.commit", "the store returned %d results for %d offsets", len(res), len(todo))
+	}
+	for j, i := range todo {
+		if err != nil {
+			errs[i] = err
+		} else {
+			errs[i] = res[j]
 		}
 	}
 }

@@ -112,7 +112,8 @@ func lockKind(name string) string {
 
 // Count wraps s so that every call is counted in counts. The wrapper offers
 // driver.LockBatcher exactly when s does; driver.LockMover and driver.QueueClaimer
-// when s offers them and LockBatcher; and driver.QueueTxCommitter with WriteTx
+// when s offers them and LockBatcher (and driver.QueueCommitter beside them, counted
+// as "CommitQueueOffsets" and "CommitQueueOffsets.keys"); and driver.QueueTxCommitter with WriteTx
 // exactly when s offers both (SQLite: its transactions are counted as "WriteTx", the
 // offset commits within them as "WriteTx.commits"), so that the lock and queue
 // packages make the same calls through it as on s, on every store of this module;
@@ -125,7 +126,10 @@ func Count(s driver.Store, counts *Counts) driver.Store {
 	b, batching := s.(driver.LockBatcher)
 	m, moving := s.(driver.LockMover)
 	q, claiming := s.(driver.QueueClaimer)
+	qc, committing := s.(driver.QueueCommitter)
 	switch {
+	case batching && moving && claiming && committing && !tx:
+		return &countingCommitter{countingMover: &countingMover{countingBatcher: &countingBatcher{counting: c, b: b}, m: m, q: q}, qc: qc}
 	case batching && moving && claiming && tx:
 		return &countingMoverTx{countingMover: &countingMover{countingBatcher: &countingBatcher{counting: c, b: b}, m: m, q: q}, tx: countingTx{txc, txs, counts}}
 	case batching && moving && claiming:
@@ -216,6 +220,18 @@ func (w *countingMover) ClaimQueuePartitions(ctx context.Context, name, group st
 	w.c.add("ClaimQueuePartitions", 1)
 	w.c.add("ClaimQueuePartitions.keys", int64(len(claims)))
 	return w.q.ClaimQueuePartitions(ctx, name, group, claims)
+}
+
+// countingCommitter is countingMover with driver.QueueCommitter (HBase, Aerospike).
+type countingCommitter struct {
+	*countingMover
+	qc driver.QueueCommitter
+}
+
+func (w *countingCommitter) CommitQueueOffsets(ctx context.Context, name, group string, commits []driver.QueueCommit) ([]error, error) {
+	w.c.add("CommitQueueOffsets", 1)
+	w.c.add("CommitQueueOffsets.keys", int64(len(commits)))
+	return w.qc.CommitQueueOffsets(ctx, name, group, commits)
 }
 
 type countingMoverTx struct {

@@ -76,7 +76,8 @@ func reportCalls(b *testing.B, counts *Counts, before Calls, batches int) {
 	for op, n := range d {
 		switch op {
 		case "CommitQueueOffset", "TrimQueue", "ClaimQueuePartition", "AbortQueueSeq",
-			"AcquireLock", "RefreshLock", "ReleaseLock", "RefreshLocks", "WriteTx":
+			"AcquireLock", "RefreshLock", "ReleaseLock", "RefreshLocks", "WriteTx",
+			"CommitQueueOffsets", "ClaimQueuePartitions", "AcquireLocks", "ReleaseLocks":
 			writes += n
 		}
 	}
