@@ -148,6 +148,9 @@ type Consumer struct {
 	view       []int
 	viewSlot   int
 	assigned   map[int]bool
+	// unsettled counts the rounds in a row whose view differed from the round's
+	// before (see settleRounds).
+	unsettled int
 }
 
 // Consumer joins group and returns a consumer that owns its share of the partitions as

@@ -45,6 +45,10 @@ package queue
 //     claimed or freed one at a time there: TestPartitionMovesAreBatched
 //     (internal/queuebench); each outcome the single operation's: suite parts
 //     LockMove and QueueClaims.
+//   - A round whose membership read differs from the round's before takes no
+//     partition, unless settleRounds-1 rounds in a row did (then it takes its share
+//     of what it read): TestJoinerTakesOnceTheMembershipHolds,
+//     TestFlickeringMembershipStillTakes.
 
 import (
 	"context"
@@ -60,6 +64,16 @@ import (
 	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/lock"
 )
+
+// settleRounds bounds how long a consumer waits for its group's membership to hold
+// before it takes partitions: a round whose membership read differs from the round's
+// before takes nothing (releases go on), unless settleRounds-1 rounds in a row did.
+// A group whose members join together (a deploy) then splits the partitions by the
+// whole group, not by the first few members each saw, which would take many
+// partitions only to hand them back a round later (Kafka's consumer groups wait
+// group.initial.rebalance.delay.ms, 3 s by default, for the same reason). A lone
+// joiner pays one poll interval.
+const settleRounds = 3
 
 // lockName names the lock of a member slot ("m") or partition ("p") of the group:
 // the queue's and group's names are length-prefixed, so names never collide.
@@ -168,6 +182,9 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 		c.view, c.viewSlot = occ, slot
 		c.tel.Rebalanced(ctx)
 		waiting = true // a new view: look again soon
+		c.unsettled++
+	} else {
+		c.unsettled = 0
 	}
 	assigned := c.assigned
 	var release []*part
@@ -206,6 +223,12 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 		c.maybeTrim(pt)
 	}
 	slices.Sort(take)
+	if c.unsettled > 0 && c.unsettled < settleRounds {
+		// The membership moved since the last round (members joining): take once it
+		// holds, so that a consumer that saw few members of a group still forming
+		// does not take many partitions only to hand them back (see settleRounds).
+		take = nil
+	}
 	if len(take) > 0 && !c.sameQueue(ctx) {
 		return true, false
 	}
