@@ -274,8 +274,11 @@ func TestPartitionMovesAreBatched(t *testing.T) {
 		}
 	}
 	rounds := calls["InspectLocks/member"]
-	if calls["AcquireLocks"] == 0 || calls["ReleaseLocks"] == 0 || calls["ClaimQueuePartitions"] == 0 {
-		t.Fatalf("no batched acquire, claim or release while %d consumers shared %d partitions: %v", c, p, calls)
+	// Releases: a group forming together may hand nothing over (each member waits for
+	// the membership to hold before it takes: queue's settleRounds);
+	// TestHandOverIsOneBatchedRelease counts them.
+	if calls["AcquireLocks"] == 0 || calls["ClaimQueuePartitions"] == 0 {
+		t.Fatalf("no batched acquire or claim while %d consumers shared %d partitions: %v", c, p, calls)
 	}
 	// The locks taken in batches: at least every partition once.
 	if n := calls["AcquireLocks.keys"] - calls["AcquireLocks/partition.unavailable"]; n < p {
@@ -285,5 +288,61 @@ func TestPartitionMovesAreBatched(t *testing.T) {
 		if n := calls[op]; n > rounds+c {
 			t.Errorf("%d %s calls in %d membership reads, want at most one per read", n, op, rounds)
 		}
+	}
+}
+
+// A consumer handing partitions over to a joiner frees their locks in one batched
+// ReleaseLocks per round, none one at a time: the first consumer owns all 64
+// partitions, a second joins, and the first's calls while it hands 32 over are
+// counted.
+func TestHandOverIsOneBatchedRelease(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := memory.New()
+	defer s.Close()
+	const p = 64
+	opts := []queue.Option{queue.WithLease(10 * time.Second), queue.WithPollInterval(20 * time.Millisecond)}
+	counts := queuebench.NewCounts()
+	q1, err := queue.Create(ctx, queuebench.Count(s, counts), queue.Spec{Name: "handover", Partitions: p, Groups: []string{"g"}}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, err := q1.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close(context.Background())
+	for len(c1.Partitions()) < p {
+		if ctx.Err() != nil {
+			t.Fatal("the first consumer never owned every partition")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	before := counts.Snapshot()
+	q2, err := queue.Open(ctx, s, "handover", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := q2.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close(context.Background())
+	for len(c2.Partitions()) < p/2 || len(c1.Partitions()) > p/2 {
+		if ctx.Err() != nil {
+			t.Fatalf("not balanced: %d and %d partitions", len(c1.Partitions()), len(c2.Partitions()))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	calls := counts.Snapshot().Sub(before)
+	t.Logf("the first consumer's calls while it handed %d partitions over: %v", p/2, calls)
+	if n := calls["ReleaseLock"]; n > 0 {
+		t.Errorf("%d single ReleaseLock calls while handing partitions over, want none", n)
+	}
+	if calls["ReleaseLocks"] == 0 || calls["ReleaseLocks.keys"] < p/2 {
+		t.Errorf("%d ReleaseLocks of %d locks, want at least one, freeing at least %d", calls["ReleaseLocks"], calls["ReleaseLocks.keys"], p/2)
+	}
+	if n, rounds := calls["ReleaseLocks"], calls["InspectLocks/member"]; n > rounds {
+		t.Errorf("%d ReleaseLocks calls in %d membership reads, want at most one per read", n, rounds)
 	}
 }
