@@ -105,6 +105,9 @@ func (k *Kerberos) login() (*krbAuth, error) {
 	if !strings.Contains(service, "/") {
 		return nil, driver.Errorf(dcsync.InvalidArgument, kerberosOp, "server principal %q is not service/host", k.ServicePrincipal)
 	}
+	if zk, _, _ := strings.Cut(k.ZKServicePrincipal, "@"); k.ZooKeeper && zk != "" && !strings.Contains(zk, "/") {
+		return nil, driver.Errorf(dcsync.InvalidArgument, kerberosOp, "ZooKeeper principal %q is not service/host (zk_server_principal)", k.ZKServicePrincipal)
+	}
 	settings := []func(*client.Settings){client.DisablePAFXFAST(true)}
 	a := &krbAuth{service: service}
 	if k.Keytab != "" {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"net"
 	"strings"
 	"time"
@@ -56,11 +57,17 @@ const (
 // bounded by ctx and the dial timeout. A refusal is Unauthenticated naming
 // ZooKeeper; a server that cannot be reached is a connError (retried).
 func (c *Client) zkSASLGet(parent context.Context, path string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(parent, max(c.cfg.DialTimeout, 2*time.Second)+5*time.Second)
-	defer cancel()
+	servers := c.cfg.zkServers()
+	start := 0
+	if len(servers) > 1 {
+		start = mrand.IntN(len(servers))
+	}
 	var last error
-	for _, addr := range c.cfg.zkServers() {
+	for i := range servers {
+		addr := servers[(start+i)%len(servers)]
+		ctx, cancel := context.WithTimeout(parent, max(c.cfg.DialTimeout, 2*time.Second)+5*time.Second)
 		data, err := c.zkSASLGetFrom(ctx, addr, path)
+		cancel()
 		if err == nil {
 			return data, nil
 		}
@@ -102,7 +109,15 @@ func (c *Client) zkSASLGetFrom(ctx context.Context, addr, path string) ([]byte, 
 	if err != nil {
 		return nil, err
 	}
-	step := func(tok []byte, last bool) ([]byte, error) { return s.sasl(tok) }
+	first := true
+	step := func(tok []byte, last bool) ([]byte, error) {
+		reply, err := s.sasl(tok)
+		if err == nil && first && len(reply) == 0 {
+			return nil, driver.Errorf(dcsync.Unauthenticated, kerberosOp, "ZooKeeper %s does not do SASL (it answered the Kerberos token with none): drop zk_sasl, or give the server a SASL login", addr)
+		}
+		first = false
+		return reply, err
+	}
 	if err := c.cfg.krb.gssapi(spn, "ZooKeeper", addr, step); err != nil {
 		return nil, err
 	}
@@ -131,8 +146,14 @@ func (c *Client) zkServicePrincipal(ctx context.Context, addr string) (string, e
 	if err != nil {
 		host = addr
 	}
-	if net.ParseIP(host) != nil {
-		if names, err := net.DefaultResolver.LookupAddr(ctx, host); err == nil && len(names) > 0 {
+	ip := host
+	if net.ParseIP(host) == nil {
+		if addrs, err := net.DefaultResolver.LookupHost(ctx, host); err == nil && len(addrs) > 0 {
+			ip = addrs[0]
+		}
+	}
+	if net.ParseIP(ip) != nil {
+		if names, err := net.DefaultResolver.LookupAddr(ctx, ip); err == nil && len(names) > 0 {
 			host = strings.TrimSuffix(names[0], ".")
 		}
 	}
@@ -205,6 +226,8 @@ func (s *zkSession) getData(path string) ([]byte, error) {
 		return nil, &locateError{msg: "znode " + path + " does not exist (is HBase running?)", retry: true}
 	case errors.As(err, &ze) && (ze == zksErrNoAuth || ze == zksErrAuthFailed || ze == zksErrSessionRequiresSASL):
 		return nil, driver.Errorf(dcsync.Unauthenticated, kerberosOp, "ZooKeeper %s refused to read %s after the Kerberos authentication (code %d: the znode's ACL?)", s.addr, path, int32(ze))
+	case errors.As(err, &ze):
+		return nil, &connError{err: fmt.Errorf("zookeeper %s get %s: %w", s.addr, path, err)}
 	case err != nil:
 		return nil, err
 	}
@@ -266,7 +289,7 @@ func (s *zkSession) call(op int32, body []byte) ([]byte, error) {
 func (s *zkSession) write(b []byte) error {
 	frame := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(b)), uint32(len(b)))
 	if _, err := s.nc.Write(append(frame, b...)); err != nil {
-		return &connError{sent: true, err: fmt.Errorf("zookeeper %s: %w", s.addr, err)}
+		return &connError{err: fmt.Errorf("zookeeper %s: %w", s.addr, err)}
 	}
 	return nil
 }
@@ -274,15 +297,15 @@ func (s *zkSession) write(b []byte) error {
 func (s *zkSession) read() ([]byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(s.r, hdr[:]); err != nil {
-		return nil, &connError{sent: true, err: fmt.Errorf("zookeeper %s: %w", s.addr, err)}
+		return nil, &connError{err: fmt.Errorf("zookeeper %s: %w", s.addr, err)}
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
 	if n > zkMaxFrame {
-		return nil, &connError{sent: true, err: fmt.Errorf("zookeeper %s: frame of %d bytes", s.addr, n)}
+		return nil, &connError{err: fmt.Errorf("zookeeper %s: frame of %d bytes", s.addr, n)}
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(s.r, b); err != nil {
-		return nil, &connError{sent: true, err: fmt.Errorf("zookeeper %s: %w", s.addr, err)}
+		return nil, &connError{err: fmt.Errorf("zookeeper %s: %w", s.addr, err)}
 	}
 	return b, nil
 }
