@@ -134,6 +134,45 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 	if _, err := s.queueDedup(ctx, op, name); err != nil {
 		return err
 	}
+	return s.commitOffset(ctx, op, name, group, p, off, commitSent{code: types.NO_RESPONSE})
+}
+
+// commitSent is what became of a first try of a commit sent before commitOffset (in
+// CommitQueueOffsets' batch): the try's result code (OK, FILTERED_OUT or
+// KEY_NOT_FOUND_ERROR), or NO_RESPONSE when none was sent or it got no outcome; and
+// whether a try may have been applied without an answer saying so (in doubt).
+type commitSent struct {
+	code  types.ResultCode
+	doubt bool
+}
+
+// commitOps are the operations that write off's bins (all but the token).
+func commitOps(off driver.QueueOffset) []*as.Operation {
+	return []*as.Operation{
+		as.PutOp(as.NewBin(qbNext, int64(off.Next))), as.PutOp(as.NewBin(qbAtt, off.Attempts)),
+		as.PutOp(as.NewBin(qbHeld, heldValue(off.Held))), as.PutOp(as.NewBin(qbVer, int64(off.Version))),
+		as.PutOp(as.NewBin(qbMarks, marksValue(off.Marks))),
+	}
+}
+
+// commitFilter is the condition of a commit of off: the stored token is off.Token and
+// the stored version below off.Version and, unless rewind (the rewind is pinned), the
+// stored Next not above off.Next: the state the commit replaces.
+func commitFilter(off driver.QueueOffset, rewind bool) *as.Expression {
+	f := as.ExpAnd(
+		as.ExpEq(as.ExpIntBin(qbToken), as.ExpIntVal(int64(off.Token))),
+		as.ExpLess(binOr0(qbVer), as.ExpIntVal(int64(off.Version))))
+	if !rewind {
+		f = as.ExpAnd(f, as.ExpLessEq(binOr0(qbNext), as.ExpIntVal(int64(off.Next))))
+	}
+	return f
+}
+
+// commitOffset is CommitQueueOffset after its checks, for CommitQueueOffset and for
+// each commit of CommitQueueOffsets: sent is what became of a first try already sent
+// (its outcome is decided on as this function decides on its own try's; with no
+// outcome, the write is sent again, in doubt when sent.doubt says so).
+func (s *Store) commitOffset(ctx context.Context, op, name, group string, p int, off driver.QueueOffset, sent commitSent) error {
 	lost := func(cur driver.QueueOffset) error {
 		return driver.Errorf(dcsync.LockLost, op, "partition %d of queue %q group %q: the stored offset (token %d, version %d) does not take version %d of token %d",
 			p, name, group, cur.Token, cur.Version, off.Version, off.Token)
@@ -142,25 +181,15 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 		return lost(driver.QueueOffset{})
 	}
 	key := s.offsetKey(name, group, p)
-	ops := []*as.Operation{
-		as.PutOp(as.NewBin(qbNext, int64(off.Next))), as.PutOp(as.NewBin(qbAtt, off.Attempts)),
-		as.PutOp(as.NewBin(qbHeld, heldValue(off.Held))), as.PutOp(as.NewBin(qbVer, int64(off.Version))),
-		as.PutOp(as.NewBin(qbMarks, marksValue(off.Marks))),
-	}
-	code, doubt := types.OK, false
-	// write writes off, filtered on the owner's token and a lower version and, unless
-	// rewind (the rewind is pinned), on the stored Next not being above off.Next.
+	ops := commitOps(off)
+	code, doubt := sent.code, sent.doubt
+	// write writes off, filtered on the state it replaces (commitFilter).
 	write := func(rewind bool) error {
 		return s.retry(ctx, op, true, func(a *attempt) error {
 			doubt = doubt || a.inDoubt
 			wp := s.writePolicy(ctx, as.TTLDontUpdate)
 			wp.RecordExistsAction = as.UPDATE_ONLY
-			wp.FilterExpression = as.ExpAnd(
-				as.ExpEq(as.ExpIntBin(qbToken), as.ExpIntVal(int64(off.Token))),
-				as.ExpLess(binOr0(qbVer), as.ExpIntVal(int64(off.Version))))
-			if !rewind {
-				wp.FilterExpression = as.ExpAnd(wp.FilterExpression, as.ExpLessEq(binOr0(qbNext), as.ExpIntVal(int64(off.Next))))
-			}
+			wp.FilterExpression = commitFilter(off, rewind)
 			_, err := s.client.Operate(wp, key, ops...)
 			code = types.OK
 			if rc, ok := resultCode(err); ok && (rc == types.FILTERED_OUT || rc == types.KEY_NOT_FOUND_ERROR) {
@@ -170,8 +199,10 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 		})
 	}
 	for rewind := false; ; rewind = true {
-		if err := write(rewind); err != nil {
-			return err
+		if rewind || code == types.NO_RESPONSE {
+			if err := write(rewind); err != nil {
+				return err
+			}
 		}
 		if code == types.OK {
 			return nil
