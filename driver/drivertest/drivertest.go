@@ -25,6 +25,10 @@
 //	QueueClaims      ClaimQueuePartitions, when the store implements
 //	                 driver.QueueClaimer: each claim's outcome that of the single op
 //	                 in order, a batch failing validation writes nothing
+//	QueueCommits     CommitQueueOffsets, when the store implements
+//	                 driver.QueueCommitter: each commit's outcome that of the single
+//	                 op, rewinds against the Floor, a batch failing validation writes
+//	                 nothing
 //	Queue            the driver.QueueStore contract (Queue/Spec, Queue/Append, ...),
 //	                 package queue on top of it (Queue/Front) and its exactly-once
 //	                 guarantees across owners (Queue/AcrossOwners)
@@ -155,6 +159,14 @@ func Run(t *testing.T, h Harness) {
 			t.Skip("store does not implement driver.QueueClaimer")
 		}
 		runQueueClaims(t, s, b)
+	})
+	t.Run("QueueCommits", func(t *testing.T) {
+		s := h.open(t)
+		b, ok := s.(driver.QueueCommitter)
+		if !ok {
+			t.Skip("store does not implement driver.QueueCommitter")
+		}
+		runQueueCommits(t, h, s, b)
 	})
 	t.Run("Queue", func(t *testing.T) { runQueue(t, h) })
 }
