@@ -1,0 +1,235 @@
+package hbase
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/internal/hbaserpc"
+)
+
+// lateMultis wraps a store's queue calls: the MultiMutate it is armed for is applied
+// and reported in doubt (every action's outcome unknown: its reply lost), or held (not
+// sent, reported in doubt); either way it is kept, to be sent again, or for the first
+// time, by deliver, after whatever the store did meanwhile: a batch's attempt that
+// lands late.
+type lateMultis struct {
+	queueOps
+	mu     sync.Mutex
+	armed  string // "apply" or "hold"; "" passes the calls through
+	kept   []func(context.Context) ([]hbaserpc.ActionResult, error)
+	onHold func() // run when a MultiMutate is held, before its caller sees the error
+}
+
+func (w *lateMultis) arm(mode string, onHold func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.armed, w.onHold = mode, onHold
+}
+
+func (w *lateMultis) MultiMutate(ctx context.Context, table string, acts []hbaserpc.Action) ([]hbaserpc.ActionResult, error) {
+	w.mu.Lock()
+	mode, onHold := w.armed, w.onHold
+	w.armed, w.onHold = "", nil
+	if mode != "" {
+		w.kept = append(w.kept, func(ctx context.Context) ([]hbaserpc.ActionResult, error) {
+			return w.queueOps.MultiMutate(ctx, table, acts)
+		})
+	}
+	w.mu.Unlock()
+	switch mode {
+	case "apply":
+		if _, err := w.queueOps.MultiMutate(ctx, table, acts); err != nil {
+			return nil, err
+		}
+		return lostReplies(len(acts))
+	case "hold":
+		if onHold != nil {
+			onHold()
+		}
+		return lostReplies(len(acts))
+	}
+	return w.queueOps.MultiMutate(ctx, table, acts)
+}
+
+// deliver sends the kept MultiMutates again and returns how many actions applied.
+func (w *lateMultis) deliver(t *testing.T) int {
+	t.Helper()
+	w.mu.Lock()
+	kept := w.kept
+	w.kept = nil
+	w.mu.Unlock()
+	if len(kept) == 0 {
+		t.Fatal("no MultiMutate was kept")
+	}
+	n := 0
+	for _, send := range kept {
+		res, err := send(ctxT(t, time.Minute))
+		must(t, err, "delivering a kept MultiMutate")
+		for _, r := range res {
+			if r.Applied {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// commitsQueue creates a queue of n partitions read by group "g" and has token 7 claim
+// every partition through s (which then knows every offset cell); it returns the
+// queue's name, the partitions and stored, which reads their offsets.
+func commitsQueue(t *testing.T, s *Store, n int) (name string, ps []int, stored func() []driver.QueueOffset) {
+	ctx := ctxT(t, time.Minute)
+	name = qname(t)
+	mustCreate(t, s, driver.QueueSpec{Name: name, Partitions: n, Groups: []string{"g"}})
+	claims := make([]driver.QueueClaim, n)
+	for p := range n {
+		ps = append(ps, p)
+		claims[p] = driver.QueueClaim{P: p, Token: 7}
+	}
+	res, err := s.ClaimQueuePartitions(ctx, name, "g", claims)
+	must(t, err, "ClaimQueuePartitions")
+	for _, r := range res {
+		must(t, r.Err, "claim")
+	}
+	stored = func() []driver.QueueOffset {
+		t.Helper()
+		offs, err := s.ReadQueueOffsets(ctxT(t, time.Minute), name, "g", ps)
+		must(t, err, "ReadQueueOffsets")
+		return offs
+	}
+	return name, ps, stored
+}
+
+// commitsAt is the batch writing off to each of ps.
+func commitsAt(ps []int, off driver.QueueOffset) []driver.QueueCommit {
+	out := make([]driver.QueueCommit, len(ps))
+	for i, p := range ps {
+		out[i] = driver.QueueCommit{P: p, Off: off}
+	}
+	return out
+}
+
+// TestQueueCommitsLandLate (real HBase): a batch's MultiMutate that applied and whose
+// reply was lost leaves each record to CommitQueueOffset's attempts, which find it
+// stored (nil); sent again after the owner's next batch, it changes nothing (each
+// write is conditioned on the cell it replaces, not on the owner's token alone). A
+// MultiMutate held in doubt while another token claims a partition makes that record's
+// outcome unknown (Connection, not LockLost: the claim keeps Next and Version, so
+// nothing stored tells whether the attempt landed first), the others are applied, and
+// the held attempt, delivered after, changes nothing.
+func TestQueueCommitsLandLate(t *testing.T) {
+	s := openQueueStore(t)
+	defer s.Close()
+	ctx := ctxT(t, 2*time.Minute)
+	name, ps, stored := commitsQueue(t, s, 4)
+	w := &lateMultis{queueOps: s.client}
+	s.queue().db = w
+	batch := func(off driver.QueueOffset) []error {
+		t.Helper()
+		res, err := s.CommitQueueOffsets(ctx, name, "g", commitsAt(ps, off))
+		must(t, err, fmt.Sprintf("CommitQueueOffsets %+v", off))
+		return res
+	}
+	all := func(want driver.QueueOffset, what string) {
+		t.Helper()
+		for p, got := range stored() {
+			if got != want {
+				t.Fatalf("%s: partition %d holds %+v, want %+v", what, p, got, want)
+			}
+		}
+	}
+
+	v1 := driver.QueueOffset{Token: 7, Next: 5, Held: true, Version: 1}
+	w.arm("apply", nil)
+	for p, err := range batch(v1) {
+		must(t, err, fmt.Sprintf("partition %d: a batch applied with its reply lost", p))
+	}
+	all(v1, "after the batch v1 applied with its reply lost")
+	v2 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 2}
+	for p, err := range batch(v2) {
+		must(t, err, fmt.Sprintf("partition %d: batch v2", p))
+	}
+	if n := w.deliver(t); n != 0 {
+		t.Errorf("the batch v1 sent again after the batch v2: %d actions applied, want 0", n)
+	}
+	all(v2, "after the batch v1 landed late, after v2 (else Next goes back from 9 to 5)")
+
+	// Held in doubt while token 8 claims partition 1.
+	other := openQueueStore(t)
+	defer other.Close()
+	v3 := driver.QueueOffset{Token: 7, Next: 10, Held: true, Version: 3}
+	w.arm("hold", func() {
+		_, err := other.ClaimQueuePartition(ctx, name, "g", 1, 8)
+		must(t, err, "ClaimQueuePartition 8")
+	})
+	res := batch(v3)
+	wantCode(t, res[1], dcsync.Connection, "a record in doubt whose partition another token then claimed")
+	for _, p := range []int{0, 2, 3} {
+		must(t, res[p], fmt.Sprintf("partition %d beside the record in doubt", p))
+	}
+	if n := w.deliver(t); n != 0 {
+		t.Errorf("the held batch v3 delivered after its records finished: %d actions applied, want 0", n)
+	}
+	want := []driver.QueueOffset{v3, {Token: 8, Next: 9, Held: true, Version: 2}, v3, v3}
+	for p, got := range stored() {
+		if got != want[p] {
+			t.Fatalf("after the held batch v3 landed: partition %d holds %+v, want %+v", p, got, want[p])
+		}
+	}
+}
+
+// TestQueueCommitsOneMulti (real HBase, one region server): CommitQueueOffsets of K
+// partitions whose offset cells the store knows is one store call, one MultiMutate,
+// one Multi RPC; a record whose cell another store changed meanwhile costs one more
+// call (its refused attempt decides on the cell read back and writes again), and is
+// applied; the others are not sent twice.
+func TestQueueCommitsOneMulti(t *testing.T) {
+	s := openQueueStore(t)
+	defer s.Close()
+	const k = 16
+	name, ps, stored := commitsQueue(t, s, k)
+	cnt := countCalls(s)
+	ctx := ctxT(t, 2*time.Minute)
+	for v := uint64(1); v <= 2; v++ {
+		off := driver.QueueOffset{Token: 7, Next: 3 * v, Held: true, Version: v}
+		cnt.take()
+		before := shared(t).Calls()
+		res, err := s.CommitQueueOffsets(ctx, name, "g", commitsAt(ps, off))
+		must(t, err, "CommitQueueOffsets")
+		if got, calls := rpcs(t, before), cnt.take(); sumCalls(calls) != 1 || calls["MultiMutate"] != 1 || got["Multi"] != 1 || len(got) != 1 {
+			t.Errorf("CommitQueueOffsets of %d partitions (version %d): store calls %v, RPCs %v; want one MultiMutate, one Multi RPC", k, v, calls, got)
+		}
+		for p, err := range res {
+			must(t, err, fmt.Sprintf("commit of partition %d", p))
+		}
+		for p, got := range stored() {
+			if got != off {
+				t.Fatalf("partition %d holds %+v, want %+v", p, got, off)
+			}
+		}
+	}
+	other := openQueueStore(t)
+	defer other.Close()
+	behind := driver.QueueOffset{Token: 7, Next: 7, Held: true, Version: 3}
+	must(t, other.CommitQueueOffset(ctx, name, "g", 5, behind), "CommitQueueOffset through another store")
+	off := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 4}
+	cnt.take()
+	res, err := s.CommitQueueOffsets(ctx, name, "g", commitsAt(ps, off))
+	must(t, err, "CommitQueueOffsets")
+	if calls := cnt.take(); sumCalls(calls) != 2 || calls["MultiMutate"] != 1 || calls["CheckAndMutateRead"] != 1 {
+		t.Errorf("CommitQueueOffsets of %d partitions, one changed by another store: store calls %v; want one MultiMutate and one CheckAndMutateRead", k, calls)
+	}
+	for p, err := range res {
+		must(t, err, fmt.Sprintf("commit of partition %d", p))
+	}
+	for p, got := range stored() {
+		if got != off {
+			t.Fatalf("partition %d holds %+v, want %+v", p, got, off)
+		}
+	}
+}
