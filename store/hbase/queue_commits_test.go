@@ -233,3 +233,86 @@ func TestQueueCommitsOneMulti(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkQueueCommits (real HBase) measures the offsets of an Ack spanning K = 16
+// partitions, three ways in one interleaved loop: CommitQueueOffsets (one
+// MultiMutate), K CommitQueueOffset calls at most 8 at once (what the queue's
+// writeMany did without the capability), and the floor: one raw CheckAndMutate of one
+// offset cell. It reports each p50 and the batch's ratios to the others.
+func BenchmarkQueueCommits(b *testing.B) {
+	const k = 16
+	s := openQueueStore(b)
+	defer s.Close()
+	ctx := context.Background()
+	name := qname(b)
+	if err := s.CreateQueue(ctx, driver.QueueSpec{Name: name, Partitions: 2 * k, Groups: []string{"g"}}); err != nil {
+		b.Fatal(err)
+	}
+	claims := make([]driver.QueueClaim, 2*k)
+	for p := range claims {
+		claims[p] = driver.QueueClaim{P: p, Token: 7}
+	}
+	if _, err := s.ClaimQueuePartitions(ctx, name, "g", claims); err != nil {
+		b.Fatal(err)
+	}
+	var batchPs, loopPs []int
+	for p := range k {
+		batchPs, loopPs = append(batchPs, p), append(loopPs, k+p)
+	}
+	raw := []byte("\x7fbench-offset-" + randHex(4))
+	var rawCell []byte
+	cnt := countCalls(s)
+	var version uint64
+	var lb, ll, lr []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		version++
+		off := driver.QueueOffset{Token: 7, Next: version, Held: true, Version: version}
+		t0 := time.Now()
+		res, err := s.CommitQueueOffsets(ctx, name, "g", commitsAt(batchPs, off))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, err := range res {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		t1 := time.Now()
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8)
+		errs := make([]error, k)
+		for j, p := range loopPs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				defer func() { <-sem }()
+				errs[j] = s.CommitQueueOffset(ctx, name, "g", p, off)
+			}()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		t2 := time.Now()
+		next := encodeOffset(off)
+		ok, _, err := s.client.CheckAndMutate(ctx, s.QueueTable(), raw, offsetCond(rawCell), &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualOffset, Value: next}}})
+		if err != nil || !ok {
+			b.Fatalf("raw CheckAndMutate: %v, %v", ok, err)
+		}
+		rawCell = next
+		lb, ll, lr = append(lb, t1.Sub(t0)), append(ll, t2.Sub(t1)), append(lr, time.Since(t2))
+	}
+	b.StopTimer()
+	calls := cnt.take()
+	mb, ml, mr := float64(median(lb)), float64(median(ll)), float64(median(lr))
+	b.ReportMetric(mb, "batch-p50-ns")
+	b.ReportMetric(ml, "loop8-p50-ns")
+	b.ReportMetric(mr, "floor-p50-ns")
+	b.ReportMetric(mb/ml, "batch/loop8")
+	b.ReportMetric(mr/mb, "floor/batch")
+	b.Logf("calls %v over %d rounds (batch + loop)", calls, b.N)
+}
