@@ -13,10 +13,11 @@ import (
 )
 
 // lateMultis wraps a store's queue calls: the MultiMutate it is armed for is applied
-// and reported in doubt (every action's outcome unknown: its reply lost), or held (not
-// sent, reported in doubt); either way it is kept, to be sent again, or for the first
-// time, by deliver, after whatever the store did meanwhile: a batch's attempt that
-// lands late.
+// and reported in doubt (every action's outcome unknown: its reply lost; "apply"), or
+// the whole call in doubt, without results ("apply-call"), or held (not sent, reported
+// in doubt; "hold"); it is kept, to be sent again, or for the first time, by deliver,
+// after whatever the store did meanwhile: a batch's attempt that lands late. Armed
+// "fail", the call is not sent and every action fails without doubt.
 type lateMultis struct {
 	queueOps
 	mu     sync.Mutex
@@ -35,7 +36,7 @@ func (w *lateMultis) MultiMutate(ctx context.Context, table string, acts []hbase
 	w.mu.Lock()
 	mode, onHold := w.armed, w.onHold
 	w.armed, w.onHold = "", nil
-	if mode != "" {
+	if mode != "" && mode != "fail" {
 		w.kept = append(w.kept, func(ctx context.Context) ([]hbaserpc.ActionResult, error) {
 			return w.queueOps.MultiMutate(ctx, table, acts)
 		})
@@ -47,6 +48,18 @@ func (w *lateMultis) MultiMutate(ctx context.Context, table string, acts []hbase
 			return nil, err
 		}
 		return lostReplies(len(acts))
+	case "apply-call":
+		if _, err := w.queueOps.MultiMutate(ctx, table, acts); err != nil {
+			return nil, err
+		}
+		return nil, errLost
+	case "fail":
+		res := make([]hbaserpc.ActionResult, len(acts))
+		err := driver.Errorf(dcsync.RetriesExhausted, "test", "injected: region not serving, attempts ran out")
+		for i := range res {
+			res[i].Err = err
+		}
+		return res, err
 	case "hold":
 		if onHold != nil {
 			onHold()
@@ -117,7 +130,8 @@ func commitsAt(ps []int, off driver.QueueOffset) []driver.QueueCommit {
 // TestQueueCommitsLandLate (real HBase): a batch's MultiMutate that applied and whose
 // reply was lost leaves each record to CommitQueueOffset's attempts, which find it
 // stored (nil); sent again after the owner's next batch, it changes nothing (each
-// write is conditioned on the cell it replaces, not on the owner's token alone). A
+// write is conditioned on the cell it replaces, not on the owner's token alone). The
+// same when the whole call is in doubt; a call that failed unsent is made again. A
 // MultiMutate held in doubt while another token claims a partition makes that record's
 // outcome unknown (Connection, not LockLost: the claim keeps Next and Version, so
 // nothing stored tells whether the attempt landed first), the others are applied, and
@@ -159,10 +173,27 @@ func TestQueueCommitsLandLate(t *testing.T) {
 	}
 	all(v2, "after the batch v1 landed late, after v2 (else Next goes back from 9 to 5)")
 
+	// The whole call in doubt, without results; then a call that failed, not sent.
+	v21 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 21}
+	w.arm("apply-call", nil)
+	for p, err := range batch(v21) {
+		must(t, err, fmt.Sprintf("partition %d: a batch applied, the call in doubt", p))
+	}
+	all(v21, "after the batch applied with the call in doubt")
+	if n := w.deliver(t); n != 0 {
+		t.Errorf("the batch v21 sent again: %d actions applied, want 0", n)
+	}
+	v22 := driver.QueueOffset{Token: 7, Next: 9, Held: true, Version: 22}
+	w.arm("fail", nil)
+	for p, err := range batch(v22) {
+		must(t, err, fmt.Sprintf("partition %d: a batch whose call failed, not sent", p))
+	}
+	all(v22, "after the batch whose call failed")
+
 	// Held in doubt while token 8 claims partition 1.
 	other := openQueueStore(t)
 	defer other.Close()
-	v3 := driver.QueueOffset{Token: 7, Next: 10, Held: true, Version: 3}
+	v3 := driver.QueueOffset{Token: 7, Next: 10, Held: true, Version: 23}
 	w.arm("hold", func() {
 		_, err := other.ClaimQueuePartition(ctx, name, "g", 1, 8)
 		must(t, err, "ClaimQueuePartition 8")
@@ -175,7 +206,7 @@ func TestQueueCommitsLandLate(t *testing.T) {
 	if n := w.deliver(t); n != 0 {
 		t.Errorf("the held batch v3 delivered after its records finished: %d actions applied, want 0", n)
 	}
-	want := []driver.QueueOffset{v3, {Token: 8, Next: 9, Held: true, Version: 2}, v3, v3}
+	want := []driver.QueueOffset{v3, {Token: 8, Next: 9, Held: true, Version: 22}, v3, v3}
 	for p, got := range stored() {
 		if got != want[p] {
 			t.Fatalf("after the held batch v3 landed: partition %d holds %+v, want %+v", p, got, want[p])
