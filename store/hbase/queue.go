@@ -1115,87 +1115,144 @@ func (s *Store) CommitQueueOffset(ctx context.Context, name, group string, p int
 	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
 		return err
 	}
-	q := s.queue()
-	row := offsetRow(name, group, p)
-	nv := encodeOffset(off)
-	put := &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualOffset, Value: nv}}}
-	var doubt error
-	// decide returns done (with the call's result) or the condition of the next attempt.
-	decide := func(cur driver.QueueOffset) (bool, error) {
-		switch {
-		case cur == off:
-			return true, nil // already stored: an earlier attempt of ours, or the same commit again
-		case cur.Token != off.Token && doubt != nil:
-			// An attempt in doubt may have landed before the new owner's claim (which
-			// keeps Next and Version): the outcome is unknown, not refused.
-			return true, driver.Errorf(dcsync.Connection, op, "queue %q group %q partition %d: outcome unknown: an attempt in doubt may have been applied before token %d took the partition: %w", name, group, p, cur.Token, doubt)
-		case cur.Token != off.Token:
-			return true, driver.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d is owned by token %d, not %d", name, group, p, cur.Token, off.Token)
-		case cur.Version >= off.Version:
-			return true, driver.Errorf(dcsync.LockLost, op, "queue %q group %q partition %d: token %d stored version %d, not below %d (a later write of the owner)", name, group, p, cur.Token, cur.Version, off.Version)
-		}
-		return false, nil
+	c := s.newOffsetCommit(db, table, name, group, p, off)
+	raw, cur, known := c.guess()
+	return c.finish(ctx, raw, cur, known)
+}
+
+// offsetCommit is one commit of an offset under way: CommitQueueOffset's, or one
+// record of CommitQueueOffsets (queue_commits.go), which makes its first attempt in
+// a batch and finishes it here, so both have one implementation of the decisions.
+type offsetCommit struct {
+	s                  *Store
+	db                 queueOps
+	table, name, group string
+	p                  int
+	off                driver.QueueOffset
+	row, nv            []byte // the offset row; off's cell
+	doubt              error  // the last attempt that failed in doubt (nil: none)
+	tries, doubts      int    // attempts made; of them, in doubt
+}
+
+// commitOp names the op of a commit's outcome, batched or not.
+const commitOp = "hbase.CommitQueueOffset"
+
+func (s *Store) newOffsetCommit(db queueOps, table, name, group string, p int, off driver.QueueOffset) *offsetCommit {
+	return &offsetCommit{s: s, db: db, table: table, name: name, group: group, p: p, off: off,
+		row: offsetRow(name, group, p), nv: encodeOffset(off)}
+}
+
+// put is the write of the commit's cell.
+func (c *offsetCommit) put() *hbaserpc.Put {
+	return &hbaserpc.Put{Row: c.row, Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualOffset, Value: c.nv}}}
+}
+
+// decide returns done (with the call's result) when the stored offset cur decides
+// the commit, false when the write is to be attempted on cur.
+func (c *offsetCommit) decide(cur driver.QueueOffset) (bool, error) {
+	off := c.off
+	switch {
+	case cur == off:
+		return true, nil // already stored: an earlier attempt of ours, or the same commit again
+	case cur.Token != off.Token && c.doubt != nil:
+		// An attempt in doubt may have landed before the new owner's claim (which
+		// keeps Next and Version): the outcome is unknown, not refused.
+		return true, driver.Errorf(dcsync.Connection, commitOp, "queue %q group %q partition %d: outcome unknown: an attempt in doubt may have been applied before token %d took the partition: %w", c.name, c.group, c.p, cur.Token, c.doubt)
+	case cur.Token != off.Token:
+		return true, driver.Errorf(dcsync.LockLost, commitOp, "queue %q group %q partition %d is owned by token %d, not %d", c.name, c.group, c.p, cur.Token, off.Token)
+	case cur.Version >= off.Version:
+		return true, driver.Errorf(dcsync.LockLost, commitOp, "queue %q group %q partition %d: token %d stored version %d, not below %d (a later write of the owner)", c.name, c.group, c.p, cur.Token, cur.Version, off.Version)
 	}
-	// The guess is used only when it allows the write: any other decision is made on
-	// the stored cell.
-	raw, known := q.seenOffset(row), false
-	var cur driver.QueueOffset // the offset raw holds
-	if raw != nil {
-		if c, err := decodeOffset(raw); err == nil {
-			done, _ := decide(c)
-			cur, known = c, !done
-		}
+	return false, nil
+}
+
+// guess returns the offset cell as this store last wrote or read it, and its offset,
+// with known set when decide allows the write on it. The guess is used only then: any
+// other decision is made on the stored cell.
+func (c *offsetCommit) guess() (raw []byte, cur driver.QueueOffset, known bool) {
+	raw = c.s.queue().seenOffset(c.row)
+	if raw == nil {
+		return nil, cur, false
 	}
-	doubts := 0
-	for try := 0; try < 4*maxTries && doubts < maxTries; try++ {
+	cur, err := decodeOffset(raw)
+	if err != nil {
+		return nil, driver.QueueOffset{}, false
+	}
+	if done, _ := c.decide(cur); done {
+		return nil, driver.QueueOffset{}, false
+	}
+	return raw, cur, true
+}
+
+// inDoubt records an attempt whose outcome is unknown.
+func (c *offsetCommit) inDoubt(err error) {
+	c.doubt = err
+	c.doubts++
+}
+
+// readBack decides on the offset cell read back after a refused attempt (after):
+// done with the result, or the cell and offset the next attempt replaces.
+func (c *offsetCommit) readBack(after []hbaserpc.Cell) (raw []byte, cur driver.QueueOffset, done bool, err error) {
+	cur, raw, err = offsetOf(commitOp, after)
+	if err != nil {
+		return nil, cur, true, err
+	}
+	c.s.queue().sawOffset(c.row, raw)
+	if done, err := c.decide(cur); done {
+		return nil, cur, true, err
+	}
+	return raw, cur, false, nil
+}
+
+// finish makes the commit's attempts from raw, the cell its next attempt replaces
+// (cur its offset) when known, else from a read of the row.
+func (c *offsetCommit) finish(ctx context.Context, raw []byte, cur driver.QueueOffset, known bool) error {
+	q := c.s.queue()
+	for ; c.tries < 4*maxTries && c.doubts < maxTries; c.tries++ {
 		if !known {
-			c, r, err := readOffset(ctx, db, table, op, row)
+			o, r, err := readOffset(ctx, c.db, c.table, commitOp, c.row)
 			if err != nil {
 				return err
 			}
-			q.sawOffset(row, r)
-			if done, err := decide(c); done {
+			q.sawOffset(c.row, r)
+			if done, err := c.decide(o); done {
 				return err
 			}
-			raw, cur = r, c
+			raw, cur = r, o
 		}
-		if off.Next < cur.Next {
+		if c.off.Next < cur.Next {
 			// A rewind: pinned before it is written, so that no trim passes it
 			// (queue_trim.go); refused below the Floor.
-			if err := s.pinRewind(ctx, db, table, op, name, group, p, cur, off); err != nil {
+			if err := c.s.pinRewind(ctx, c.db, c.table, commitOp, c.name, c.group, c.p, cur, c.off); err != nil {
 				return err
 			}
 		}
-		ok, _, after, err := db.CheckAndMutateRead(ctx, table, row, offsetCond(raw), []hbaserpc.Mutation{put}, offsetColumn)
+		ok, _, after, err := c.db.CheckAndMutateRead(ctx, c.table, c.row, offsetCond(raw), []hbaserpc.Mutation{c.put()}, offsetColumn)
 		if err != nil {
 			if !inDoubt(err) {
-				return wrap(err, op)
+				return wrap(err, commitOp)
 			}
 			// Read again: our value there means it landed. The attempt may still land
 			// later; its condition, the bytes it replaces, will not hold by then.
-			doubt, known = err, false
-			doubts++
+			c.inDoubt(err)
+			known = false
 			continue
 		}
 		if ok {
-			q.sawOffset(row, nv)
+			q.sawOffset(c.row, c.nv)
 			return nil
 		}
 		// Refused: decide on the cell read back after the check.
-		c, r, err := offsetOf(op, after)
-		if err != nil {
+		r, o, done, err := c.readBack(after)
+		if done {
 			return err
 		}
-		q.sawOffset(row, r)
-		if done, err := decide(c); done {
-			return err
-		}
-		raw, cur, known = r, c, true
+		raw, cur, known = r, o, true
 	}
-	if doubt != nil {
-		return wrap(doubt, op)
+	if c.doubt != nil {
+		return wrap(c.doubt, commitOp)
 	}
-	return driver.Errorf(dcsync.RetriesExhausted, op, "queue %q group %q partition %d: the offset kept changing", name, group, p)
+	return driver.Errorf(dcsync.RetriesExhausted, commitOp, "queue %q group %q partition %d: the offset kept changing", c.name, c.group, c.p)
 }
 
 // ReadQueueOffsets reads group's offsets of many partitions in one MultiGet.
