@@ -48,6 +48,9 @@ func CommitQueueOffsets(ctx context.Context, s QueueStore, name, group string, c
 			return nil, Wrap(err, dcsync.Internal, "driver.CommitQueueOffsets")
 		}
 		out[i] = s.CommitQueueOffset(ctx, name, group, c.P, c.Off)
+		if i == 0 && dcsync.CodeOf(out[i]) == dcsync.NotFound {
+			return nil, out[i] // an unknown queue fails the batch as a whole
+		}
 	}
 	return out, nil
 }
