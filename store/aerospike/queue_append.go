@@ -76,7 +76,8 @@ const queueClaimTimeout = 5 * time.Second
 // "reserved" after the reservation, "ids" after the id records point at the seqs; an
 // error ends the append there, as if its process died. Trims and rewinds call it too
 // (queue_trim.go): "trim-offsets-read" after a trim read the offsets, "rewind-pinned"
-// after a rewind pinned and before it writes the offset.
+// after a rewind pinned and before it writes the offset; and DeleteQueue:
+// "delete-bounds-read" after it read the heads, before its deletes.
 var queueTestHook atomic.Pointer[func(queue, stage string) error]
 
 func queueHook(queue, stage string) error {

@@ -210,6 +210,9 @@ func (s *Store) deleteQueueRecords(ctx context.Context, op string, spec driver.Q
 	if err != nil {
 		return err
 	}
+	if err := queueHook(name, "delete-bounds-read"); err != nil {
+		return err
+	}
 	bdp := as.NewBatchDeletePolicy()
 	bdp.DurableDelete = s.cfg.DurableDelete
 	bdp.FilterExpression = incIs(inc)

@@ -82,9 +82,16 @@ func TestDeleteQueueLateBatchKeepsNewQueue(t *testing.T) {
 	must(t, err, "Deliver")
 	t.Logf("the late tries were answered with result codes %v", codes)
 
-	r := queueStore(t, addr) // caches nothing
+	checkFilledQueue(t, ctx, queueStore(t, addr), spec, "after the late tries")
+}
+
+// checkFilledQueue checks that spec's queue holds what fillQueue(..., "new") put there
+// (events, heads, offsets, ids), caching nothing before (r), and appends to it.
+func checkFilledQueue(t *testing.T, ctx context.Context, r *aerospike.Store, spec driver.QueueSpec, when string) {
+	t.Helper()
+	name := spec.Name
 	if _, err := r.ReadQueueSpec(ctx, name); err != nil {
-		t.Fatalf("the queue created again, after the late tries: %v", err)
+		t.Fatalf("the queue created again, %s: %v", when, err)
 	}
 	ps := make([]int, spec.StoragePartitions())
 	for p := range ps {
@@ -103,23 +110,57 @@ func TestDeleteQueueLateBatchKeepsNewQueue(t *testing.T) {
 		}
 		want := fmt.Sprint([]string{fmt.Sprintf("new-%d-0", p), fmt.Sprintf("new-%d-1", p), fmt.Sprintf("new-%d-2", p)})
 		if fmt.Sprint(got) != want {
-			t.Errorf("partition %d: the new queue's events are %v after the late tries, want %v", p, got, want)
+			t.Errorf("partition %d: the new queue's events are %v %s, want %v", p, got, when, want)
 		}
 		if bounds[p].Head != 3 {
-			t.Errorf("partition %d: the new queue's head is %d after the late tries, want 3", p, bounds[p].Head)
+			t.Errorf("partition %d: the new queue's head is %d %s, want 3", p, bounds[p].Head, when)
 		}
 		if want := (driver.QueueOffset{Token: 1, Next: 2, Version: 1}); offs[p] != want {
-			t.Errorf("partition %d: the new queue's offset is %+v after the late tries, want %+v", p, offs[p], want)
+			t.Errorf("partition %d: the new queue's offset is %+v %s, want %+v", p, offs[p], when, want)
 		}
 	}
 	res, err := r.AppendQueue(ctx, name, []driver.QueueEvent{{Partition: 0, ID: "id-0-1", Payload: []byte("again")}, {Partition: 1, Payload: []byte("more")}})
 	must(t, err, "AppendQueue")
 	if !res[0].Duplicate || res[0].Seq != 1 {
-		t.Errorf("id id-0-1 of the new queue appended again: %+v, want a duplicate of seq 1 (its id record kept)", res[0])
+		t.Errorf("id id-0-1 of the new queue appended again %s: %+v, want a duplicate of seq 1 (its id record kept)", when, res[0])
 	}
 	if res[1].Duplicate || res[1].Seq != 3 {
-		t.Errorf("a new event appended to partition 1: %+v, want seq 3 (the head kept)", res[1])
+		t.Errorf("a new event appended to partition 1 %s: %+v, want seq 3 (the head kept)", when, res[1])
 	}
+}
+
+// TestDeleteQueueSlowCallKeepsNewQueue stops a DeleteQueue after it read the heads (the
+// test hook) while another process finishes the delete, creates the queue again and
+// fills it; then the slow call goes on. Its deletes find the new queue's incarnation
+// and are filtered out; it must not then delete those records as an earlier
+// incarnation's either: its mark is gone, so it stops and returns nil (deleteRecords).
+// Without the mark check it deleted the whole new queue; without the incarnation
+// filter, too.
+func TestDeleteQueueSlowCallKeepsNewQueue(t *testing.T) {
+	addr := realServer(t)
+	s := queueStore(t, addr) // the slow call's store
+	ctx := ctxT(t)
+	spec := newQueue(t, queueStore(t, addr), 2, "g")
+	name := spec.Name
+	defer func() { _ = queueStore(t, addr).DeleteQueue(context.Background(), name) }()
+	fillQueue(t, ctx, queueStore(t, addr), spec, "old")
+	var ran atomic.Bool
+	aerospike.SetQueueTestHook(func(q, stage string) error {
+		if q == name && stage == "delete-bounds-read" && ran.CompareAndSwap(false, true) {
+			o := queueStore(t, addr) // another process
+			must(t, o.DeleteQueue(ctx, name), "DeleteQueue finishing the slow one")
+			must(t, o.CreateQueue(ctx, spec), "CreateQueue again")
+			fillQueue(t, ctx, o, spec, "new")
+		}
+		return nil
+	})
+	t.Cleanup(func() { aerospike.SetQueueTestHook(nil) })
+	must(t, s.DeleteQueue(ctx, name), "the slow DeleteQueue")
+	if !ran.Load() {
+		t.Fatal("the DeleteQueue never read the heads")
+	}
+	aerospike.SetQueueTestHook(nil)
+	checkFilledQueue(t, ctx, queueStore(t, addr), spec, "after the slow delete")
 }
 
 // queueRecordBins reads every record of spec's queue that exists (of the keys
