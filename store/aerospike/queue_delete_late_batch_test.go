@@ -211,9 +211,12 @@ func TestQueueRecordsCarryIncarnation(t *testing.T) {
 	must(t, err, "ClaimQueuePartition")
 	must(t, s.CommitQueueOffset(ctx, name, "g", 2, driver.QueueOffset{Token: 1, Next: 5, Version: 1}), "CommitQueueOffset")
 	must(t, s.CommitQueueOffset(ctx, name, "g", 2, driver.QueueOffset{Token: 1, Next: 1, Version: 2}), "CommitQueueOffset (a rewind)")
-	// Partition 3: offsets created by ClaimQueuePartitions.
+	// Partition 3: offsets created by ClaimQueuePartitions; a head and an entry created
+	// by an append alone.
 	_, err = s.ClaimQueuePartitions(ctx, name, "h", []driver.QueueClaim{{P: 3, Token: 1}})
 	must(t, err, "ClaimQueuePartitions")
+	_, err = s.AppendQueue(ctx, name, []driver.QueueEvent{{Partition: 3, Payload: []byte("z")}})
+	must(t, err, "AppendQueue")
 
 	spec, err = s.ReadQueueSpec(ctx, name)
 	must(t, err, "ReadQueueSpec")
@@ -223,7 +226,7 @@ func TestQueueRecordsCarryIncarnation(t *testing.T) {
 	if !ok || inc == 0 {
 		t.Fatalf("the spec record holds incarnation %v, want a non-zero int", bins["spec"][0][aerospike.QueueIncBin])
 	}
-	want := map[string]int{"spec": 1, "head": 2, "entry": 3, "offset": 2, "id": 1}
+	want := map[string]int{"spec": 1, "head": 3, "entry": 4, "offset": 2, "id": 1}
 	for kind, n := range want {
 		if len(bins[kind]) != n {
 			t.Fatalf("%d %s records, want %d: %v", len(bins[kind]), kind, n, bins)
