@@ -78,8 +78,11 @@ const deleteRounds = 4
 // consumers first). deleteRecords deletes those too, filtered on their own id, once it
 // has checked that the mark still stands (no queue can have been created again then,
 // so those ids are of earlier queues, never of a later one): a late try of that delete
-// cannot touch a queue created again either. TestDeleteQueueDeletesRecordsWithoutIncarnation checks both
-// kinds.
+// cannot touch a queue created again either
+// (TestDeleteQueueDeletesRecordsWithoutIncarnation). A mark gone means that another
+// call finished the delete and the records filtered out may be a new queue's: the
+// call stops there and returns nil (TestDeleteQueueSlowCallKeepsNewQueue: a call
+// stopped after its heads read while the queue is deleted, created again and filled).
 //
 // A DeleteQueue cut short (an error, a crash, a cancelled context) anywhere leaves
 // either the queue untouched (before the mark) or a queue that reads as deleted (the
