@@ -333,6 +333,17 @@ func (p *faultProxy) Deliver() ([]int, error) {
 		if _, err := c.Write(frame); err != nil {
 			return codes, err
 		}
+		if parseCommand(frame).Kind == "batch" {
+			// A batch is answered by a stream of frames ending with a message marked
+			// last: read it all, so that the batch has run whole before the next
+			// request (or the close) goes out.
+			code, err := readBatchReply(r)
+			if err != nil {
+				return codes, err
+			}
+			codes = append(codes, code)
+			continue
+		}
 		reply, err := readFrame(r)
 		if err != nil {
 			return codes, err
@@ -343,6 +354,40 @@ func (p *faultProxy) Deliver() ([]int, error) {
 		codes = append(codes, int(reply[8+5]))
 	}
 	return codes, nil
+}
+
+// readBatchReply reads the frames of a batch's reply up to its message marked last
+// (info3 LAST) and returns that message's result code.
+func readBatchReply(r *bufio.Reader) (int, error) {
+	const info3Last = 1
+	for {
+		reply, err := readFrame(r)
+		if err != nil {
+			return 0, err
+		}
+		b := reply[8:]
+		for len(b) > 0 {
+			if len(b) < msgHeaderLen {
+				return 0, fmt.Errorf("batch reply message of %d bytes", len(b))
+			}
+			if b[3]&info3Last != 0 {
+				return int(b[5]), nil
+			}
+			nFields := int(binary.BigEndian.Uint16(b[18:20]))
+			nOps := int(binary.BigEndian.Uint16(b[20:22]))
+			pos := int(b[0]) // the header's size
+			for i := 0; i < nFields+nOps; i++ {
+				if pos+4 > len(b) {
+					return 0, fmt.Errorf("batch reply message truncated")
+				}
+				pos += 4 + int(binary.BigEndian.Uint32(b[pos:]))
+			}
+			if pos > len(b) {
+				return 0, fmt.Errorf("batch reply message truncated")
+			}
+			b = b[pos:]
+		}
+	}
 }
 
 // ClearDrops forgets every drop, busy and hold rule still pending.

@@ -27,10 +27,16 @@
 // Records, all in the store's namespace (sets QueueSpecSet, QueueHeadSet,
 // QueueEntrySet, QueueOffsetSet, QueueIDSet):
 //   - spec: one per queue, key <name>: partitions, groups, dedup window, creation time
-//     (the server's clock), the last writer's id. AddQueueGroup writes it with a
+//     (the server's clock), the last writer's id, and inc, the queue's incarnation id
+//     (random, drawn by CreateQueue, never changed). AddQueueGroup writes it with a
 //     generation check. While DeleteQueue runs it also holds bin del, the deletion mark
 //     (the deleting call's random id): the queue then reads as not found (see
 //     DeleteQueue).
+//   - every head, entry, offset and id record also holds inc, the incarnation id of
+//     the queue that wrote it (written by every write that may create the record), so
+//     that DeleteQueue's deletes, filtered on it, never delete a record of the queue
+//     created again under the name. Specs and records written before this release
+//     have no inc: a delete takes a record without it as its own.
 //   - head: one per partition: head (next seq to reserve), floor (lowest seq kept), gc
 //     (every non-tombstone entry below it is deleted) and res, the partition's last
 //     Config.OpIDsKept reservations (nonce -> first seq); tg and pins, the trim guard
@@ -154,6 +160,13 @@ const (
 	qbDedup   = "dedup"
 	qbCreated = "created"
 	qbWriter  = "w"
+	// qbInc is the queue's incarnation id: a random non-zero int that CreateQueue
+	// writes in the spec record and every write that may create a head, entry, offset
+	// or id record writes in it too (incOp), so that DeleteQueue's batch deletes
+	// delete only records of the incarnation they delete (incIs), never those of a
+	// queue created again under the name. Specs and records written before this
+	// release have none.
+	qbInc = "inc"
 	// head
 	qbHead  = "head"
 	qbFloor = "floor"
@@ -245,6 +258,7 @@ func nonce() int64 {
 // read.
 type queueCache struct {
 	specs sync.Map // queue name -> time.Duration (dedup window)
+	incs  sync.Map // queue name -> int64 (the spec's incarnation id, qbInc; 0: none)
 	heads sync.Map // partUser(name, p) -> uint64
 }
 
@@ -302,6 +316,46 @@ func (s *Store) queueDedup(ctx context.Context, op, name string) (time.Duration,
 		return 0, err
 	}
 	return spec.DedupWindow(), nil
+}
+
+// queueInc returns the incarnation id (qbInc) of queue name, 0 when its spec has none
+// (created before this release), or NotFound. Like the dedup window it is cached:
+// no round trip after the store's first call on the queue.
+func (s *Store) queueInc(ctx context.Context, op, name string) (int64, error) {
+	if inc, ok := s.qcache().incs.Load(name); ok {
+		return inc.(int64), nil
+	}
+	_, _, inc, err := s.readSpecInc(ctx, op, name)
+	return inc, err
+}
+
+// incOp is the op that writes incarnation id inc (see qbInc) into a queue record:
+// every write that may create a head, entry, offset or id record carries it, so that
+// a record written by this release holds the incarnation of the queue that wrote it
+// last (a record of another incarnation, left by a process whose cache held a queue
+// deleted since, is relabelled by the next write of the live one). nil when inc is 0
+// (a queue created before this release): the record gets no bin, as before.
+func incOp(inc int64) *as.Operation {
+	if inc == 0 {
+		return nil
+	}
+	return as.PutOp(as.NewBin(qbInc, inc))
+}
+
+// withInc returns ops followed by incOp(inc) when it is not nil.
+func withInc(ops []*as.Operation, inc int64) []*as.Operation {
+	if op := incOp(inc); op != nil {
+		return append(ops, op)
+	}
+	return ops
+}
+
+// incIs is true on a record of the queue incarnation inc (see qbInc): one whose
+// incarnation bin is inc, or that has none (written before this release, or for a
+// queue created before it, whose records never carry one). A record that carries
+// another incarnation id belongs to a queue created again under the name.
+func incIs(inc int64) *as.Expression {
+	return as.ExpOr(as.ExpNot(as.ExpBinExists(qbInc)), as.ExpEq(as.ExpIntBin(qbInc), as.ExpIntVal(inc)))
 }
 
 // ---- batches ----
@@ -413,16 +467,30 @@ func checkQueueName(name string) error { return driver.ValidateID("queue", name)
 // when the spec record holds a deletion mark: see DeleteQueue), and caches its dedup
 // window.
 func (s *Store) readSpec(ctx context.Context, op, name string) (driver.QueueSpec, uint32, error) {
+	spec, gen, _, err := s.readSpecInc(ctx, op, name)
+	return spec, gen, err
+}
+
+// readSpecInc is readSpec that also returns the spec's incarnation id (qbInc; 0:
+// none), which it caches too.
+func (s *Store) readSpecInc(ctx context.Context, op, name string) (driver.QueueSpec, uint32, int64, error) {
 	rec, err := s.getRecord(ctx, op, s.specKey(name))
 	if err != nil {
-		return driver.QueueSpec{}, 0, err
+		return driver.QueueSpec{}, 0, 0, err
 	}
 	if rec == nil || deletingMark(rec) != 0 {
-		return driver.QueueSpec{}, 0, driver.Errorf(dcsync.NotFound, op, "queue %q does not exist", name)
+		return driver.QueueSpec{}, 0, 0, driver.Errorf(dcsync.NotFound, op, "queue %q does not exist", name)
 	}
-	spec := specOf(name, rec.Bins)
-	s.specCache().Store(name, spec.DedupWindow())
-	return spec, rec.Generation, nil
+	spec, inc := specOf(name, rec.Bins), intBinOr0(rec, qbInc)
+	s.cacheQueue(name, spec.DedupWindow(), inc)
+	return spec, rec.Generation, inc, nil
+}
+
+// cacheQueue remembers queue name's dedup window and incarnation id.
+func (s *Store) cacheQueue(name string, dedup time.Duration, inc int64) {
+	c := s.qcache()
+	c.incs.Store(name, inc)
+	c.specs.Store(name, dedup)
 }
 
 func specOf(name string, bins as.BinMap) driver.QueueSpec {
@@ -455,22 +523,25 @@ func groupsValue(groups []string) []any {
 }
 
 // CreateQueue implements driver.QueueStore: a create-only write of the spec record,
-// with the creation time by the server's clock. A retry after an in-doubt try that
-// finds the record recognises its own writer id in it. A spec record that holds a
-// deletion mark (a DeleteQueue cut short) is a queue being deleted: CreateQueue
-// finishes that delete first (see DeleteQueue), so the new queue starts empty.
+// with the creation time by the server's clock and a new random incarnation id
+// (qbInc), which the queue's records carry and DeleteQueue's deletes are filtered on.
+// A retry after an in-doubt try that finds the record recognises its own writer id in
+// it. A spec record that holds a deletion mark (a DeleteQueue cut short) is a queue
+// being deleted: CreateQueue finishes that delete first (see DeleteQueue), so the new
+// queue starts empty.
 func (s *Store) CreateQueue(ctx context.Context, spec driver.QueueSpec) error {
 	const op = "aerospike.CreateQueue"
 	if err := driver.ValidateQueueSpec(spec); err != nil {
 		return err
 	}
-	w := nonce()
+	w, inc := nonce(), nonce()
 	ops := []*as.Operation{
 		as.PutOp(as.NewBin(qbName, spec.Name)),
 		as.PutOp(as.NewBin(qbParts, spec.Partitions)),
 		as.PutOp(as.NewBin(qbGroups, groupsValue(spec.Groups))),
 		as.PutOp(as.NewBin(qbDedup, int64(spec.Dedup))),
 		as.PutOp(as.NewBin(qbWriter, w)),
+		as.PutOp(as.NewBin(qbInc, inc)),
 		as.ExpWriteOp(qbCreated, serverNow(), as.ExpWriteFlagDefault),
 	}
 	for round := 0; round < deleteRounds; round++ {
@@ -483,7 +554,7 @@ func (s *Store) CreateQueue(ctx context.Context, spec driver.QueueSpec) error {
 			return err
 		}
 		if code == types.OK {
-			s.specCache().Store(spec.Name, spec.DedupWindow())
+			s.cacheQueue(spec.Name, spec.DedupWindow(), inc)
 			return nil
 		}
 		rec, err := s.getRecord(ctx, op, s.specKey(spec.Name))
@@ -499,7 +570,7 @@ func (s *Store) CreateQueue(ctx context.Context, spec driver.QueueSpec) error {
 			continue
 		}
 		if ow, _ := intOf(rec.Bins[qbWriter]); ow == w {
-			s.specCache().Store(spec.Name, spec.DedupWindow())
+			s.cacheQueue(spec.Name, spec.DedupWindow(), inc)
 			return nil
 		}
 		return driver.Errorf(dcsync.AlreadyExists, op, "queue %q exists", spec.Name)

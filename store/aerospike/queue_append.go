@@ -60,7 +60,11 @@ func (s *Store) AppendQueue(ctx context.Context, name string, events []driver.Qu
 	if err != nil {
 		return nil, err
 	}
-	a := &appender{s: s, op: op, name: name, events: events, w: nonce(), ttl: ttlSeconds(dedup)}
+	inc, err := s.queueInc(ctx, op, name)
+	if err != nil {
+		return nil, err
+	}
+	a := &appender{s: s, op: op, name: name, events: events, w: nonce(), ttl: ttlSeconds(dedup), inc: inc}
 	return a.run(ctx)
 }
 
@@ -72,7 +76,8 @@ const queueClaimTimeout = 5 * time.Second
 // "reserved" after the reservation, "ids" after the id records point at the seqs; an
 // error ends the append there, as if its process died. Trims and rewinds call it too
 // (queue_trim.go): "trim-offsets-read" after a trim read the offsets, "rewind-pinned"
-// after a rewind pinned and before it writes the offset.
+// after a rewind pinned and before it writes the offset; and DeleteQueue:
+// "delete-bounds-read" after it read the heads, before its deletes.
 var queueTestHook atomic.Pointer[func(queue, stage string) error]
 
 func queueHook(queue, stage string) error {
@@ -89,6 +94,7 @@ type appender struct {
 	events []driver.QueueEvent
 	w      int64  // this append's writer id
 	ttl    uint32 // id records' TTL
+	inc    int64  // the queue's incarnation id (qbInc), written in the records it creates
 }
 
 // run places the events in rounds. A round claims the ids not yet claimed, inspects
@@ -257,7 +263,7 @@ func (a *appender) claim(ctx context.Context, claim []int) ([]placement, []int, 
 	recs := make([]as.BatchRecordIfc, len(claim))
 	for k, i := range claim {
 		recs[k] = as.NewBatchWrite(a.idPolicy(as.UPDATE, a.mine()), a.s.idKey(a.name, a.events[i].ID),
-			as.PutOp(as.NewBin(qbWriter, a.w)), as.PutOp(as.NewBin(qbQueue, a.name)))
+			withInc([]*as.Operation{as.PutOp(as.NewBin(qbWriter, a.w)), as.PutOp(as.NewBin(qbQueue, a.name))}, a.inc)...)
 	}
 	if err := a.s.runBatch(ctx, a.op, true, recs, nil, types.FILTERED_OUT); err != nil {
 		return nil, nil, err
@@ -440,7 +446,7 @@ func (a *appender) reserve(ctx context.Context, place []placement) error {
 	bwp.Expiration = as.TTLDontExpire
 	recs := make([]as.BatchRecordIfc, len(parts))
 	for k, p := range parts {
-		recs[k] = as.NewBatchWrite(bwp, a.s.headKey(a.name, p), a.s.reserveOps(nonce(), count[p])...)
+		recs[k] = as.NewBatchWrite(bwp, a.s.headKey(a.name, p), withInc(a.s.reserveOps(nonce(), count[p]), a.inc)...)
 	}
 	if err := a.s.runBatch(ctx, a.op, true, recs, nil); err != nil {
 		return err
@@ -521,7 +527,7 @@ func (a *appender) abort(ctx context.Context, lost []placement) error {
 	}
 	recs := make([]as.BatchRecordIfc, len(lost))
 	for k, pl := range lost {
-		recs[k] = as.NewBatchWrite(tombstonePolicy(), a.s.entryKey(a.name, pl.p, pl.seq), tombstoneOps()...)
+		recs[k] = as.NewBatchWrite(tombstonePolicy(), a.s.entryKey(a.name, pl.p, pl.seq), tombstoneOps(a.inc)...)
 	}
 	// No id record ever pointed at these seqs, so no event can be there; one that
 	// were would be left alone.
@@ -535,8 +541,9 @@ func tombstonePolicy() *as.BatchWritePolicy {
 	return bwp
 }
 
-func tombstoneOps() []*as.Operation {
-	return []*as.Operation{as.PutOp(as.NewBin(qbAborted, 1)), as.ExpWriteOp(qbAt, serverNow(), as.ExpWriteFlagDefault)}
+// tombstoneOps write the tombstone of an aborted seq of the queue incarnation inc.
+func tombstoneOps(inc int64) []*as.Operation {
+	return withInc([]*as.Operation{as.PutOp(as.NewBin(qbAborted, 1)), as.ExpWriteOp(qbAt, serverNow(), as.ExpWriteFlagDefault)}, inc)
 }
 
 // Outcomes of an entry write.
@@ -546,8 +553,9 @@ const (
 	entryAborted        // the seq was aborted: place the event again
 )
 
-func entryOps(e driver.QueueEvent, w int64) []*as.Operation {
-	ops := make([]*as.Operation, 0, 5)
+// entryOps write event e by the append of writer id w to the queue incarnation inc.
+func entryOps(e driver.QueueEvent, w, inc int64) []*as.Operation {
+	ops := make([]*as.Operation, 0, 6)
 	ops = append(ops, as.PutOp(as.NewBin(qbWriter, w)), as.ExpWriteOp(qbAt, serverNow(), as.ExpWriteFlagDefault))
 	if e.Key != "" {
 		ops = append(ops, as.PutOp(as.NewBin(qbKey, e.Key)))
@@ -558,7 +566,7 @@ func entryOps(e driver.QueueEvent, w int64) []*as.Operation {
 	if len(e.Payload) > 0 {
 		ops = append(ops, as.PutOp(as.NewBin(qbPayload, e.Payload)))
 	}
-	return ops
+	return withInc(ops, inc)
 }
 
 // writeEntries writes the events create-only and classifies each write.
@@ -568,7 +576,7 @@ func (a *appender) writeEntries(ctx context.Context, writes []entryWrite) ([]int
 	bwp.Expiration = as.TTLDontExpire
 	recs := make([]as.BatchRecordIfc, len(writes))
 	for k, wr := range writes {
-		recs[k] = as.NewBatchWrite(bwp, a.s.entryKey(a.name, wr.p, wr.seq), entryOps(a.events[wr.i], a.w)...)
+		recs[k] = as.NewBatchWrite(bwp, a.s.entryKey(a.name, wr.p, wr.seq), entryOps(a.events[wr.i], a.w, a.inc)...)
 	}
 	size := func(k int) int {
 		e := a.events[writes[k].i]

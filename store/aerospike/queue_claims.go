@@ -34,7 +34,8 @@ func (s *Store) ClaimQueuePartitions(ctx context.Context, name, group string, cl
 	if err := ctx.Err(); err != nil {
 		return nil, driver.Errorf(dcsync.Connection, op, "%w", err)
 	}
-	if _, err := s.queueDedup(ctx, op, name); err != nil {
+	inc, err := s.queueInc(ctx, op, name)
+	if err != nil {
 		return nil, err
 	}
 	out := make([]driver.QueueClaimResult, len(claims))
@@ -48,17 +49,17 @@ func (s *Store) ClaimQueuePartitions(ctx context.Context, name, group string, cl
 			continue
 		}
 		seen[c.P] = true
-		ops := make([]*as.Operation, 0, len(offsetBins)+1)
+		ops := make([]*as.Operation, 0, len(offsetBins)+2)
 		for _, b := range offsetBins {
 			ops = append(ops, as.GetBinOp(b))
 		}
-		ops = append(ops, as.PutOp(as.NewBin(qbToken, int64(c.Token))))
+		ops = withInc(append(ops, as.PutOp(as.NewBin(qbToken, int64(c.Token)))), inc)
 		wp := as.NewBatchWritePolicy()
 		wp.Expiration = as.TTLDontExpire
 		wp.FilterExpression = as.ExpLess(binOr0(qbToken), as.ExpIntVal(int64(c.Token)))
 		recs, idx = append(recs, as.NewBatchWrite(wp, s.offsetKey(name, group, c.P), ops...)), append(idx, i)
 	}
-	err := s.moveBatch(ctx, cop, recs, nil, types.FILTERED_OUT)
+	err = s.moveBatch(ctx, cop, recs, nil, types.FILTERED_OUT)
 	var reads []as.BatchRecordIfc
 	var check []int
 	for j, i := range idx {

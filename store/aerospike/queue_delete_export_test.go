@@ -6,6 +6,10 @@ import (
 	"github.com/dcsync/dcsync/driver"
 )
 
+// QueueIncBin is the bin of a queue's incarnation id, in its spec record and in every
+// head, entry, offset and id record (see DeleteQueue).
+const QueueIncBin = qbInc
+
 // QueueRecordKeys returns the keys of every record a queue of spec may have, by kind,
 // computed from the spec, the heads given (per storage partition) and the event ids
 // given, independently of DeleteQueue.

@@ -19,9 +19,13 @@ func SetQueueTestHook(h func(queue, stage string) error) {
 // ReserveQueueSeqs runs one reservation of n seqs in partition p with the given nonce,
 // as an append's try does, and returns its first seq.
 func ReserveQueueSeqs(ctx context.Context, s *Store, name string, p, n int, nonce int64) (uint64, error) {
+	inc, err := s.queueInc(ctx, "test.Reserve", name)
+	if err != nil {
+		return 0, err
+	}
 	var first uint64
-	err := s.retry(ctx, "test.Reserve", true, func(*attempt) error {
-		rec, err := s.client.Operate(s.writePolicy(ctx, as.TTLDontExpire), s.headKey(name, p), s.reserveOps(nonce, n)...)
+	err = s.retry(ctx, "test.Reserve", true, func(*attempt) error {
+		rec, err := s.client.Operate(s.writePolicy(ctx, as.TTLDontExpire), s.headKey(name, p), withInc(s.reserveOps(nonce, n), inc)...)
 		if err != nil {
 			return err
 		}

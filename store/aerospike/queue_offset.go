@@ -59,7 +59,8 @@ func marksValue(m driver.QueueMarks) any {
 
 // ClaimQueuePartition implements driver.QueueStore: one operate, filtered on the stored
 // token being below token, reads the offset and then writes the token only (Next,
-// Attempts, Held, Version and Marks stay). A filtered claim reads the record: when the
+// Attempts, Held, Version and Marks stay; and the queue's incarnation id, see
+// DeleteQueue). A filtered claim reads the record: when the
 // stored token is token (an earlier try of this claim landed, or the claim was made
 // before) it returns the stored offset; a greater token is LockLost. So a try that
 // lands late, after the claim's retry and the owner's commits, is filtered out.
@@ -71,15 +72,16 @@ func (s *Store) ClaimQueuePartition(ctx context.Context, name, group string, p i
 	if token == 0 || token > 1<<63-1 {
 		return driver.QueueOffset{}, driver.Errorf(dcsync.InvalidArgument, op, "token %d cannot own a partition", token)
 	}
-	if _, err := s.queueDedup(ctx, op, name); err != nil {
+	inc, err := s.queueInc(ctx, op, name)
+	if err != nil {
 		return driver.QueueOffset{}, err
 	}
 	key := s.offsetKey(name, group, p)
-	ops := make([]*as.Operation, 0, len(offsetBins)+1)
+	ops := make([]*as.Operation, 0, len(offsetBins)+2)
 	for _, b := range offsetBins {
 		ops = append(ops, as.GetBinOp(b))
 	}
-	ops = append(ops, as.PutOp(as.NewBin(qbToken, int64(token))))
+	ops = withInc(append(ops, as.PutOp(as.NewBin(qbToken, int64(token)))), inc)
 	rec, code, err := s.write(ctx, op, func() *as.WritePolicy {
 		wp := s.writePolicy(ctx, as.TTLDontExpire)
 		wp.FilterExpression = as.ExpLess(binOr0(qbToken), as.ExpIntVal(int64(token)))

@@ -210,7 +210,8 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 	if err := driver.ValidateQueueRead(name, p, 1); err != nil {
 		return false, err
 	}
-	if _, err := s.queueDedup(ctx, op, name); err != nil {
+	inc, err := s.queueInc(ctx, op, name)
+	if err != nil {
 		return false, err
 	}
 	b, err := s.readBounds(ctx, op, name, []int{p})
@@ -225,7 +226,7 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 			wp := s.writePolicy(ctx, ttlSeconds(QueueTombstoneTTL))
 			wp.RecordExistsAction = as.CREATE_ONLY
 			return wp
-		}, s.entryKey(name, p, seq), tombstoneOps(), types.KEY_EXISTS_ERROR)
+		}, s.entryKey(name, p, seq), tombstoneOps(inc), types.KEY_EXISTS_ERROR)
 		if err != nil {
 			return false, err
 		}
@@ -246,23 +247,30 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 // gc mark up to the floor are deleted by batch deletes of queueTrimChunk keys, tombstones
 // excepted (they expire), and gc follows. A trim that dies midway leaves gc behind
 // the floor; the next trim of the partition deletes from there.
+//
+// The raise, the deletes and the gc write are filtered on the records being of the
+// queue's incarnation (incIs, see DeleteQueue) read with the head record: a try that
+// lands late, after the queue was deleted and created again, changes nothing of the
+// new queue (unfiltered, it raised the new queue's floor over its undelivered events,
+// which its trim guard, 0 again, let through, and deleted them).
 func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
 	const op = "aerospike.TrimQueue"
 	if err := driver.ValidateQueueRead(name, p, 1); err != nil {
 		return err
 	}
-	if _, err := s.queueDedup(ctx, op, name); err != nil {
+	inc, err := s.queueInc(ctx, op, name)
+	if err != nil {
 		return err
 	}
 	key := s.headKey(name, p)
 	// Raise the floor as far as the offsets allow (queue_trim.go).
-	g, err := s.raiseFloor(ctx, op, name, p, below)
+	g, err := s.raiseFloor(ctx, op, name, p, below, &inc)
 	if err != nil {
 		return err
 	}
 	floor, gc := g.floor, g.gc
 	notTomb := as.NewBatchDeletePolicy()
-	notTomb.FilterExpression = as.ExpNot(as.ExpBinExists(qbAborted))
+	notTomb.FilterExpression = as.ExpAnd(as.ExpNot(as.ExpBinExists(qbAborted)), incIs(inc))
 	notTomb.DurableDelete = s.cfg.DurableDelete
 	for lo := gc; lo < floor; {
 		hi := min(floor, lo+queueTrimChunk)
@@ -273,15 +281,19 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 		if err := s.runBatch(ctx, op, true, recs, nil, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT); err != nil {
 			return err
 		}
-		_, _, err := s.write(ctx, op, func() *as.WritePolicy {
+		_, code, err := s.write(ctx, op, func() *as.WritePolicy {
 			wp := s.writePolicy(ctx, as.TTLDontUpdate)
 			wp.RecordExistsAction = as.UPDATE_ONLY
+			wp.FilterExpression = incIs(inc)
 			return wp
 		}, key, []*as.Operation{
 			as.ExpWriteOp(qbGC, as.ExpMax(binOr0(qbGC), as.ExpIntVal(int64(hi))), as.ExpWriteFlagDefault),
-		})
+		}, types.FILTERED_OUT)
 		if err != nil {
 			return err
+		}
+		if code == types.FILTERED_OUT {
+			return driver.Errorf(dcsync.NotFound, op, "queue %q was deleted and created again during the trim", name)
 		}
 		lo = hi
 	}

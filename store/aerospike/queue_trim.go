@@ -151,8 +151,13 @@ func (g trimGuard) filter() *as.Expression {
 
 // raiseFloor raises partition p's floor towards below, stopping at the offsets of the
 // groups that read p and at the live pins (see "Trims against rewinds"). It returns
-// the head record as last read (its floor: the floor after the call).
-func (s *Store) raiseFloor(ctx context.Context, op, name string, p int, below uint64) (trimGuard, error) {
+// the head record as last read (its floor: the floor after the call). *inc is the
+// queue's incarnation id (see DeleteQueue), set to the one of the spec read with the
+// head record (the queue under the name now: another process may have deleted and
+// created it again since this store cached it); the raise is filtered on the head
+// record being of it, so that a try that lands late, after the queue was deleted and
+// created again, changes nothing.
+func (s *Store) raiseFloor(ctx context.Context, op, name string, p int, below uint64, inc *int64) (trimGuard, error) {
 	key := s.headKey(name, p)
 	for try := 0; ; try++ {
 		recs := []as.BatchRecordIfc{as.NewBatchRead(nil, key, guardBins), as.NewBatchRead(nil, s.specKey(name), nil)}
@@ -163,6 +168,10 @@ func (s *Store) raiseFloor(ctx context.Context, op, name string, p int, below ui
 		if err != nil {
 			return g, err
 		}
+		specRec := recs[1].BatchRec().Record
+		if specRec != nil {
+			*inc = intBinOr0(specRec, qbInc)
+		}
 		if below > g.head {
 			return g, driver.Errorf(dcsync.InvalidArgument, op, "trim of partition %d below %d, beyond its head %d", p, below, g.head)
 		}
@@ -172,7 +181,6 @@ func (s *Store) raiseFloor(ctx context.Context, op, name string, p int, below ui
 		if try >= 16 {
 			return g, driver.Errorf(dcsync.RetriesExhausted, op, "queue %q partition %d: the floor or the rewinds kept changing", name, p)
 		}
-		specRec := recs[1].BatchRec().Record
 		if specRec == nil {
 			return g, driver.Errorf(dcsync.NotFound, op, "queue %q does not exist", name)
 		}
@@ -237,7 +245,7 @@ func (s *Store) raiseFloor(ctx context.Context, op, name string, p int, below ui
 		_, code, err := s.write(ctx, op, func() *as.WritePolicy {
 			wp := s.writePolicy(ctx, as.TTLDontUpdate)
 			wp.RecordExistsAction = as.UPDATE_ONLY
-			wp.FilterExpression = g.filter()
+			wp.FilterExpression = as.ExpAnd(g.filter(), incIs(*inc))
 			return wp
 		}, key, ops, types.KEY_NOT_FOUND_ERROR, types.FILTERED_OUT)
 		if err != nil {
@@ -276,6 +284,10 @@ func (s *Store) bumpTrimGuards(ctx context.Context, op, name string, partitions 
 func (s *Store) pinRewind(ctx context.Context, op, name, group string, p int, cur, off driver.QueueOffset) error {
 	key := s.headKey(name, p)
 	pin := rewindPin{group: group, next: off.Next, token: off.Token, version: off.Version}
+	inc, err := s.queueInc(ctx, op, name) // cached by CommitQueueOffset's check: no round trip
+	if err != nil {
+		return err
+	}
 	for try := 0; try < 16; try++ {
 		rec, err := s.getRecord(ctx, op, key)
 		if err != nil {
@@ -304,10 +316,10 @@ func (s *Store) pinRewind(ctx context.Context, op, name, group string, p int, cu
 			wp := s.writePolicy(ctx, as.TTLDontExpire) // head records never expire
 			wp.FilterExpression = g.filter()
 			return wp
-		}, key, []*as.Operation{
+		}, key, withInc([]*as.Operation{
 			as.PutOp(as.NewBin(qbPins, encodePins(pins))),
 			as.PutOp(as.NewBin(qbGuard, int64(g.guard+1))),
-		}, types.FILTERED_OUT)
+		}, inc), types.FILTERED_OUT)
 		if err != nil {
 			return err
 		}
