@@ -27,11 +27,12 @@
 // Records, all in the store's namespace (sets QueueSpecSet, QueueHeadSet,
 // QueueEntrySet, QueueOffsetSet, QueueIDSet):
 //   - spec: one per queue, key <name>: partitions, groups, dedup window, creation time
-//     (the server's clock), the last writer's id, and inc, the queue's incarnation id
-//     (random, drawn by CreateQueue, never changed). AddQueueGroup writes it with a
-//     generation check, recording in map gw the id of the call that added each group. While DeleteQueue runs it also holds bin del, the deletion mark
-//     (the deleting call's random id): the queue then reads as not found (see
-//     DeleteQueue).
+//     (the server's clock), w, CreateQueue's writer id, inc, the queue's incarnation
+//     id (random, drawn by CreateQueue, never changed), and gw, a map of each group
+//     added by AddQueueGroup to the id of the call that added it. AddQueueGroup writes
+//     it with a generation check. While DeleteQueue runs it also holds bin del, the
+//     deletion mark (the deleting call's random id): the queue then reads as not found
+//     (see DeleteQueue).
 //   - every head, entry, offset and id record also holds inc, the incarnation id of
 //     the queue that wrote it (written by every write that may create the record), so
 //     that DeleteQueue's deletes, filtered on it, never delete a record of the queue
@@ -102,7 +103,7 @@
 //     for locks and latches); entries, heads, offsets and specs never expire.
 //   - ClaimQueuePartition retried after an in-doubt try that was applied returns Held
 //     true (the claim's own mark). AddQueueGroup and CreateQueue recognise their own
-//     in-doubt tries by a writer id in the spec (AddQueueGroup: the group's in gw,
+//     in-doubt tries by a writer id in the spec (AddQueueGroup: the group's entry in gw,
 //     which no concurrent call changes; CreateQueue: w, which only it writes).
 package aerospike
 
