@@ -27,11 +27,12 @@
 // Records, all in the store's namespace (sets QueueSpecSet, QueueHeadSet,
 // QueueEntrySet, QueueOffsetSet, QueueIDSet):
 //   - spec: one per queue, key <name>: partitions, groups, dedup window, creation time
-//     (the server's clock), the last writer's id, and inc, the queue's incarnation id
-//     (random, drawn by CreateQueue, never changed). AddQueueGroup writes it with a
-//     generation check. While DeleteQueue runs it also holds bin del, the deletion mark
-//     (the deleting call's random id): the queue then reads as not found (see
-//     DeleteQueue).
+//     (the server's clock), w, CreateQueue's writer id, inc, the queue's incarnation
+//     id (random, drawn by CreateQueue, never changed), and gw, a map of each group
+//     added by AddQueueGroup to the id of the call that added it. AddQueueGroup writes
+//     it with a generation check. While DeleteQueue runs it also holds bin del, the
+//     deletion mark (the deleting call's random id): the queue then reads as not found
+//     (see DeleteQueue).
 //   - every head, entry, offset and id record also holds inc, the incarnation id of
 //     the queue that wrote it (written by every write that may create the record), so
 //     that DeleteQueue's deletes, filtered on it, never delete a record of the queue
@@ -102,7 +103,8 @@
 //     for locks and latches); entries, heads, offsets and specs never expire.
 //   - ClaimQueuePartition retried after an in-doubt try that was applied returns Held
 //     true (the claim's own mark). AddQueueGroup and CreateQueue recognise their own
-//     in-doubt tries by a writer id in the spec.
+//     in-doubt tries by a writer id in the spec (AddQueueGroup: the group's entry in gw,
+//     which no concurrent call changes; CreateQueue: w, which only it writes).
 package aerospike
 
 import (
@@ -159,7 +161,10 @@ const (
 	qbGroups  = "groups"
 	qbDedup   = "dedup"
 	qbCreated = "created"
-	qbWriter  = "w"
+	qbWriter  = "w" // CreateQueue's writer id (AddQueueGroup wrote it too before qbGroupWriters)
+	// qbGroupWriters maps each group added by AddQueueGroup to the writer id of the
+	// call that added it (see AddQueueGroup); absent before the first such group.
+	qbGroupWriters = "gw"
 	// qbInc is the queue's incarnation id: a random non-zero int that CreateQueue
 	// writes in the spec record and every write that may create a head, entry, offset
 	// or id record writes in it too (incOp), so that DeleteQueue's batch deletes
@@ -474,16 +479,35 @@ func (s *Store) readSpec(ctx context.Context, op, name string) (driver.QueueSpec
 // readSpecInc is readSpec that also returns the spec's incarnation id (qbInc; 0:
 // none), which it caches too.
 func (s *Store) readSpecInc(ctx context.Context, op, name string) (driver.QueueSpec, uint32, int64, error) {
-	rec, err := s.getRecord(ctx, op, s.specKey(name))
+	spec, rec, err := s.readSpecRecord(ctx, op, name)
 	if err != nil {
 		return driver.QueueSpec{}, 0, 0, err
 	}
-	if rec == nil || deletingMark(rec) != 0 {
-		return driver.QueueSpec{}, 0, 0, driver.Errorf(dcsync.NotFound, op, "queue %q does not exist", name)
+	return spec, rec.Generation, intBinOr0(rec, qbInc), nil
+}
+
+// readSpecRecord is readSpec that returns the whole spec record (never nil without an
+// error).
+func (s *Store) readSpecRecord(ctx context.Context, op, name string) (driver.QueueSpec, *as.Record, error) {
+	rec, err := s.getRecord(ctx, op, s.specKey(name))
+	if err != nil {
+		return driver.QueueSpec{}, nil, err
 	}
-	spec, inc := specOf(name, rec.Bins), intBinOr0(rec, qbInc)
-	s.cacheQueue(name, spec.DedupWindow(), inc)
-	return spec, rec.Generation, inc, nil
+	if rec == nil || deletingMark(rec) != 0 {
+		return driver.QueueSpec{}, nil, driver.Errorf(dcsync.NotFound, op, "queue %q does not exist", name)
+	}
+	spec := specOf(name, rec.Bins)
+	s.cacheQueue(name, spec.DedupWindow(), intBinOr0(rec, qbInc))
+	return spec, rec, nil
+}
+
+// groupWriter returns the writer id that spec record rec holds for group in
+// qbGroupWriters: the id of the AddQueueGroup call that added it; 0 when there is none
+// (a group of CreateQueue's spec, or added by a release before qbGroupWriters).
+func groupWriter(rec *as.Record, group string) int64 {
+	m, _ := rec.Bins[qbGroupWriters].(map[any]any)
+	w, _ := intOf(m[group])
+	return w
 }
 
 // cacheQueue remembers queue name's dedup window and incarnation id.
@@ -607,11 +631,22 @@ func (s *Store) ReadQueueSpec(ctx context.Context, name string) (driver.QueueSpe
 
 // AddQueueGroup implements driver.QueueStore: the spec record is read and written back
 // with the group appended, expecting the generation read (a concurrent change makes it
-// read again). The write carries a writer id, by which a retry after an in-doubt try
-// that was applied recognises its own group. Then it increments the trim guard tg of
-// every shared partition's head record (see "Trims against added groups" in
-// queue_trim.go); an error may leave the group added, and the call made again
-// (AlreadyExists) increments them again.
+// read again). The write also records, in the map bin qbGroupWriters, the group's
+// writer id: a random id of this call. A retry after an in-doubt try decides by that
+// entry alone, which no other call changes (groups are never removed, and only the
+// call that adds a group writes its entry): the group present with this call's id is
+// this call's (its try was applied: the spec, nil), with any other id or none another
+// call's (AlreadyExists). (It used to compare the spec's single writer bin w, which a
+// concurrent AddQueueGroup of another group overwrites: a call whose own try had
+// landed returned AlreadyExists. AddQueueGroup no longer writes w, which is now
+// CreateQueue's alone, so CreateQueue's retry, which compares it, is not misled
+// either.) Then it increments the trim guard tg of every shared partition's head
+// record (see "Trims against added groups" in queue_trim.go); an error may leave the
+// group added, and the call made again (AlreadyExists) increments them again.
+//
+// Releases before qbGroupWriters read such a spec record as before (they ignore the
+// bin) and write w when they add a group, leaving qbGroupWriters alone: their groups
+// have no entry, which reads as another call's.
 func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.QueueSpec, error) {
 	const op = "aerospike.AddQueueGroup"
 	if err := checkQueueName(name); err != nil {
@@ -622,25 +657,19 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.Q
 	}
 	w := nonce()
 	for round := 0; round < maxRounds*4; round++ {
-		spec, gen, err := s.readSpec(ctx, op, name)
+		spec, rec, err := s.readSpecRecord(ctx, op, name)
 		if err != nil {
 			return driver.QueueSpec{}, err
 		}
 		if spec.GroupIndex(group) >= 0 {
-			rec, err := s.getRecord(ctx, op, s.specKey(name))
-			if err != nil {
+			// Incremented again here too, so that whichever call returns (this one, or
+			// one whose increment failed) no trim passes the group (see "Trims against
+			// added groups" in queue_trim.go).
+			if err := s.bumpTrimGuards(ctx, op, name, spec.Partitions); err != nil {
 				return driver.QueueSpec{}, err
 			}
-			if rec != nil {
-				// Incremented again here too, so that whichever call returns (this
-				// one, or one whose increment failed) no trim passes the group (see
-				// "Trims against added groups" in queue_trim.go).
-				if err := s.bumpTrimGuards(ctx, op, name, spec.Partitions); err != nil {
-					return driver.QueueSpec{}, err
-				}
-				if ow, _ := intOf(rec.Bins[qbWriter]); ow == w {
-					return spec, nil // our in-doubt try was applied
-				}
+			if groupWriter(rec, group) == w {
+				return spec, nil // our in-doubt try was applied
 			}
 			return spec, driver.Errorf(dcsync.AlreadyExists, op, "queue %q has group %q", name, group)
 		}
@@ -652,11 +681,11 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.Q
 			wp := s.writePolicy(ctx, as.TTLDontUpdate)
 			wp.RecordExistsAction = as.UPDATE_ONLY
 			wp.GenerationPolicy = as.EXPECT_GEN_EQUAL
-			wp.Generation = gen
+			wp.Generation = rec.Generation
 			return wp
 		}, s.specKey(name), []*as.Operation{
 			as.PutOp(as.NewBin(qbGroups, groupsValue(groups))),
-			as.PutOp(as.NewBin(qbWriter, w)),
+			as.MapPutOp(as.DefaultMapPolicy(), qbGroupWriters, group, w),
 		}, types.GENERATION_ERROR, types.KEY_NOT_FOUND_ERROR)
 		if err != nil {
 			return driver.QueueSpec{}, err
