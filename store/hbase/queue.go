@@ -397,6 +397,11 @@ type specDoc struct {
 	// Op names the CreateQueue that wrote the spec, so that a create whose reply was
 	// lost recognises its own spec.
 	Op string `json:"op,omitempty"`
+	// Adders names, per group added by AddQueueGroup, the call that added it, so that
+	// a call whose write was in doubt tells its own add (nil) from another's
+	// (AlreadyExists). Groups CreateQueue made, and groups added by a release before
+	// this field, have none: they read as another's.
+	Adders map[string]string `json:"adders,omitempty"`
 }
 
 func (d specDoc) spec(cellTS int64) driver.QueueSpec {
@@ -553,11 +558,14 @@ func (s *Store) knownSpec(ctx context.Context, db queueOps, table, op, name stri
 	return spec, nil
 }
 
-// AddQueueGroup appends group to the queue's groups (check-and-set of the spec), then
+// AddQueueGroup appends group to the queue's groups (check-and-set of the spec, which
+// records this call's random id for the group in specDoc.Adders), then
 // increments the trim guard q:r of every shared partition's head row (one MultiMutate;
 // see "Trims against added groups" in queue_trim.go). It returns only once both are
 // done; an error may leave the group added, and the call made again (AlreadyExists)
-// bumps the guards again.
+// bumps the guards again. A call whose spec write was in doubt and that then finds the
+// group returns nil only if the id recorded for it is its own; a group another call
+// added is AlreadyExists (TestAddQueueGroupInDoubtRaces).
 func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.QueueSpec, error) {
 	const op = "hbase.AddQueueGroup"
 	if err := driver.ValidateID("queue", name); err != nil {
@@ -572,6 +580,7 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.Q
 	}
 	row := specRow(name)
 	var doubt error
+	me := fmt.Sprintf("%016x", randToken()) // this call, in the spec's Adders
 	for try := 0; try < 4*maxTries; try++ {
 		d, oldRaw, ts, found, err := s.readSpecRaw(ctx, db, table, name)
 		if err != nil {
@@ -589,8 +598,8 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.Q
 				if err := bumpTrimGuards(ctx, db, table, op, name, d.Partitions); err != nil {
 					return driver.QueueSpec{}, err
 				}
-				if doubt != nil {
-					return spec, nil // our in-doubt write (or a concurrent add of the same group)
+				if doubt != nil && d.Adders[group] == me {
+					return spec, nil // our in-doubt write landed
 				}
 				return spec, driver.Errorf(dcsync.AlreadyExists, op, "queue %q already has group %q", name, group)
 			}
@@ -600,6 +609,11 @@ func (s *Store) AddQueueGroup(ctx context.Context, name, group string) (driver.Q
 		}
 		nd := d
 		nd.Groups = append(append([]string(nil), d.Groups...), group)
+		nd.Adders = make(map[string]string, len(d.Adders)+1)
+		for g, a := range d.Adders {
+			nd.Adders[g] = a
+		}
+		nd.Adders[group] = me
 		nd.CreatedMs = spec.Created.UnixMilli()
 		raw, err := json.Marshal(nd)
 		if err != nil {
