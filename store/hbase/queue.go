@@ -866,18 +866,39 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 	// q:a") must not find the cell absent and tombstone a delivered event, which would
 	// let an append of its id within the window take the id over and append it again.
 	// After the window no append resolves the id any more. A tombstone stays (see the
-	// layout). The Puts are idempotent: the client sends them again in doubt.
+	// layout).
+	//
+	// Each mark is stamped with g.newest, the newest timestamp the trim read (at or
+	// after the write of every event below the Floor, before any write of a queue
+	// created again under the name), and conditioned on q:e present (one conditional
+	// action each, in the same MultiMutate): so a mark that lands late, after the queue
+	// was deleted and created again, never hides an event of the new queue (its cell is
+	// newer than the mark) nor shows where the new queue has written nothing yet (no
+	// q:e: refused). See queue_trim.go, "Trims against a queue created again". The TTL
+	// counts from the stamp: it is lengthened by the time since, as this clock tells,
+	// so the mark lives at least the window from the stamp and about the window from
+	// now. The actions are idempotent (the same stamped mark again).
 	prefix := partPrefix(name, p)
 	mark := []hbaserpc.Value{{Family: famQueue, Qualifier: qualEntry, Value: []byte{entryTrimmed}}}
+	ttl := spec.DedupWindow() + max(0, time.Since(time.UnixMilli(g.newest)))
+	present := hbaserpc.IfPresent(famQueue, qualEntry)
 	const chunk = 1000
 	for from := trimmed; from < below; {
 		n := min(below-from, uint64(chunk))
 		acts := make([]hbaserpc.Action, n)
 		for i := range acts {
-			acts[i] = hbaserpc.Action{Mutation: &hbaserpc.Put{Row: entryRow(prefix, from+uint64(i)), TTL: spec.DedupWindow(), Values: mark}}
+			acts[i] = hbaserpc.Action{Cond: &present, Mutation: &hbaserpc.Put{Row: entryRow(prefix, from+uint64(i)), Timestamp: g.newest, TTL: ttl, Values: mark}}
 		}
-		if _, err := db.MultiMutate(ctx, table, acts); err != nil {
-			return wrap(err, op)
+		// A conditional action in doubt is not sent again by the client: sent again
+		// here (the same stamped mark again, harmless).
+		for try := 0; ; try++ {
+			_, err := db.MultiMutate(ctx, table, acts)
+			if err == nil {
+				break
+			}
+			if !inDoubt(err) || try >= maxTries {
+				return wrap(err, op)
+			}
 		}
 		from += n
 	}

@@ -118,6 +118,11 @@ type trimGuard struct {
 	trimmed uint64      // q:x
 	guard   []byte      // q:r as read (nil: absent)
 	pins    []rewindPin // q:w
+	// newest is the newest timestamp of the cells read (the head row's; raiseFloor
+	// adds the spec's and the offsets'): at or after the write of every event below
+	// the Floor, before the write of any event of a queue created again under the
+	// name (see "Trims against a queue created again").
+	newest int64
 }
 
 var guardCols = []hbaserpc.Column{
@@ -143,7 +148,17 @@ func decodeGuard(op string, cells []hbaserpc.Cell) (trimGuard, error) {
 			return g, driver.Errorf(dcsync.Internal, op, "head row: %v", err)
 		}
 	}
+	g.newest = newestCell(cells)
 	return g, nil
+}
+
+// newestCell returns the newest timestamp among cells (0: none).
+func newestCell(cells []hbaserpc.Cell) int64 {
+	var ts int64
+	for _, c := range cells {
+		ts = max(ts, c.Timestamp)
+	}
+	return ts
 }
 
 // cond is the condition of a write decided on g: q:r unchanged.
@@ -154,13 +169,22 @@ func (g trimGuard) cond() hbaserpc.Condition {
 	return hbaserpc.IfEquals(famQueue, qualGuard, g.guard)
 }
 
-// next is the value of q:r that a write decided on g puts.
+// guardDrawn is the top bit of every q:r value a trim or a rewind writes (next).
+const guardDrawn = 1 << 63
+
+// unique reports whether g's q:r is a value no queue created again under the name can
+// hold (see "Trims against a queue created again"): drawn at random by next (or such
+// a value incremented by AddQueueGroup's bumps), not absent nor a small count (an
+// Increment of an absent q:r, or a release before this one counting from 0).
+func (g trimGuard) unique() bool {
+	return len(g.guard) == 8 && binary.BigEndian.Uint64(g.guard)&guardDrawn != 0
+}
+
+// next is the value of q:r that a write decided on g puts: a fresh random value (top
+// bit set), so that a value once replaced never comes back, in this queue or in one
+// created again under its name.
 func (g trimGuard) next() []byte {
-	var n uint64
-	if len(g.guard) == 8 {
-		n = binary.BigEndian.Uint64(g.guard)
-	}
-	return be64(n + 1)
+	return be64(randToken() | guardDrawn)
 }
 
 // raiseFloor raises partition p's Floor towards below, stopping at the offsets of the
@@ -191,6 +215,7 @@ func (s *Store) raiseFloor(ctx context.Context, db queueOps, table, op, name str
 		if err != nil {
 			return g, err
 		}
+		g.newest = max(g.newest, newestCell(rows[1]))
 		var groups []string
 		for i, gr := range spec.Groups {
 			if p < spec.Partitions || p == spec.Partitions+i {
@@ -222,6 +247,7 @@ func (s *Store) raiseFloor(ctx context.Context, db queueOps, table, op, name str
 			if offs[groups[i]], _, err = offsetOf(op, cells); err != nil {
 				return g, err
 			}
+			g.newest = max(g.newest, newestCell(cells))
 		}
 		floor := below
 		for _, gr := range groups {
@@ -236,6 +262,21 @@ func (s *Store) raiseFloor(ctx context.Context, db queueOps, table, op, name str
 		}
 		if floor <= g.bounds.Floor {
 			return g, nil // held back: nothing more to trim now
+		}
+		if !g.unique() {
+			// q:r absent or a small count, which a queue created again under the name
+			// may hold too: first replace it by a drawn value (conditioned on it), and
+			// condition the raise on that (see "Trims against a queue created again").
+			// Applied, nothing of the head row changed since the read but q:r.
+			drawn := g.next()
+			ok, _, err := db.CheckAndMutate(ctx, table, hrow, g.cond(), &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualGuard, Value: drawn}}})
+			if err != nil && !inDoubt(err) {
+				return g, wrap(err, op)
+			}
+			if err != nil || !ok {
+				continue // refused or in doubt: read again
+			}
+			g.guard = drawn
 		}
 		vals := []hbaserpc.Value{{Family: famQueue, Qualifier: qualFloor, Value: be64(floor)}, {Family: famQueue, Qualifier: qualGuard, Value: g.next()}}
 		if len(live) != len(g.pins) {
