@@ -903,9 +903,11 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 		from += n
 	}
 	// Record how far events are trimmed (never lowered; a failure here only makes the
-	// next trim scan again).
+	// next trim mark again). Conditioned also on the trim guard q:r as read, when it
+	// is a drawn value (see queue_trim.go): a queue created again under the name
+	// cannot hold it, so a late attempt never records marks the new queue lacks.
 	for try := 0; try < maxTries; try++ {
-		cells, err := db.Get(ctx, table, hrow, hbaserpc.Column{Family: famQueue, Qualifier: qualTrimmed})
+		cells, err := db.Get(ctx, table, hrow, hbaserpc.Column{Family: famQueue, Qualifier: qualTrimmed}, hbaserpc.Column{Family: famQueue, Qualifier: qualGuard})
 		if err != nil {
 			return wrap(err, op)
 		}
@@ -919,6 +921,9 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 		cond := hbaserpc.IfAbsent(famQueue, qualTrimmed)
 		if raw, _, ok := cellValue(cells, qualTrimmed); ok {
 			cond = hbaserpc.IfEquals(famQueue, qualTrimmed, raw)
+		}
+		if raw, _, ok := cellValue(cells, qualGuard); ok && (trimGuard{guard: raw}).unique() {
+			cond = hbaserpc.IfAll(cond, hbaserpc.IfEquals(famQueue, qualGuard, raw))
 		}
 		ok, _, err := db.CheckAndMutate(ctx, table, hrow, cond,
 			&hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualTrimmed, Value: be64(below)}}})

@@ -15,9 +15,10 @@ import (
 
 // trimHold is a queueOps that keeps back, unsent, writes of a trim of one partition
 // and reports them in doubt (a Connection error, as a lost reply): the first
-// check-and-mutate of the head row, the first one that writes the Floor (q:f), and
-// every MultiMutate that writes trimmed marks. send delivers them later, exactly as
-// they were made, through the raw client.
+// check-and-mutate of the head row, the first one that writes the Floor (q:f), the
+// first one that records the trimmed seqs (q:x), and the first MultiMutate that writes
+// trimmed marks. send delivers them later, exactly as they were made, through the raw
+// client.
 type trimHold struct {
 	queueOps
 	hrow, prefix []byte
@@ -28,6 +29,7 @@ type trimHold struct {
 	table    string
 	sawFirst bool
 	sawRaise bool
+	sawX     bool
 }
 
 type heldCAM struct {
@@ -53,10 +55,11 @@ func writesCell(muts []hbaserpc.Mutation, qual []byte) bool {
 func (h *trimHold) CheckAndMutate(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts ...hbaserpc.Mutation) (bool, []hbaserpc.Cell, error) {
 	if bytes.Equal(row, h.hrow) {
 		h.mu.Lock()
-		raise := writesCell(muts, qualFloor)
-		hold := !h.sawFirst || raise && !h.sawRaise
+		raise, x := writesCell(muts, qualFloor), writesCell(muts, qualTrimmed)
+		hold := !h.sawFirst || raise && !h.sawRaise || x && !h.sawX
 		h.sawFirst = true
 		h.sawRaise = h.sawRaise || raise
+		h.sawX = h.sawX || x
 		if hold {
 			h.cams = append(h.cams, heldCAM{table: table, row: row, cond: cond, muts: muts})
 		}
@@ -72,10 +75,16 @@ func (h *trimHold) MultiMutate(ctx context.Context, table string, acts []hbaserp
 	for _, a := range acts {
 		if p, ok := a.Mutation.(*hbaserpc.Put); ok && bytes.HasPrefix(p.Row, h.prefix) && writesCell([]hbaserpc.Mutation{p}, qualEntry) {
 			h.mu.Lock()
-			h.multis = append(h.multis, acts)
-			h.table = table
+			hold := len(h.multis) == 0
+			if hold {
+				h.multis = append(h.multis, acts)
+				h.table = table
+			}
 			h.mu.Unlock()
-			return nil, driver.Errorf(dcsync.Connection, "test", "reply lost (held back)")
+			if hold {
+				return nil, driver.Errorf(dcsync.Connection, "test", "reply lost (held back)")
+			}
+			break
 		}
 	}
 	return h.queueOps.MultiMutate(ctx, table, acts)
@@ -90,7 +99,7 @@ func (h *trimHold) send(t *testing.T, ctx context.Context, c queueOps) {
 	for i, w := range h.cams {
 		ok, _, err := c.CheckAndMutate(ctx, w.table, w.row, w.cond, w.muts...)
 		must(t, err, fmt.Sprintf("late check-and-mutate %d of the head row", i))
-		t.Logf("late check-and-mutate %d of the head row (floor write %v): applied %v", i, writesCell(w.muts, qualFloor), ok)
+		t.Logf("late check-and-mutate %d of the head row (floor write %v, trimmed write %v): applied %v", i, writesCell(w.muts, qualFloor), writesCell(w.muts, qualTrimmed), ok)
 	}
 	for i, acts := range h.multis {
 		res, err := c.MultiMutate(ctx, h.table, acts)
@@ -102,9 +111,10 @@ func (h *trimHold) send(t *testing.T, ctx context.Context, c queueOps) {
 // TestTrimQueueLateTriesKeepNewQueue (issue 15): the writes of a TrimQueue that land
 // late, after the queue was deleted and created again under its name, leave the new
 // queue alone: its Floor stays at 0 and each of its events stays readable. The trim's
-// first check-and-mutate of the head row, its first Floor write and its trimmed marks
-// are held back (reported in doubt, so the call retries and then fails), and sent
-// exactly as made once the new queue holds events at the same seqs.
+// first check-and-mutate of the head row, its first Floor write, its first batch of
+// trimmed marks and its first record of them (q:x) are held back (reported in doubt:
+// the call tries again), and sent exactly as made once the new queue holds events at
+// the same seqs; the new queue's head row must not record trimmed seqs either.
 func TestTrimQueueLateTriesKeepNewQueue(t *testing.T) {
 	s := openQueueStore(t)
 	ctx := ctxT(t, 2*time.Minute)
@@ -126,8 +136,8 @@ func TestTrimQueueLateTriesKeepNewQueue(t *testing.T) {
 	err = s.TrimQueue(ctx, name, 0, 5)
 	s.queue().db = nil
 	t.Logf("TrimQueue with writes held back: %v", err)
-	if len(h.cams) == 0 || !h.sawRaise || len(h.multis) == 0 {
-		t.Fatalf("held %d check-and-mutates (a floor write among them: %v) and %d MultiMutates of marks; want both kinds", len(h.cams), h.sawRaise, len(h.multis))
+	if len(h.cams) == 0 || !h.sawRaise || !h.sawX || len(h.multis) == 0 {
+		t.Fatalf("held %d check-and-mutates (a floor write among them: %v, a trimmed record: %v) and %d MultiMutates of marks; want each kind", len(h.cams), h.sawRaise, h.sawX, len(h.multis))
 	}
 
 	// The queue is deleted and created again; it gets events at the same seqs.
@@ -147,6 +157,11 @@ func TestTrimQueueLateTriesKeepNewQueue(t *testing.T) {
 	must(t, err, "QueueBounds")
 	if b[0] != (driver.QueueBounds{Head: 8}) {
 		t.Errorf("new queue's bounds %+v after the old trim's late writes, want Head 8 Floor 0 (else its events are below the Floor)", b[0])
+	}
+	cells, err := s.client.Get(ctx, s.QueueTable(), headRow(name, 0), hbaserpc.Column{Family: famQueue, Qualifier: qualTrimmed})
+	must(t, err, "Get q:x")
+	if v, _, ok := cellValue(cells, qualTrimmed); ok {
+		t.Errorf("new queue's head row records trimmed seqs below %x after the old trim's late writes, want none (else its trims never mark those seqs)", v)
 	}
 	got := readAll(t, s, name, 0, 0)
 	var payloads []string
