@@ -87,7 +87,8 @@ package hbase
 // with no entry. AbortQueueSeq writes the tombstone q:a there while q:e is absent.
 // TrimQueue raises the Floor (check-and-set, never lowered), then replaces the events'
 // cells below it by a one-byte trimmed mark whose cell TTL is the queue's dedup window
-// (batched Puts of q:e over the dense seq range; see TrimQueue for why not deletes)
+// (batched Puts of q:e over the dense seq range, each conditioned on q:e present and
+// stamped with the newest timestamp the trim read; see TrimQueue for why not deletes)
 // and records how far it went (q:x) so that a trim cut short is finished by the next
 // one.
 // Tombstones are never deleted: a producer that reserved a seq, was aborted, and
@@ -834,7 +835,11 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 // TrimQueue raises partition p's Floor to below (never lowers it), or as far as the
 // offsets of the groups that read p and the rewinds in progress allow (queue_trim.go,
 // "Trims against rewinds"), and replaces its events below the Floor by trimmed marks
-// (see the queue layout).
+// (see the queue layout). Each of its writes that lands late, after the queue was
+// deleted and created again under its name, leaves the new queue alone (queue_trim.go,
+// "Trims against a queue created again"). Cost of a trim that raises the Floor: two
+// MultiGets, a check-and-mutate (two on a partition's first trim), a MultiMutate per
+// 1000 marks, a Get and a check-and-mutate.
 func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
 	const op = "hbase.TrimQueue"
 	if err := driver.ValidateQueuePartitions(name, []int{p}); err != nil {

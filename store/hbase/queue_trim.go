@@ -7,9 +7,9 @@ package hbase
 // Floor live in different rows, which no one HBase call reads and writes together, so
 // the head row carries two more cells that both sides compare-and-set:
 //
-//	q:r  the trim guard: an 8-byte counter replaced (check-and-mutate on its exact
-//	     bytes) by every write of q:f or q:w, so a write decided on a read of the
-//	     head row lands only if neither changed since
+//	q:r  the trim guard: an 8-byte value replaced (check-and-mutate on its exact
+//	     bytes) by a fresh random one at every write of q:f or q:w, so a write
+//	     decided on a read of the head row lands only if neither changed since
 //	q:w  the rewinds in progress (pins): per group, len | group | next | token |
 //	     version: a rewind of that group's offset to next, by the write of that token
 //	     and version
@@ -53,6 +53,40 @@ package hbase
 // returned. (A raise that lands between the spec write and the bump passes 0: it is
 // ordered before the add, which is done only when the bump is.) The private
 // partition of a group needs no bump: only that group reads it.
+//
+// # Trims against a queue created again
+//
+// A trim's writes may land late (delayed in flight), after DeleteQueue deleted the
+// queue and CreateQueue created it again under the name (issue 15). None may touch
+// the new queue:
+//
+//   - The raise is conditioned on q:r holding a value drawn at random (top bit set,
+//     guardDrawn) by the write that put it, which no queue created again holds (each
+//     check-and-mutate is sent once; a value drawn again collides with odds 2^-63).
+//     A q:r absent or holding a small count (AddQueueGroup's Increment of an absent
+//     q:r, or a release before this one) would match a new queue's: so a raise
+//     decided on one first replaces it by a drawn value (a check-and-mutate
+//     conditioned on it, one more round trip on a partition's first trim) and is
+//     conditioned on that. Applied, it changed only q:r since the head read: the
+//     two writes decide as one did.
+//   - The record of how far marks went (q:x) is conditioned on that drawn q:r too.
+//   - Each trimmed mark is a conditional action ("q:e present") stamped with the
+//     newest cell timestamp the trim read (trimGuard.newest: the head row, the spec,
+//     the offsets). Every event below the Floor was written before a group's offset
+//     passed it (or the Floor that the q:f read was raised over it), so the stamp is
+//     at or after the event's (equal: the later write wins); and the reads came
+//     before the delete, so before every write of the new queue, whose cells are
+//     newer than the stamp. A late mark is then refused where the new queue has no
+//     event, and is an older version than the event where it has one (hidden, dropped
+//     at compaction). The TTL counts from the stamp: the dedup window plus the time
+//     since the stamp on this clock.
+//
+// The caveat is HBase's, as for DeleteQueue's stamped deletes: a region server whose
+// clock is behind could stamp a new event at or before the old trim's stamp.
+// TestTrimQueueLateTriesKeepNewQueue holds a trim's writes back and sends them after a
+// delete, a create and appends. A rewind pin decided on an absent or counted q:r can
+// still land on a new queue: a stale pin, which holds its trims back until the group's
+// offset is written again (no event is lost).
 
 import (
 	"context"
@@ -301,7 +335,8 @@ func (s *Store) raiseFloor(ctx context.Context, db queueOps, table, op, name str
 // (see "Trims against added groups"). A head row that is gone (the queue deleted
 // meanwhile) is left alone: each Increment is conditioned on its q:h. The Increments
 // are nonce'd: one sent again after a lost reply is not applied twice, and one
-// applied twice would only refuse a trim more (q:r only ever grows).
+// applied twice would only refuse a trim more (an Increment never brings back a value
+// q:r held).
 func bumpTrimGuards(ctx context.Context, db queueOps, table, op, name string, partitions int) error {
 	acts := make([]hbaserpc.Action, partitions)
 	present := hbaserpc.IfPresent(famQueue, qualHead)
