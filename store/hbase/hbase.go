@@ -194,9 +194,12 @@
 //     still be taken over (a tombstone there would make that append store the event
 //     again). After the window, a late tombstone below the Floor is read by nobody.
 //   - Trims: the Floor by compare-and-set on the trim guard (q:r, which every Floor
-//     raise and every rewind pin replaces: queue_trim.go), how far events are trimmed
-//     by compare-and-set on its exact bytes (both only grow); the marks replacing
-//     events below the Floor are Puts of the same bytes.
+//     raise and every rewind pin replaces by a fresh random value, which a queue
+//     created again under the name cannot hold: queue_trim.go), how far events are
+//     trimmed by compare-and-set on its exact bytes (it only grows) and on that q:r;
+//     the marks replacing events below the Floor are the same bytes, each conditioned
+//     on its event cell present and stamped with the newest timestamp the trim read
+//     (older than any cell of a queue created again).
 //
 // # Failures
 //

@@ -87,7 +87,8 @@ package hbase
 // with no entry. AbortQueueSeq writes the tombstone q:a there while q:e is absent.
 // TrimQueue raises the Floor (check-and-set, never lowered), then replaces the events'
 // cells below it by a one-byte trimmed mark whose cell TTL is the queue's dedup window
-// (batched Puts of q:e over the dense seq range; see TrimQueue for why not deletes)
+// (batched Puts of q:e over the dense seq range, each conditioned on q:e present and
+// stamped with the newest timestamp the trim read; see TrimQueue for why not deletes)
 // and records how far it went (q:x) so that a trim cut short is finished by the next
 // one.
 // Tombstones are never deleted: a producer that reserved a seq, was aborted, and
@@ -848,7 +849,11 @@ func (s *Store) AbortQueueSeq(ctx context.Context, name string, p int, seq uint6
 // TrimQueue raises partition p's Floor to below (never lowers it), or as far as the
 // offsets of the groups that read p and the rewinds in progress allow (queue_trim.go,
 // "Trims against rewinds"), and replaces its events below the Floor by trimmed marks
-// (see the queue layout).
+// (see the queue layout). Each of its writes that lands late, after the queue was
+// deleted and created again under its name, leaves the new queue alone (queue_trim.go,
+// "Trims against a queue created again"). Cost of a trim that raises the Floor: two
+// MultiGets, a check-and-mutate (two on a partition's first trim), a MultiMutate per
+// 1000 marks, a Get and a check-and-mutate.
 func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64) error {
 	const op = "hbase.TrimQueue"
 	if err := driver.ValidateQueuePartitions(name, []int{p}); err != nil {
@@ -880,25 +885,48 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 	// q:a") must not find the cell absent and tombstone a delivered event, which would
 	// let an append of its id within the window take the id over and append it again.
 	// After the window no append resolves the id any more. A tombstone stays (see the
-	// layout). The Puts are idempotent: the client sends them again in doubt.
+	// layout).
+	//
+	// Each mark is stamped with g.newest, the newest timestamp the trim read (at or
+	// after the write of every event below the Floor, before any write of a queue
+	// created again under the name), and conditioned on q:e present (one conditional
+	// action each, in the same MultiMutate): so a mark that lands late, after the queue
+	// was deleted and created again, never hides an event of the new queue (its cell is
+	// newer than the mark) nor shows where the new queue has written nothing yet (no
+	// q:e: refused). See queue_trim.go, "Trims against a queue created again". The TTL
+	// counts from the stamp: it is lengthened by the time since, as this clock tells,
+	// so the mark lives at least the window from the stamp and about the window from
+	// now. The actions are idempotent (the same stamped mark again).
 	prefix := partPrefix(name, p)
 	mark := []hbaserpc.Value{{Family: famQueue, Qualifier: qualEntry, Value: []byte{entryTrimmed}}}
+	ttl := spec.DedupWindow() + max(0, time.Since(time.UnixMilli(g.newest)))
+	present := hbaserpc.IfPresent(famQueue, qualEntry)
 	const chunk = 1000
 	for from := trimmed; from < below; {
 		n := min(below-from, uint64(chunk))
 		acts := make([]hbaserpc.Action, n)
 		for i := range acts {
-			acts[i] = hbaserpc.Action{Mutation: &hbaserpc.Put{Row: entryRow(prefix, from+uint64(i)), TTL: spec.DedupWindow(), Values: mark}}
+			acts[i] = hbaserpc.Action{Cond: &present, Mutation: &hbaserpc.Put{Row: entryRow(prefix, from+uint64(i)), Timestamp: g.newest, TTL: ttl, Values: mark}}
 		}
-		if _, err := db.MultiMutate(ctx, table, acts); err != nil {
-			return wrap(err, op)
+		// A conditional action in doubt is not sent again by the client: sent again
+		// here (the same stamped mark again, harmless).
+		for try := 0; ; try++ {
+			_, err := db.MultiMutate(ctx, table, acts)
+			if err == nil {
+				break
+			}
+			if !inDoubt(err) || try >= maxTries {
+				return wrap(err, op)
+			}
 		}
 		from += n
 	}
 	// Record how far events are trimmed (never lowered; a failure here only makes the
-	// next trim scan again).
+	// next trim mark again). Conditioned also on the trim guard q:r as read, when it
+	// is a drawn value (see queue_trim.go): a queue created again under the name
+	// cannot hold it, so a late attempt never records marks the new queue lacks.
 	for try := 0; try < maxTries; try++ {
-		cells, err := db.Get(ctx, table, hrow, hbaserpc.Column{Family: famQueue, Qualifier: qualTrimmed})
+		cells, err := db.Get(ctx, table, hrow, hbaserpc.Column{Family: famQueue, Qualifier: qualTrimmed}, hbaserpc.Column{Family: famQueue, Qualifier: qualGuard})
 		if err != nil {
 			return wrap(err, op)
 		}
@@ -912,6 +940,9 @@ func (s *Store) TrimQueue(ctx context.Context, name string, p int, below uint64)
 		cond := hbaserpc.IfAbsent(famQueue, qualTrimmed)
 		if raw, _, ok := cellValue(cells, qualTrimmed); ok {
 			cond = hbaserpc.IfEquals(famQueue, qualTrimmed, raw)
+		}
+		if raw, _, ok := cellValue(cells, qualGuard); ok && (trimGuard{guard: raw}).unique() {
+			cond = hbaserpc.IfAll(cond, hbaserpc.IfEquals(famQueue, qualGuard, raw))
 		}
 		ok, _, err := db.CheckAndMutate(ctx, table, hrow, cond,
 			&hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualTrimmed, Value: be64(below)}}})

@@ -7,9 +7,9 @@ package hbase
 // Floor live in different rows, which no one HBase call reads and writes together, so
 // the head row carries two more cells that both sides compare-and-set:
 //
-//	q:r  the trim guard: an 8-byte counter replaced (check-and-mutate on its exact
-//	     bytes) by every write of q:f or q:w, so a write decided on a read of the
-//	     head row lands only if neither changed since
+//	q:r  the trim guard: an 8-byte value replaced (check-and-mutate on its exact
+//	     bytes) by a fresh random one at every write of q:f or q:w, so a write
+//	     decided on a read of the head row lands only if neither changed since
 //	q:w  the rewinds in progress (pins): per group, len | group | next | token |
 //	     version: a rewind of that group's offset to next, by the write of that token
 //	     and version
@@ -53,6 +53,40 @@ package hbase
 // returned. (A raise that lands between the spec write and the bump passes 0: it is
 // ordered before the add, which is done only when the bump is.) The private
 // partition of a group needs no bump: only that group reads it.
+//
+// # Trims against a queue created again
+//
+// A trim's writes may land late (delayed in flight), after DeleteQueue deleted the
+// queue and CreateQueue created it again under the name (issue 15). None may touch
+// the new queue:
+//
+//   - The raise is conditioned on q:r holding a value drawn at random (top bit set,
+//     guardDrawn) by the write that put it, which no queue created again holds (each
+//     check-and-mutate is sent once; a value drawn again collides with odds 2^-63).
+//     A q:r absent or holding a small count (AddQueueGroup's Increment of an absent
+//     q:r, or a release before this one) would match a new queue's: so a raise
+//     decided on one first replaces it by a drawn value (a check-and-mutate
+//     conditioned on it, one more round trip on a partition's first trim) and is
+//     conditioned on that. Applied, it changed only q:r since the head read: the
+//     two writes decide as one did.
+//   - The record of how far marks went (q:x) is conditioned on that drawn q:r too.
+//   - Each trimmed mark is a conditional action ("q:e present") stamped with the
+//     newest cell timestamp the trim read (trimGuard.newest: the head row, the spec,
+//     the offsets). Every event below the Floor was written before a group's offset
+//     passed it (or the Floor that the q:f read was raised over it), so the stamp is
+//     at or after the event's (equal: the later write wins); and the reads came
+//     before the delete, so before every write of the new queue, whose cells are
+//     newer than the stamp. A late mark is then refused where the new queue has no
+//     event, and is an older version than the event where it has one (hidden, dropped
+//     at compaction). The TTL counts from the stamp: the dedup window plus the time
+//     since the stamp on this clock.
+//
+// The caveat is HBase's, as for DeleteQueue's stamped deletes: a region server whose
+// clock is behind could stamp a new event at or before the old trim's stamp.
+// TestTrimQueueLateTriesKeepNewQueue holds a trim's writes back and sends them after a
+// delete, a create and appends. A rewind pin decided on an absent or counted q:r can
+// still land on a new queue: a stale pin, which holds its trims back until the group's
+// offset is written again (no event is lost).
 
 import (
 	"context"
@@ -118,6 +152,11 @@ type trimGuard struct {
 	trimmed uint64      // q:x
 	guard   []byte      // q:r as read (nil: absent)
 	pins    []rewindPin // q:w
+	// newest is the newest timestamp of the cells read (the head row's; raiseFloor
+	// adds the spec's and the offsets'): at or after the write of every event below
+	// the Floor, before the write of any event of a queue created again under the
+	// name (see "Trims against a queue created again").
+	newest int64
 }
 
 var guardCols = []hbaserpc.Column{
@@ -143,7 +182,17 @@ func decodeGuard(op string, cells []hbaserpc.Cell) (trimGuard, error) {
 			return g, driver.Errorf(dcsync.Internal, op, "head row: %v", err)
 		}
 	}
+	g.newest = newestCell(cells)
 	return g, nil
+}
+
+// newestCell returns the newest timestamp among cells (0: none).
+func newestCell(cells []hbaserpc.Cell) int64 {
+	var ts int64
+	for _, c := range cells {
+		ts = max(ts, c.Timestamp)
+	}
+	return ts
 }
 
 // cond is the condition of a write decided on g: q:r unchanged.
@@ -154,13 +203,22 @@ func (g trimGuard) cond() hbaserpc.Condition {
 	return hbaserpc.IfEquals(famQueue, qualGuard, g.guard)
 }
 
-// next is the value of q:r that a write decided on g puts.
+// guardDrawn is the top bit of every q:r value a trim or a rewind writes (next).
+const guardDrawn = 1 << 63
+
+// unique reports whether g's q:r is a value no queue created again under the name can
+// hold (see "Trims against a queue created again"): drawn at random by next (or such
+// a value incremented by AddQueueGroup's bumps), not absent nor a small count (an
+// Increment of an absent q:r, or a release before this one counting from 0).
+func (g trimGuard) unique() bool {
+	return len(g.guard) == 8 && binary.BigEndian.Uint64(g.guard)&guardDrawn != 0
+}
+
+// next is the value of q:r that a write decided on g puts: a fresh random value (top
+// bit set), so that a value once replaced never comes back, in this queue or in one
+// created again under its name.
 func (g trimGuard) next() []byte {
-	var n uint64
-	if len(g.guard) == 8 {
-		n = binary.BigEndian.Uint64(g.guard)
-	}
-	return be64(n + 1)
+	return be64(randToken() | guardDrawn)
 }
 
 // raiseFloor raises partition p's Floor towards below, stopping at the offsets of the
@@ -191,6 +249,7 @@ func (s *Store) raiseFloor(ctx context.Context, db queueOps, table, op, name str
 		if err != nil {
 			return g, err
 		}
+		g.newest = max(g.newest, newestCell(rows[1]))
 		var groups []string
 		for i, gr := range spec.Groups {
 			if p < spec.Partitions || p == spec.Partitions+i {
@@ -222,6 +281,7 @@ func (s *Store) raiseFloor(ctx context.Context, db queueOps, table, op, name str
 			if offs[groups[i]], _, err = offsetOf(op, cells); err != nil {
 				return g, err
 			}
+			g.newest = max(g.newest, newestCell(cells))
 		}
 		floor := below
 		for _, gr := range groups {
@@ -236,6 +296,21 @@ func (s *Store) raiseFloor(ctx context.Context, db queueOps, table, op, name str
 		}
 		if floor <= g.bounds.Floor {
 			return g, nil // held back: nothing more to trim now
+		}
+		if !g.unique() {
+			// q:r absent or a small count, which a queue created again under the name
+			// may hold too: first replace it by a drawn value (conditioned on it), and
+			// condition the raise on that (see "Trims against a queue created again").
+			// Applied, nothing of the head row changed since the read but q:r.
+			drawn := g.next()
+			ok, _, err := db.CheckAndMutate(ctx, table, hrow, g.cond(), &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famQueue, Qualifier: qualGuard, Value: drawn}}})
+			if err != nil && !inDoubt(err) {
+				return g, wrap(err, op)
+			}
+			if err != nil || !ok {
+				continue // refused or in doubt: read again
+			}
+			g.guard = drawn
 		}
 		vals := []hbaserpc.Value{{Family: famQueue, Qualifier: qualFloor, Value: be64(floor)}, {Family: famQueue, Qualifier: qualGuard, Value: g.next()}}
 		if len(live) != len(g.pins) {
@@ -260,7 +335,8 @@ func (s *Store) raiseFloor(ctx context.Context, db queueOps, table, op, name str
 // (see "Trims against added groups"). A head row that is gone (the queue deleted
 // meanwhile) is left alone: each Increment is conditioned on its q:h. The Increments
 // are nonce'd: one sent again after a lost reply is not applied twice, and one
-// applied twice would only refuse a trim more (q:r only ever grows).
+// applied twice would only refuse a trim more (an Increment never brings back a value
+// q:r held).
 func bumpTrimGuards(ctx context.Context, db queueOps, table, op, name string, partitions int) error {
 	acts := make([]hbaserpc.Action, partitions)
 	present := hbaserpc.IfPresent(famQueue, qualHead)
