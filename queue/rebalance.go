@@ -252,9 +252,10 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 			take = free
 		}
 	}
-	if moving && len(take) > 1 {
+	if moving && len(take) > 0 {
 		// One batched acquire of their locks and one batched claim of their offsets,
-		// instead of two writes per partition.
+		// instead of two writes per partition (a single partition too: no partition is
+		// taken one at a time on such a store).
 		if c.takeMany(ctx, take) {
 			failed.Store(true)
 		}
@@ -516,7 +517,7 @@ func (c *Consumer) freeDropped() {
 // releaseLocks frees lks: in one store call on a store with driver.LockMover, else
 // each on its own, concurrently.
 func (c *Consumer) releaseLocks(lks []*lock.Lock) {
-	if _, moving := c.q.store.(driver.LockMover); !moving || len(lks) < 2 {
+	if _, moving := c.q.store.(driver.LockMover); !moving || len(lks) == 0 {
 		parallel(len(lks), func(i int) { c.releaseLock(lks[i]) })
 		return
 	}
