@@ -27,14 +27,8 @@ func (s *Store) ClaimQueuePartitions(ctx context.Context, name, group string, cl
 	if err := driver.ValidateQueueClaims(name, group, claims); err != nil {
 		return nil, err
 	}
-	table, db, err := s.qready(ctx, op)
+	table, db, err := s.qbatchReady(ctx, op, name)
 	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, driver.Wrap(err, dcsync.Connection, op)
-	}
-	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
 		return nil, err
 	}
 	out := make([]driver.QueueClaimResult, len(claims))
@@ -115,4 +109,21 @@ func (s *Store) ClaimQueuePartitions(ctx context.Context, name, group string, cl
 		}
 	}
 	return out, nil
+}
+
+// qbatchReady starts a batched queue call (ClaimQueuePartitions, CommitQueueOffsets)
+// after its validation: the queue table ready, the context live (nothing sent yet),
+// and the queue known (NotFound for the batch as a whole).
+func (s *Store) qbatchReady(ctx context.Context, op, name string) (string, queueOps, error) {
+	table, db, err := s.qready(ctx, op)
+	if err != nil {
+		return "", nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", nil, driver.Wrap(err, dcsync.Connection, op)
+	}
+	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
+		return "", nil, err
+	}
+	return table, db, nil
 }

@@ -32,14 +32,8 @@ func (s *Store) CommitQueueOffsets(ctx context.Context, name, group string, comm
 	if err := driver.ValidateQueueCommits(name, group, commits); err != nil {
 		return nil, err
 	}
-	table, db, err := s.qready(ctx, op)
+	table, db, err := s.qbatchReady(ctx, op, name)
 	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, driver.Wrap(err, dcsync.Connection, op)
-	}
-	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
 		return nil, err
 	}
 	out := make([]error, len(commits))
