@@ -348,7 +348,8 @@ func TestHandOverIsOneBatchedRelease(t *testing.T) {
 	}
 }
 
-// Consumers of one process joining one group together try distinct member slots: each
+// Consumers of one process joining one group together (each with its own queue handle,
+// on the process's one store handle) try distinct member slots: each
 // takes a slot with its first try, none loses a race to another of the process (with
 // no consumer elsewhere, every try succeeds). Before, all of them tried the lowest free
 // slot at once, one won per round, and the rest retried (1,894 tries to start 64).
@@ -364,11 +365,12 @@ func TestJoinersOfOneProcessTrySlotsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	counts := queuebench.NewCounts()
+	s := queuebench.Count(base, counts) // the process's store handle
 	cs := make([]*queue.Consumer, consumers)
 	var wg sync.WaitGroup
 	errs := make([]error, consumers)
 	for i := range cs {
-		q, err := queue.Open(ctx, queuebench.Count(base, counts), "joiners", opts...)
+		q, err := queue.Open(ctx, s, "joiners", opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
