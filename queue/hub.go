@@ -15,7 +15,6 @@ package queue
 
 import (
 	"context"
-	"reflect"
 	"sync"
 	"time"
 
@@ -58,13 +57,14 @@ var hubs = struct {
 
 // subscribe adds c to the process's hub of (s, name), creating the hub if needed, and
 // returns it; the hub's goroutine runs while it has subscribers, and the hub leaves
-// the registry with its last subscriber. Stores whose dynamic type is not comparable
-// get a hub per consumer (they miss the local wake-ups of other handles' enqueues).
+// the registry with its last subscriber. Store values that cannot be a map key
+// (keyable) get a hub per consumer (they miss the local wake-ups of other handles'
+// enqueues).
 func subscribe(s driver.Store, name string, interval time.Duration, c *Consumer) *hub {
 	hubs.Lock()
 	defer hubs.Unlock()
 	var h *hub
-	if reflect.TypeOf(s).Comparable() {
+	if keyable(s) {
 		k := hubKey{s, name}
 		if h = hubs.m[k]; h == nil {
 			h = newHub(s, name, interval)
@@ -86,7 +86,7 @@ func subscribe(s driver.Store, name string, interval time.Duration, c *Consumer)
 // lookupHub returns the process's hub of (s, name), or nil when no consumer of it
 // runs in this process.
 func lookupHub(s driver.Store, name string) *hub {
-	if !reflect.TypeOf(s).Comparable() {
+	if !keyable(s) {
 		return nil
 	}
 	hubs.Lock()
@@ -116,7 +116,7 @@ func (h *hub) idle() bool {
 		return false
 	}
 	h.running = false
-	if k := (hubKey{h.store, h.name}); reflect.TypeOf(h.store).Comparable() && hubs.m[k] == h {
+	if k := (hubKey{h.store, h.name}); keyable(h.store) && hubs.m[k] == h {
 		delete(hubs.m, k)
 	}
 	return true

@@ -20,6 +20,11 @@ package queue
 //     try distinct slots: a joiner leaves out the slots the others hold or are trying
 //     (localSlots), so they do not race one another for the lowest free slot, one
 //     winner per round. TestJoinersOfOneProcessTrySlotsOnce (internal/queuebench).
+//     The slots they try count as members for the move down: a member does not leave
+//     its slot for free slots below that join would leave out (it would take its
+//     slot again at once, in a loop). TestMemberDoesNotMoveDownOverSlotsItsProcessTries.
+//     A store value that cannot be a map key gets no registry (keyable), and no panic:
+//     TestSlotRegistryTakesAStoreValueThatCannotBeAKey.
 //   - A membership read is one call (driver.InspectLocks: one round trip on a store
 //     with driver.LockBatcher) whatever the partition count, while the group grows by
 //     less than memberWindow/2 between two reads. TestScaleIdleCallsDoNotGrowWithP
@@ -106,7 +111,7 @@ func freeSlots(occ []int, slots, n int) []int {
 // consumers hold or are trying to take, so that consumers joining together through one
 // store handle pick distinct slots instead of racing one another for the lowest free
 // one. It is a hint only: the member locks decide who holds a slot. Consumers on
-// different store handles (or a store whose type cannot be a map key) race as
+// different store handles (or a store value that cannot be a map key) race as
 // consumers of different processes do.
 var localSlots = struct {
 	sync.Mutex
@@ -123,10 +128,36 @@ type slotGroup struct {
 // slotGroup returns the consumer's key in localSlots; ok is false when its store
 // cannot be a map key.
 func (c *Consumer) slotGroup() (slotGroup, bool) {
-	if t := reflect.TypeOf(c.q.store); t == nil || !t.Comparable() {
+	if !keyable(c.q.store) {
 		return slotGroup{}, false
 	}
 	return slotGroup{store: c.q.store, group: c.lockName("m", 0)}, true
+}
+
+// keyable reports whether store handle s can be (part of) a map key: its value, not
+// only its type, is comparable. A comparable type may hold a value that is not (a
+// struct with an interface field holding a slice-carrying store value), and hashing
+// that value panics.
+func keyable(s driver.Store) bool {
+	return reflect.ValueOf(s).Comparable()
+}
+
+// markedBelow returns the highest slot below s that this process's consumers of the
+// group hold or are trying to take (localSlots), or -1.
+func (c *Consumer) markedBelow(s int) int {
+	group, local := c.slotGroup()
+	if !local {
+		return -1
+	}
+	localSlots.Lock()
+	defer localSlots.Unlock()
+	top := -1
+	for t := range localSlots.m[group] {
+		if t < s {
+			top = max(top, t)
+		}
+	}
+	return top
 }
 
 // pickSlot returns, and marks as this process's, one of the n lowest slots below

@@ -172,6 +172,12 @@ func (c *Consumer) rebalance(ctx context.Context) (waiting, rejoin bool) {
 	if i > 0 {
 		pred = occ[i-1]
 	}
+	if slot-pred-1 >= memberWindow/2 {
+		// Free slots below that this process's other consumers are taking count as
+		// members: they soon are, and join leaves them out, so moving down would only
+		// take this slot again, at once, and again (localSlots, members.go).
+		pred = max(pred, c.markedBelow(slot))
+	}
 	rejoin = slot-pred-1 >= memberWindow/2
 	if c.assigned == nil || slot != c.viewSlot || !slices.Equal(occ, c.view) {
 		owners := assign(len(c.parts), occ)
