@@ -2,6 +2,8 @@ package queue
 
 import (
 	"context"
+	"maps"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +16,7 @@ import (
 
 // gatedStore is a memory store (every capability of it) whose member slot acquires of
 // the names in gated wait until gate is closed (a slow store call in flight), and that
-// counts member slot acquires by name and membership reads.
+// counts member slot acquires by name and membership reads (of group "g").
 type gatedStore struct {
 	*memory.Store
 	gated   map[string]bool
@@ -44,7 +46,7 @@ func (s *gatedStore) AcquireLock(ctx context.Context, k dcsync.Key, owner string
 }
 
 func (s *gatedStore) InspectLocks(ctx context.Context, keys []dcsync.Key) ([]driver.LockResult, error) {
-	if len(keys) > 0 && keys[0].Name == lockName("gate", "g", "m", false, 0) {
+	if len(keys) > 0 && strings.HasSuffix(keys[0].Name, "gm/0") {
 		s.reads.Add(1)
 	}
 	return s.Store.InspectLocks(ctx, keys)
@@ -184,5 +186,136 @@ func TestConsumerOnAStoreValueThatCannotBeAKey(t *testing.T) {
 			t.Fatal("the consumer never took its partitions")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// marksOf returns a copy of the slot registry's marks of c's group.
+func marksOf(c *Consumer) map[int]int {
+	g, _ := c.slotGroup()
+	localSlots.Lock()
+	defer localSlots.Unlock()
+	out := map[int]int{}
+	for s, n := range localSlots.m[g] {
+		out[s] = n
+	}
+	return out
+}
+
+func slotOf(c *Consumer) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.slot
+}
+
+// The slot registry marks exactly the slots the process's consumers hold, whatever
+// path a consumer took: a member slot lost (another owner took it: the consumer
+// joins again, elsewhere), a standby of a full group closed while it waits, and every
+// consumer closed: no mark is left behind.
+func TestSlotMarksFollowTheSlotsHeld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := &gatedStore{Store: memory.New(), acquires: map[string]int{}}
+	defer s.Close()
+	q, err := Create(ctx, s, Spec{Name: "marks", Partitions: 3, Groups: []string{"g"}},
+		WithLease(10*time.Second), WithPollInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []*Consumer
+	for i := 0; i < 3; i++ {
+		c, err := q.Consumer(ctx, "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	held := func() map[int]int {
+		out := map[int]int{}
+		for _, c := range cs {
+			if sl := slotOf(c); sl >= 0 {
+				out[sl]++
+			}
+		}
+		return out
+	}
+	for len(held()) < 3 {
+		if ctx.Err() != nil {
+			t.Fatal("the consumers never joined")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got, want := marksOf(cs[0]), held(); !maps.Equal(got, want) {
+		t.Fatalf("marks %v, slots held %v", got, want)
+	}
+	standby, err := q.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Some membership reads on (most likely the standby's among them: it finds the
+	// group full; what follows holds either way).
+	for from := s.reads.Load(); s.reads.Load() < from+20; {
+		if ctx.Err() != nil {
+			t.Fatal("the consumers stopped reading the membership")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The standby of the full group leaves: no mark of it stays.
+	if err := standby.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := marksOf(cs[0]), held(); !maps.Equal(got, want) {
+		t.Fatalf("after the standby closed: marks %v, slots held %v", got, want)
+	}
+	// Another owner takes the first consumer's slot: it loses it, and joins again
+	// once the last of the others leaves.
+	lost := slotOf(cs[0])
+	k := cs[0].memberKey(lost)
+	st, err := s.InspectLock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseLock(ctx, k, st.Owner); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcquireLock(ctx, k, "thief", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m := marksOf(cs[0])
+		if m[lost] == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the first consumer never noticed its slot was lost")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The group is full (the thief and two consumers): free a slot.
+	if err := cs[2].Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	freed := slotOf(cs[2])
+	cs = cs[:2]
+	for slotOf(cs[0]) != freed {
+		if ctx.Err() != nil {
+			t.Fatalf("the first consumer never joined again at slot %d (it is at %d)", freed, slotOf(cs[0]))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if got, want := marksOf(cs[0]), held(); !maps.Equal(got, want) {
+		t.Fatalf("after a lost slot: marks %v, slots held %v", got, want)
+	}
+	for _, c := range cs {
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := marksOf(standby); len(got) != 0 {
+		t.Fatalf("marks left after every consumer closed: %v", got)
+	}
+	localSlots.Lock()
+	defer localSlots.Unlock()
+	if g, _ := standby.slotGroup(); localSlots.m[g] != nil {
+		t.Fatal("the group's entry stays in the registry after every consumer closed")
 	}
 }
