@@ -284,7 +284,7 @@ func (c *Consumer) run() {
 	_, batching := c.q.store.(driver.LockBatcher)
 	longest := max(period, min(idleBackoff*o.pollInterval, o.lease/3))
 	wait := period
-	for c.bg.Err() == nil {
+	for c.bg.Err() == nil && !c.isGone() {
 		member, lost := c.join()
 		if member == nil {
 			return
@@ -293,7 +293,7 @@ func (c *Consumer) run() {
 		for c.bg.Err() == nil && lost.Err() == nil && !rejoin {
 			var busy bool
 			busy, rejoin = c.rebalance(c.bg)
-			if rejoin {
+			if rejoin || c.isGone() {
 				break
 			}
 			if batching || busy {
@@ -311,11 +311,20 @@ func (c *Consumer) run() {
 		c.mu.Lock()
 		slot := c.slot
 		c.mu.Unlock()
-		if c.bg.Err() != nil || rejoin {
+		gone := c.isGone()
+		if c.bg.Err() != nil || rejoin || gone {
+			// Closing, moving down, or the queue is gone: a consumer that takes no
+			// partition any more leaves its group, else the partitions assigned to it
+			// would wait for it forever (a queue created again under the name has the
+			// same member slots).
 			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = member.Release(rctx)
 			cancel()
 			c.unmarkSlot(slot)
+			if gone {
+				o.log.Debug("queue: the consumer's queue is gone; leaving its group", "queue", c.name, "group", c.group)
+				return
+			}
 			if rejoin {
 				o.log.Debug("queue: moving to a lower member slot", "queue", c.name, "group", c.group)
 				continue
@@ -331,6 +340,13 @@ func (c *Consumer) run() {
 		case <-time.After(time.Duration(rand.Int64N(int64(o.lease/3) + 1))):
 		}
 	}
+}
+
+// isGone reports whether the consumer found its queue deleted (sameQueue).
+func (c *Consumer) isGone() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gone != nil
 }
 
 func jitter(d time.Duration) time.Duration {

@@ -574,8 +574,11 @@ func (c *Consumer) writeReleased(ctx context.Context, pt *part) {
 // sameQueue reports whether the queue this consumer was made for is still the one in
 // the store, read before it takes partitions: a queue deleted (queue.Delete) and
 // perhaps created again under its name has another creation time. A consumer of a
-// deleted queue takes nothing more, and its Receive returns NotFound once it owns no
-// partition: it can never take (and ack into) a new queue of the same name. A read that
+// deleted queue takes nothing more, leaves its group (run: it would otherwise keep a
+// member slot of a new queue of the name, and the partitions assigned to it there
+// would wait for it; TestConsumerOfADeletedQueueLeavesTheNewGroup), and its Receive
+// returns NotFound once it owns no partition: it can never take (and ack into) a new
+// queue of the same name. A read that
 // fails takes nothing this round.
 func (c *Consumer) sameQueue(ctx context.Context) bool {
 	spec, err := c.q.store.ReadQueueSpec(ctx, c.name)

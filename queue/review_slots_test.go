@@ -319,3 +319,73 @@ func TestSlotMarksFollowTheSlotsHeld(t *testing.T) {
 		t.Fatal("the group's entry stays in the registry after every consumer closed")
 	}
 }
+
+// A consumer of a queue deleted (with WithForce) and created again under its name
+// takes nothing from the new queue; it must not keep a member slot of the new queue's
+// group either, or the partitions assigned to it there are never taken (it keeps
+// them from the new queue's consumers): here the new queue's consumer must come to be
+// the group's only member and own every partition.
+func TestConsumerOfADeletedQueueLeavesTheNewGroup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := memory.New()
+	defer s.Close()
+	opts := []Option{WithLease(10 * time.Second), WithPollInterval(20 * time.Millisecond)}
+	spec := Spec{Name: "reborn", Partitions: 2, Groups: []string{"g"}}
+	q1, err := Create(ctx, s, spec, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := q1.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close(context.Background())
+	for len(old.Partitions()) < 2 {
+		if ctx.Err() != nil {
+			t.Fatal("the first consumer never owned the partitions")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := Delete(ctx, s, "reborn", append(opts, WithForce())...); err != nil {
+		t.Fatal(err)
+	}
+	q2, err := Create(ctx, s, spec, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := q2.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	// The old consumer finds its queue gone (once it joined the new group and tried
+	// to take a partition).
+	for {
+		old.mu.Lock()
+		gone := old.gone
+		old.mu.Unlock()
+		if gone != nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the old consumer never found its queue gone")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Then the new consumer is the group's only member, and owns both partitions.
+	probe := &Consumer{q: q2, group: "g", name: "reborn", parts: []int{0, 1}}
+	var members []int
+	for {
+		if occ, err := probe.readMembers(ctx, 0); err == nil {
+			members = occ
+		}
+		if len(members) == 1 && len(c.Partitions()) == 2 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("members %v; the new queue's consumer owns %v of 2 partitions: the old queue's consumer keeps a member slot", members, c.Partitions())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
