@@ -118,11 +118,12 @@ var localSlots = struct {
 	m map[slotGroup]map[int]int // slot -> holders and triers
 }{m: map[slotGroup]map[int]int{}}
 
-// slotGroup names a group's member slots in localSlots: the store handle and the
-// name of the group's slot 0.
+// slotGroup names a group's member slots in localSlots: the store handle and the key
+// of the group's slot 0 (the client and farm of WithIdentity are part of the member
+// locks' keys, so handles of two clients keep marks of their own).
 type slotGroup struct {
 	store driver.Store
-	group string
+	group dcsync.Key
 }
 
 // slotGroup returns the consumer's key in localSlots; ok is false when its store
@@ -131,7 +132,7 @@ func (c *Consumer) slotGroup() (slotGroup, bool) {
 	if !keyable(c.q.store) {
 		return slotGroup{}, false
 	}
-	return slotGroup{store: c.q.store, group: c.lockName("m", 0)}, true
+	return slotGroup{store: c.q.store, group: c.memberKey(0)}, true
 }
 
 // keyable reports whether store handle s can be (part of) a map key: its value, not

@@ -389,3 +389,24 @@ func TestConsumerOfADeletedQueueLeavesTheNewGroup(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Handles of two clients (WithIdentity) on one store handle keep slot marks of their
+// own, as their member locks are keys of their own: a joiner of one client does not
+// leave out the slots the other client's consumers are taking.
+func TestSlotMarksArePerClient(t *testing.T) {
+	base := memory.New()
+	defer base.Close()
+	_, a := memberTestQueue(t, base, 4)
+	b := &Consumer{q: &Queue{store: a.q.store, opts: a.q.opts}, group: "g", name: "m", parts: a.parts}
+	b.q.opts.client = "other"
+	sa, ok := a.pickSlot(nil, 4, 1)
+	if !ok || sa != 0 {
+		t.Fatalf("client a picked %d, %v; want 0, true", sa, ok)
+	}
+	defer a.unmarkSlot(sa)
+	sb, ok := b.pickSlot(nil, 4, 1)
+	if !ok || sb != 0 {
+		t.Fatalf("client b picked %d, %v; want slot 0 (client a's mark is not its own)", sb, ok)
+	}
+	b.unmarkSlot(sb)
+}

@@ -89,8 +89,8 @@ func Scale(tb testing.TB, cfg ScaleConfig) ScaleResult {
 	if _, err := queue.Create(ctx, cfg.Store, queue.Spec{Name: qname, Partitions: cfg.Partitions, Groups: []string{"g"}}, opts...); err != nil {
 		tb.Fatal(err)
 	}
-	// Each consumer's own queue handle (and hub), on the process's one store handle,
-	// opened before the clock starts.
+	// Each consumer's own queue handle, on the process's one store handle (so they
+	// share one hub, as a process's consumers do), opened before the clock starts.
 	qs := make([]*queue.Queue, cfg.Consumers)
 	st := Count(cfg.Store, counts)
 	for i := range qs {
