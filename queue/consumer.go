@@ -333,6 +333,10 @@ func (c *Consumer) run() {
 		}
 		c.unmarkSlot(slot)
 		o.log.Warn("queue: consumer lost its member slot; rejoining", "queue", c.name, "group", c.group)
+		// No longer a member: the others' assignment gives its partitions away, so it
+		// drains them all and releases each once nothing of it is in flight (join goes
+		// on releasing), rather than keep them from a member that took its place.
+		c.releaseDrained(c.bg, true)
 		// Its lease lapsed (a pause, a cut-off): let a waiting consumer have the slot
 		// first rather than race it at once.
 		select {

@@ -16,6 +16,9 @@ package queue
 //     charges the entry at the offset one failed attempt and clears Held, in one
 //     write, before anything is delivered. TestDeathsCountAsAttempts, suite
 //     AcrossOwners/DeathKeepsAcksAndAttempts.
+//   - A consumer that lost its member slot drains every partition it owns and
+//     releases each once nothing of it is in flight, while it waits to join again:
+//     TestConsumerWithoutASlotFreesItsPartitions.
 //   - A partition no longer assigned is drained: nothing more is handed out from it
 //     (deliver.go), its deliveries in flight can still be acked, and it is released
 //     only once none is in flight (busy). TestDrainingHandsOutNothingAndWaitsForAcks.
@@ -108,6 +111,7 @@ func (c *Consumer) join() (*lock.Lock, context.Context) {
 	}
 	spread := 1
 	for c.bg.Err() == nil {
+		c.releaseDrained(c.bg, false)
 		wait := jitter(o.pollInterval)
 		occ, err := c.readMembers(c.bg, c.hi)
 		if err != nil {
@@ -549,6 +553,28 @@ func (c *Consumer) releaseAll(ctx context.Context, pts []*part) {
 		lks[i] = pt.lk
 	}
 	c.releaseLocks(lks)
+}
+
+// releaseDrained releases the consumer's draining partitions that have nothing in
+// flight; with all, it first marks every partition it owns draining (a consumer that
+// lost its member slot is no member: the others' assignment gives its partitions
+// away).
+func (c *Consumer) releaseDrained(ctx context.Context, all bool) {
+	now := time.Now()
+	var release []*part
+	c.mu.Lock()
+	for _, pt := range c.owned {
+		if all {
+			pt.draining = true
+		}
+		if pt.draining && !pt.busy(now) {
+			release = append(release, pt)
+		}
+	}
+	c.mu.Unlock()
+	if len(release) > 0 {
+		c.releaseAll(ctx, release)
+	}
 }
 
 // writeReleased writes pt's whole state as releaseAll does, and forgets pt; its lock

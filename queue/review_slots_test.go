@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"strings"
 	"sync"
@@ -409,4 +410,54 @@ func TestSlotMarksArePerClient(t *testing.T) {
 		t.Fatalf("client b picked %d, %v; want slot 0 (client a's mark is not its own)", sb, ok)
 	}
 	b.unmarkSlot(sb)
+}
+
+// A consumer that lost its member slot is no member: the others' assignment gives its
+// partitions away, so it frees them (nothing is in flight here) while it waits for a
+// slot, rather than keep them from whoever took its place. Here the group's one slot
+// is taken by another owner for good: the consumer must end up owning nothing and the
+// partition's lock must be free.
+func TestConsumerWithoutASlotFreesItsPartitions(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s := memory.New()
+	defer s.Close()
+	q, err := Create(ctx, s, Spec{Name: "slotless", Partitions: 1, Groups: []string{"g"}},
+		WithLease(10*time.Second), WithPollInterval(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := q.Consumer(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	for len(c.Partitions()) < 1 {
+		if ctx.Err() != nil {
+			t.Fatal("the consumer never took the partition")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	k := c.memberKey(slotOf(c))
+	st, err := s.InspectLock(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReleaseLock(ctx, k, st.Owner); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AcquireLock(ctx, k, "thief", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	pk := dcsync.Key{Level: dcsync.XDC, Client: c.q.opts.client, Farm: c.q.opts.farm, Name: c.lockName("p", 0)}
+	for {
+		_, err := s.InspectLock(ctx, pk)
+		if len(c.Partitions()) == 0 && errors.Is(err, dcsync.ErrNotFound) {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("a consumer without a member slot still owns %v (partition lock: %v)", c.Partitions(), err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
