@@ -17,8 +17,10 @@ package queue
 //     write, before anything is delivered. TestDeathsCountAsAttempts, suite
 //     AcrossOwners/DeathKeepsAcksAndAttempts.
 //   - A consumer that lost its member slot drains every partition it owns and
-//     releases each once nothing of it is in flight, while it waits to join again:
-//     TestConsumerWithoutASlotFreesItsPartitions.
+//     releases each once nothing of it is in flight, while it waits to join again,
+//     unless its renewals fail (then the lease ends as a dead consumer's does and the
+//     successor charges the attempt): TestConsumerWithoutASlotFreesItsPartitions,
+//     TestStreamingKeepsOffsetHeld.
 //   - A partition no longer assigned is drained: nothing more is handed out from it
 //     (deliver.go), its deliveries in flight can still be acked, and it is released
 //     only once none is in flight (busy). TestDrainingHandsOutNothingAndWaitsForAcks.
@@ -556,18 +558,22 @@ func (c *Consumer) releaseAll(ctx context.Context, pts []*part) {
 }
 
 // releaseDrained releases the consumer's draining partitions that have nothing in
-// flight; with all, it first marks every partition it owns draining (a consumer that
+// flight and whose leases its renewals keep (more than a third of the lease left);
+// with all, it first marks every such partition it owns draining (a consumer that
 // lost its member slot is no member: the others' assignment gives its partitions
-// away).
+// away). A partition whose renewals fail is neither drained nor released: its lease
+// ends as a dead consumer's does (drop), and a consumer cut off from the store writes
+// nothing on its way out.
 func (c *Consumer) releaseDrained(ctx context.Context, all bool) {
 	now := time.Now()
 	var release []*part
 	c.mu.Lock()
 	for _, pt := range c.owned {
-		if all {
+		kept := pt.lk.Deadline().Sub(now) > c.q.opts.lease/3
+		if all && kept {
 			pt.draining = true
 		}
-		if pt.draining && !pt.busy(now) {
+		if pt.draining && kept && !pt.busy(now) {
 			release = append(release, pt)
 		}
 	}
