@@ -302,10 +302,7 @@ func Run(b *testing.B, cfg Config) {
 			var next [64]atomic.Int64
 			b.StartTimer()
 			if err := split(n, b.N, func(w, k int) error {
-				if err := rawReadBatch(ctx, cfg.Raw, w, cfg.Batch); err != nil {
-					return err
-				}
-				return cfg.Raw.Commit(ctx, w, next[w%len(next)].Add(int64(cfg.Batch)))
+				return rawConsumeBatch(ctx, cfg.Raw, w, cfg.Batch, &next[w%len(next)])
 			}); err != nil {
 				b.Fatal(err)
 			}
@@ -372,10 +369,7 @@ func Run(b *testing.B, cfg Config) {
 			if err := cfg.Raw.Write(ctx, w, ps); err != nil {
 				return err
 			}
-			if err := rawReadBatch(ctx, cfg.Raw, w, cfg.Batch); err != nil {
-				return err
-			}
-			return cfg.Raw.Commit(ctx, w, next[w%len(next)].Add(int64(cfg.Batch)))
+			return rawConsumeBatch(ctx, cfg.Raw, w, cfg.Batch, &next[w%len(next)])
 		}); err != nil {
 			b.Fatal(err)
 		}
@@ -468,6 +462,15 @@ func rawPrefill(ctx context.Context, b *testing.B, raw Raw, n int, ps [][]byte) 
 	}); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// rawConsumeBatch is the floor of consuming one batch durably: rawReadBatch, then one
+// raw offset write of the next offset (next, advanced by the batch).
+func rawConsumeBatch(ctx context.Context, raw Raw, r, batch int, next *atomic.Int64) error {
+	if err := rawReadBatch(ctx, raw, r, batch); err != nil {
+		return err
+	}
+	return raw.Commit(ctx, r, next.Add(int64(batch)))
 }
 
 // rawReadBatch reads one batch of reader r's rows and fails unless it got all of them.
