@@ -308,16 +308,21 @@ func (c *Consumer) run() {
 			case <-time.After(jitter(wait)):
 			}
 		}
+		c.mu.Lock()
+		slot := c.slot
+		c.mu.Unlock()
 		if c.bg.Err() != nil || rejoin {
 			rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = member.Release(rctx)
 			cancel()
+			c.unmarkSlot(slot)
 			if rejoin {
 				o.log.Debug("queue: moving to a lower member slot", "queue", c.name, "group", c.group)
 				continue
 			}
 			return
 		}
+		c.unmarkSlot(slot)
 		o.log.Warn("queue: consumer lost its member slot; rejoining", "queue", c.name, "group", c.group)
 		// Its lease lapsed (a pause, a cut-off): let a waiting consumer have the slot
 		// first rather than race it at once.

@@ -16,6 +16,10 @@ package queue
 //     (at most memberWindow/2 of them, rebalance.go, join), and a member with memberWindow/2 or more free
 //     slots below it (left by members gone) moves down to one of the lowest free
 //     slots (rebalance.go, run). TestMemberAboveAGapMovesDown.
+//   - Consumers of one process joining one group together through one store handle
+//     try distinct slots: a joiner leaves out the slots the others hold or are trying
+//     (localSlots), so they do not race one another for the lowest free slot, one
+//     winner per round. TestJoinersOfOneProcessTrySlotsOnce (internal/queuebench).
 //   - A membership read is one call (driver.InspectLocks: one round trip on a store
 //     with driver.LockBatcher) whatever the partition count, while the group grows by
 //     less than memberWindow/2 between two reads. TestScaleIdleCallsDoNotGrowWithP
@@ -27,6 +31,10 @@ package queue
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"sync"
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
@@ -92,4 +100,84 @@ func freeSlots(occ []int, slots, n int) []int {
 		out = append(out, s)
 	}
 	return out
+}
+
+// localSlots records, per store handle and group, the member slots this process's
+// consumers hold or are trying to take, so that consumers joining together through one
+// store handle pick distinct slots instead of racing one another for the lowest free
+// one. It is a hint only: the member locks decide who holds a slot. Consumers on
+// different store handles (or a store whose type cannot be a map key) race as
+// consumers of different processes do.
+var localSlots = struct {
+	sync.Mutex
+	m map[slotGroup]map[int]int // slot -> holders and triers
+}{m: map[slotGroup]map[int]int{}}
+
+// slotGroup names a group's member slots in localSlots: the store handle and the
+// name of the group's slot 0.
+type slotGroup struct {
+	store driver.Store
+	group string
+}
+
+// slotGroup returns the consumer's key in localSlots; ok is false when its store
+// cannot be a map key.
+func (c *Consumer) slotGroup() (slotGroup, bool) {
+	if t := reflect.TypeOf(c.q.store); t == nil || !t.Comparable() {
+		return slotGroup{}, false
+	}
+	return slotGroup{store: c.q.store, group: c.lockName("m", 0)}, true
+}
+
+// pickSlot returns, and marks as this process's, one of the n lowest slots below
+// slots that neither occ (sorted) nor another consumer of this process holds or is
+// trying (at random among them); ok is false when every slot is taken.
+func (c *Consumer) pickSlot(occ []int, slots, n int) (s int, ok bool) {
+	group, local := c.slotGroup()
+	localSlots.Lock()
+	defer localSlots.Unlock()
+	mine := localSlots.m[group]
+	if !local {
+		mine = nil
+	}
+	taken := slices.Clone(occ)
+	for t := range mine {
+		taken = append(taken, t)
+	}
+	slices.Sort(taken)
+	free := freeSlots(slices.Compact(taken), slots, n)
+	if len(free) == 0 {
+		return 0, false
+	}
+	s = free[rand.IntN(len(free))]
+	if !local {
+		return s, true
+	}
+	if mine == nil {
+		mine = map[int]int{}
+		localSlots.m[group] = mine
+	}
+	mine[s]++
+	return s, true
+}
+
+// unmarkSlot ends pickSlot's mark of slot s: the consumer did not get it, or gave it
+// up.
+func (c *Consumer) unmarkSlot(s int) {
+	group, local := c.slotGroup()
+	if !local {
+		return
+	}
+	localSlots.Lock()
+	defer localSlots.Unlock()
+	mine := localSlots.m[group]
+	if mine == nil {
+		return
+	}
+	if mine[s]--; mine[s] <= 0 {
+		delete(mine, s)
+	}
+	if len(mine) == 0 {
+		delete(localSlots.m, group)
+	}
 }

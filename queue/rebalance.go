@@ -112,12 +112,14 @@ func (c *Consumer) join() (*lock.Lock, context.Context) {
 		occ, err := c.readMembers(c.bg, c.hi)
 		if err != nil {
 			c.q.opts.log.Debug("queue: reading members", "queue", c.name, "err", err)
-		} else if free := freeSlots(occ, len(c.parts), spread); len(free) == 0 {
+		} else if s, ok := c.pickSlot(occ, len(c.parts), spread); !ok {
 			wait = jitter(full)
 			full = min(2*full, fullest)
 		} else {
-			s := free[rand.IntN(len(free))]
 			lk, err := c.q.locks.TryAcquire(c.bg, c.lockName("m", s), lock.Level(dcsync.XDC))
+			if err != nil {
+				c.unmarkSlot(s)
+			}
 			if err == nil {
 				c.mu.Lock()
 				c.slot = s

@@ -361,6 +361,26 @@ func Run(b *testing.B, cfg Config) {
 		}
 		report(b, b.N*cfg.Batch)
 	})
+	b.Run("ProduceConsume/floor", func(b *testing.B) {
+		// The floor of produce+consume: every row written is also read back and its
+		// batch's offset written, the least a durable queue's producer and consumer
+		// ask of the store together (two writers, each writing a batch, reading it
+		// back and committing, as ProduceConsume/queue's two producers and consumer
+		// share the machine).
+		var next [64]atomic.Int64
+		if err := split(2, b.N, func(w, k int) error {
+			if err := cfg.Raw.Write(ctx, w, ps); err != nil {
+				return err
+			}
+			if err := rawReadBatch(ctx, cfg.Raw, w, cfg.Batch); err != nil {
+				return err
+			}
+			return cfg.Raw.Commit(ctx, w, next[w%len(next)].Add(int64(cfg.Batch)))
+		}); err != nil {
+			b.Fatal(err)
+		}
+		report(b, b.N*cfg.Batch)
+	})
 	b.Run("Latency", func(b *testing.B) {
 		// Producer and consumer on different store handles: the consumer learns of
 		// events by its poll, as one in another process would.

@@ -89,10 +89,12 @@ func Scale(tb testing.TB, cfg ScaleConfig) ScaleResult {
 	if _, err := queue.Create(ctx, cfg.Store, queue.Spec{Name: qname, Partitions: cfg.Partitions, Groups: []string{"g"}}, opts...); err != nil {
 		tb.Fatal(err)
 	}
-	// Each consumer's own handle (and hub), opened before the clock starts.
+	// Each consumer's own queue handle (and hub), on the process's one store handle,
+	// opened before the clock starts.
 	qs := make([]*queue.Queue, cfg.Consumers)
+	st := Count(cfg.Store, counts)
 	for i := range qs {
-		q, err := queue.Open(ctx, Count(cfg.Store, counts), qname, opts...)
+		q, err := queue.Open(ctx, st, qname, opts...)
 		if err != nil {
 			tb.Fatal(err)
 		}
