@@ -73,8 +73,8 @@ type LatchStore interface {
 // accept one. What a back end may offer beyond it is an optional capability, each
 // an interface of this package found by type assertion: [CloseNotifier],
 // [LockLister], [LatchLister], [LatchDeleter], [QueueLister], [QueueDeleter],
-// [QueueTxCommitter], [LockBatcher], [LockMover], [QueueClaimer], [QueueCommitter]
-// and [Baseliner].
+// [QueueTxCommitter], [LockBatcher], [LockMover], [QueueClaimer], [QueueCommitter],
+// [QueueBatchReader] and [Baseliner].
 type Store interface {
 	LockStore
 	LatchStore

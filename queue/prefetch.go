@@ -26,10 +26,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
 )
 
-// readers bounds the partitions one consumer reads at once.
+// readers bounds the partitions one consumer reads at once on a store without
+// driver.QueueBatchReader (one with it gets one ReadQueues call for them all).
 const readers = 8
 
 // fill reads the dirty partitions that have room in their buffers. It reports whether
@@ -91,25 +93,47 @@ func (c *Consumer) fillLocked(ctx context.Context) (bool, error) {
 	c.mu.Unlock()
 	got := false
 	var errs []error
-	// Read up to readers partitions at once, then take the results in order.
+	// Read every partition in one ReadQueues call where the store can (a failure of
+	// the whole call fails each partition's read), else up to readers partitions at
+	// once; then take the results in order, each partition's as its own ReadQueue's.
 	type result struct {
 		r   driver.QueueRead
 		err error
 	}
 	results := make([]result, len(jobs))
-	sem := make(chan struct{}, readers)
-	var wg sync.WaitGroup
-	for i, j := range jobs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			r, err := c.q.store.ReadQueue(ctx, c.name, j.pt.p, j.from, j.room)
-			results[i] = result{r, err}
-		}()
+	if br, ok := c.q.store.(driver.QueueBatchReader); ok && len(jobs) > 1 {
+		// One call for every partition (one round trip per store node), each
+		// result exactly the partition's ReadQueue.
+		reads := make([]driver.QueueReadReq, len(jobs))
+		for i, j := range jobs {
+			reads[i] = driver.QueueReadReq{P: j.pt.p, From: j.from, Max: j.room}
+		}
+		rs, err := br.ReadQueues(ctx, c.name, reads)
+		if err == nil && len(rs) != len(reads) {
+			err = driver.Errorf(dcsync.Internal, "queue.Receive", "the store returned %d reads for %d partitions", len(rs), len(reads))
+		}
+		for i := range jobs {
+			if err != nil {
+				results[i] = result{err: err}
+			} else {
+				results[i] = result{rs[i].QueueRead, rs[i].Err}
+			}
+		}
+	} else {
+		sem := make(chan struct{}, readers)
+		var wg sync.WaitGroup
+		for i, j := range jobs {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				r, err := c.q.store.ReadQueue(ctx, c.name, j.pt.p, j.from, j.room)
+				results[i] = result{r, err}
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	for i, j := range jobs {
 		r, err := results[i].r, results[i].err
 		if err != nil {

@@ -28,6 +28,12 @@ func (s *counting) ReadQueue(ctx context.Context, name string, p int, from uint6
 	return s.Store.ReadQueue(ctx, name, p, from, max)
 }
 
+// ReadQueues counts a batched read as one partition read per partition it reads.
+func (s *counting) ReadQueues(ctx context.Context, name string, reads []driver.QueueReadReq) ([]driver.QueueReadResult, error) {
+	s.reads.Add(int64(len(reads)))
+	return s.Store.ReadQueues(ctx, name, reads)
+}
+
 // Consumers of one queue in one process share one watcher: while 8 consumers (of 8
 // groups) wait on an idle queue, the store sees about one batched bounds read per poll
 // interval, not one per consumer, and no partition reads at all. An event enqueued

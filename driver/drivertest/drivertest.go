@@ -29,6 +29,11 @@
 //	                 driver.QueueCommitter: each commit's outcome that of the single
 //	                 op, rewinds against the Floor, a batch failing validation writes
 //	                 nothing
+//	QueueReads       ReadQueues, through driver.QueueBatchReader when the store
+//	                 implements it and through driver.ReadQueues' loop: each read's
+//	                 result that of ReadQueue (floors, holes, tombstones, empty
+//	                 partitions, Max, heads beyond what the store saw), bad input
+//	                 and an unknown queue failing the batch
 //	Queue            the driver.QueueStore contract (Queue/Spec, Queue/Append, ...),
 //	                 package queue on top of it (Queue/Front) and its exactly-once
 //	                 guarantees across owners (Queue/AcrossOwners)
@@ -68,6 +73,7 @@
 package drivertest
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
@@ -98,6 +104,11 @@ type Harness struct {
 	// their events (so a reserved seq may be unwritten, and AbortQueueSeq may tombstone
 	// it).
 	Holes bool
+	// ReserveQueueSeqs, when set (a store with Holes), reserves n seqs of partition p
+	// of queue name on s and writes none of them, as a producer that died after
+	// reserving leaves them, and returns the first. The QueueReads part reads over
+	// such holes and over their tombstones.
+	ReserveQueueSeqs func(ctx context.Context, s driver.Store, name string, p, n int) (uint64, error)
 	// PollInterval is the latch watcher's interval in the suite (50ms if zero).
 	PollInterval time.Duration
 	// Farm and OtherFarm are the farm ids the suite uses ("dc1" and "dc2" if empty).
@@ -168,6 +179,7 @@ func Run(t *testing.T, h Harness) {
 		}
 		runQueueCommits(t, h, s, b)
 	})
+	t.Run("QueueReads", func(t *testing.T) { runQueueReads(t, h) })
 	t.Run("Queue", func(t *testing.T) { runQueue(t, h) })
 }
 

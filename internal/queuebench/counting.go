@@ -19,8 +19,8 @@ import (
 // Operations are named by their driver method; AcquireLock is further split by the kind
 // of queue lock ("AcquireLock/member", "AcquireLock/partition") and whether the store
 // refused it ("…/unavailable"); the batched calls add "InspectLocks.keys",
-// "RefreshLocks.keys", "AcquireLocks.keys", "ReleaseLocks.keys" and
-// "ClaimQueuePartitions.keys", the locks or partitions they carried (and
+// "RefreshLocks.keys", "AcquireLocks.keys", "ReleaseLocks.keys",
+// "ClaimQueuePartitions.keys" and "ReadQueues.keys", the locks or partitions they carried (and
 // "AcquireLocks/partition.unavailable", those refused), and InspectLocks is split by the kind of
 // its first lock ("InspectLocks/member", "InspectLocks/member.keys", …).
 type Counts struct {
@@ -117,9 +117,12 @@ func lockKind(name string) string {
 // exactly when s offers both (SQLite: its transactions are counted as "WriteTx", the
 // offset commits within them as "WriteTx.commits"), so that the lock and queue
 // packages make the same calls through it as on s, on every store of this module;
-// and driver.CloseNotifier.
+// driver.QueueBatchReader always, counted as "ReadQueues" and "ReadQueues.keys" (the
+// partitions read) when s offers it, else done by driver.ReadQueues' loop and
+// counted as the ReadQueue calls it makes; and driver.CloseNotifier.
 func Count(s driver.Store, counts *Counts) driver.Store {
 	c := &counting{s: s, c: counts}
+	c.br, _ = s.(driver.QueueBatchReader)
 	txc, ok1 := s.(driver.QueueTxCommitter)
 	txs, ok2 := s.(txWriter)
 	tx := ok1 && ok2
@@ -277,9 +280,24 @@ func done(s driver.Store) <-chan struct{} {
 }
 
 type counting struct {
-	s driver.Store
-	c *Counts
+	s  driver.Store
+	c  *Counts
+	br driver.QueueBatchReader // nil when s lacks it
 }
+
+// ReadQueues implements driver.QueueBatchReader: one call when s offers it, else
+// driver.ReadQueues' loop of ReadQueue calls, each counted.
+func (w *counting) ReadQueues(ctx context.Context, name string, reads []driver.QueueReadReq) ([]driver.QueueReadResult, error) {
+	if w.br == nil {
+		return driver.ReadQueues(ctx, singleReads{w}, name, reads)
+	}
+	w.c.add("ReadQueues", 1)
+	w.c.add("ReadQueues.keys", int64(len(reads)))
+	return w.br.ReadQueues(ctx, name, reads)
+}
+
+// singleReads is a counting store seen without its ReadQueues.
+type singleReads struct{ driver.QueueStore }
 
 type countingBatcher struct {
 	*counting

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/driver/drivertest"
@@ -27,6 +28,9 @@ func TestConformance(t *testing.T) {
 			return []string{envChildAddr + "=" + addr, envChildNS + "=" + namespace}
 		},
 		Holes: true,
+		ReserveQueueSeqs: func(ctx context.Context, s driver.Store, name string, p, n int) (uint64, error) {
+			return aerospike.ReserveQueueSeqs(ctx, s.(*aerospike.Store), name, p, n, time.Now().UnixNano())
+		},
 	})
 }
 

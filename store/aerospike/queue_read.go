@@ -83,6 +83,14 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 	if r, ok, err := s.readKnown(ctx, op, name, p, from, max); err != nil || ok {
 		return r, err
 	}
+	return s.readHeadFirst(ctx, op, name, p, from, max)
+}
+
+// readHeadFirst is ReadQueue's path when the head is not known to be far enough
+// above from: the head record, then the entries below it; an empty read of entries
+// the head says exist reads the head again (a hole, or a trim that raised the floor
+// since), at most three rounds.
+func (s *Store) readHeadFirst(ctx context.Context, op, name string, p int, from uint64, max int) (driver.QueueRead, error) {
 	for round := 0; ; round++ {
 		b, err := s.readBounds(ctx, op, name, []int{p})
 		if err != nil {

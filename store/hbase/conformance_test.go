@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/driver/drivertest"
@@ -23,6 +24,22 @@ func TestConformance(t *testing.T) {
 				envLatchSuffix + "=" + fixture.latchSuffix, envQueueTable + "=" + queueFixture.table}
 		},
 		Holes: true,
+		ReserveQueueSeqs: func(ctx context.Context, st driver.Store, name string, p, n int) (uint64, error) {
+			s := st.(*Store)
+			table, db, err := s.qready(ctx, "test.Reserve")
+			if err != nil {
+				return 0, err
+			}
+			evs, idx := make([]driver.QueueEvent, n), make([]int, n)
+			for i := range evs {
+				evs[i].Partition, idx[i] = p, i
+			}
+			a := newAppender(s, db, table, name, "test.Reserve", time.Hour, evs)
+			if err := a.reserve(ctx, idx); err != nil {
+				return 0, err
+			}
+			return a.seq[0], nil
+		},
 	})
 }
 

@@ -194,6 +194,7 @@ type queueState struct {
 	mu    sync.Mutex
 	specs map[string]driver.QueueSpec // queues known to exist (for their dedup window)
 	seen  map[string][]byte           // offset row -> its cell as last written or read
+	heads sync.Map                    // partition prefix -> highest head read or reserved (queue_reads.go)
 }
 
 // queue returns the store's queue state.
@@ -680,6 +681,7 @@ func (s *Store) bounds(ctx context.Context, db queueOps, table, op, name string,
 		if out[i], err = decodeBounds(op, cells); err != nil {
 			return nil, err
 		}
+		s.sawHead(name, ps[i], out[i].Head)
 	}
 	return out, nil
 }
@@ -699,12 +701,18 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 	if _, err := s.knownSpec(ctx, db, table, op, name); err != nil {
 		return driver.QueueRead{}, err
 	}
+	return s.readPart(ctx, db, table, op, name, p, from, max)
+}
+
+// readPart is ReadQueue once the queue is known: the head row and the scan.
+func (s *Store) readPart(ctx context.Context, db queueOps, table, op, name string, p int, from uint64, max int) (driver.QueueRead, error) {
 	prefix := partPrefix(name, p)
 	var (
 		wg     sync.WaitGroup
 		head   []hbaserpc.Cell
 		herr   error
 		bounds driver.QueueBounds
+		err    error
 	)
 	wg.Add(1)
 	go func() {
@@ -719,6 +727,7 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 	if bounds, err = decodeBounds(op, head); err != nil {
 		return driver.QueueRead{}, err
 	}
+	s.sawHead(name, p, bounds.Head)
 	if serr != nil {
 		return driver.QueueRead{}, wrap(serr, op)
 	}
@@ -746,16 +755,21 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 		if !found || e.kind == kindTrimmed {
 			break // trimmed by a trim that raced this read: below the Floor now
 		}
-		qe := driver.QueueEntry{Seq: seq, At: time.UnixMilli(e.at)}
-		if e.kind == kindTombstone {
-			qe.Aborted = true
-		} else {
-			qe.Key, qe.ID, qe.Payload = e.key, e.id, e.payload
-		}
-		out.Entries = append(out.Entries, qe)
+		out.Entries = append(out.Entries, e.queueEntry(seq))
 		next++
 	}
 	return out, nil
+}
+
+// queueEntry is the entry e read at seq, as ReadQueue returns it.
+func (e storedEntry) queueEntry(seq uint64) driver.QueueEntry {
+	qe := driver.QueueEntry{Seq: seq, At: time.UnixMilli(e.at)}
+	if e.kind == kindTombstone {
+		qe.Aborted = true
+	} else {
+		qe.Key, qe.ID, qe.Payload = e.key, e.id, e.payload
+	}
+	return qe
 }
 
 // scanEntries scans up to max entry rows of a partition from seq from.

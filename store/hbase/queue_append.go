@@ -175,6 +175,7 @@ func (a *appender) reserve(ctx context.Context, idx []int) error {
 				return driver.Errorf(dcsync.Internal, a.op, "partition %d head %d after reserving %d", p, h, count[p])
 			}
 			next[p] = uint64(h) - uint64(count[p])
+			a.s.sawHead(a.name, p, uint64(h))
 		}
 		parts = again
 	}

@@ -221,15 +221,20 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 	if err != nil {
 		return driver.QueueRead{}, err
 	}
+	return q.read(p, from, max), nil
+}
+
+// read is ReadQueue of partition p on q; the caller holds the store's mutex.
+func (q *memQueue) read(p int, from uint64, max int) driver.QueueRead {
 	var r driver.QueueRead
 	mp, ok := q.parts[p]
 	if !ok {
-		return r, nil
+		return r
 	}
 	r.Head, r.Floor = mp.head(), mp.floor
 	from = max64(from, mp.floor)
 	if from >= r.Head {
-		return r, nil
+		return r
 	}
 	src := mp.entries[from-mp.floor:]
 	if len(src) > max {
@@ -240,7 +245,7 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 		e.Payload = copyBytes(e.Payload)
 		r.Entries[i] = e
 	}
-	return r, nil
+	return r
 }
 
 func max64(a, b uint64) uint64 {

@@ -459,38 +459,47 @@ func (s *Store) ReadQueue(ctx context.Context, name string, p int, from uint64, 
 		if err != nil {
 			return err
 		}
-		if r.QueueBounds, err = bounds(ctx, tx, m.id, p); err != nil {
-			return err
-		}
-		start := max2(from, r.Floor)
-		if start >= r.Head {
-			return nil
-		}
-		rows, err := tx.QueryContext(ctx, `SELECT seq, key, id, payload, at_ms, aborted FROM dcsync_queue_entries
-			WHERE q = ? AND p = ? AND seq >= ? AND seq < ? ORDER BY seq LIMIT ?`, m.id, p, int64(start), int64(r.Head), max)
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		r.Entries = make([]driver.QueueEntry, 0, min(uint64(max), r.Head-start))
-		for rows.Next() {
-			var e driver.QueueEntry
-			var seq, at int64
-			if err := rows.Scan(&seq, &e.Key, &e.ID, &e.Payload, &at, &e.Aborted); err != nil {
-				return err
-			}
-			if uint64(seq) != start+uint64(len(r.Entries)) {
-				break // not reachable: the store has no holes
-			}
-			e.Seq, e.At = uint64(seq), time.UnixMilli(at)
-			r.Entries = append(r.Entries, e)
-		}
-		return rows.Err()
+		r, err = readPart(ctx, tx, m.id, p, from, max)
+		return err
 	})
 	if err != nil {
 		return driver.QueueRead{}, err
 	}
 	return r, nil
+}
+
+// readPart reads partition p of queue id from seq from, as ReadQueue does, in q's
+// transaction.
+func readPart(ctx context.Context, q rowsQuerier, id int64, p int, from uint64, max int) (driver.QueueRead, error) {
+	var r driver.QueueRead
+	var err error
+	if r.QueueBounds, err = bounds(ctx, q, id, p); err != nil {
+		return r, err
+	}
+	start := max2(from, r.Floor)
+	if start >= r.Head {
+		return r, nil
+	}
+	rows, err := q.QueryContext(ctx, `SELECT seq, key, id, payload, at_ms, aborted FROM dcsync_queue_entries
+		WHERE q = ? AND p = ? AND seq >= ? AND seq < ? ORDER BY seq LIMIT ?`, id, p, int64(start), int64(r.Head), max)
+	if err != nil {
+		return r, err
+	}
+	defer rows.Close()
+	r.Entries = make([]driver.QueueEntry, 0, min(uint64(max), r.Head-start))
+	for rows.Next() {
+		var e driver.QueueEntry
+		var seq, at int64
+		if err := rows.Scan(&seq, &e.Key, &e.ID, &e.Payload, &at, &e.Aborted); err != nil {
+			return r, err
+		}
+		if uint64(seq) != start+uint64(len(r.Entries)) {
+			break // not reachable: the store has no holes
+		}
+		e.Seq, e.At = uint64(seq), time.UnixMilli(at)
+		r.Entries = append(r.Entries, e)
+	}
+	return r, rows.Err()
 }
 
 func max2(a, b uint64) uint64 {
