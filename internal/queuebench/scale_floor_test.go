@@ -150,11 +150,17 @@ func scaleFloor(t *testing.T, s driver.Store, p, c int) floorResult {
 }
 
 // rawFloor is HBase's own cost of what the group start writes: c goroutines released
-// together, each with p/c fresh rows of the lock table (salted as lock rows are), one
-// MultiMutate of a conditional Put per row ("D:L absent": put D:L), then a second
-// (D:L equal to what the first put: put D:O): two conditional writes per partition and
-// no read, on the hbaserpc client alone. The rows are deleted afterwards.
-func rawFloor(t *testing.T, zk string, p, c int) time.Duration {
+// together, each with p/c fresh rows of the lock table (salted as lock rows are), on
+// the hbaserpc client alone. Plain: one MultiMutate of a conditional Put per row ("D:L
+// absent": put D:L), then a second (D:L equal to what the first put: put D:O): two
+// conditional writes per partition and no read. With dcsync's shape, the four calls
+// the store makes (on the lock table only): a MultiGet of two cells per row (its D:F
+// and an earlier counter's), the take (per row a conditional RowMutations "D:L
+// absent" of a Put of L, O, E with a TTL and an Increment of D:F at version 2^62,
+// with the row and the row raw read back), a MultiGet of one cell per row (the claim's
+// read), and a conditional Put per row (the claim's compare-and-set). The rows are
+// deleted afterwards.
+func rawFloor(t *testing.T, zk string, p, c int, shape bool) time.Duration {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -165,7 +171,7 @@ func rawFloor(t *testing.T, zk string, p, c int) time.Duration {
 	defer cl.Close()
 	table := hbase.DefaultLockTable // created by the store's floor run before
 	fam := []byte(layout.HBaseLockFamily)
-	qL, qO, marker := []byte("L"), []byte("O"), []byte("M")
+	qL, qO, qE, qF, marker := []byte("L"), []byte("O"), []byte("E"), []byte("F"), []byte("M")
 	run := fmt.Sprintf("dcsync-rawfloor-%d", time.Now().UnixNano())
 	rows := make([][][]byte, c)
 	for i := range rows {
@@ -177,7 +183,7 @@ func rawFloor(t *testing.T, zk string, p, c int) time.Duration {
 	var gets []hbaserpc.Get
 	for _, rs := range rows {
 		for _, row := range rs {
-			gets = append(gets, hbaserpc.Get{Row: row})
+			gets = append(gets, hbaserpc.Get{Row: row}, hbaserpc.Get{Row: layout.Salt("F#" + string(row))})
 		}
 	}
 	if _, err := cl.MultiGet(ctx, table, gets); err != nil {
@@ -198,13 +204,28 @@ func rawFloor(t *testing.T, zk string, p, c int) time.Duration {
 			owner := []byte(fmt.Sprint("c", i))
 			first := make([]hbaserpc.Action, len(rows[i]))
 			second := make([]hbaserpc.Action, len(rows[i]))
+			var counters, claims []hbaserpc.Get
 			absent, taken := hbaserpc.IfAbsent(fam, qL), hbaserpc.IfEquals(fam, qL, marker)
 			for j, row := range rows[i] {
 				first[j] = hbaserpc.Action{Mutation: &hbaserpc.Put{Row: row, Values: []hbaserpc.Value{{Family: fam, Qualifier: qL, Value: marker}}}, Cond: &absent}
 				second[j] = hbaserpc.Action{Mutation: &hbaserpc.Put{Row: row, Values: []hbaserpc.Value{{Family: fam, Qualifier: qO, Value: owner}}}, Cond: &taken}
+				if shape {
+					first[j].Mutation = &hbaserpc.Put{Row: row, Values: []hbaserpc.Value{{Family: fam, Qualifier: qL, Value: marker}, {Family: fam, Qualifier: qO, Value: owner},
+						{Family: fam, Qualifier: qE, Value: []byte("\x00\x00\x01\x00\x00\x00\x00\x00")}}, TTL: time.Minute}
+					first[j].More = []hbaserpc.Mutation{&hbaserpc.Increment{Deltas: []hbaserpc.Delta{{Family: fam, Qualifier: qF, Amount: 1}}, Timestamp: 1 << 62}}
+					first[j].Gets = []hbaserpc.Get{{Columns: []hbaserpc.Column{{Family: fam}}}, {Raw: true, MaxVersions: 8}}
+					col := []hbaserpc.Column{{Family: fam, Qualifier: qF}}
+					counters = append(counters, hbaserpc.Get{Row: row, Columns: col}, hbaserpc.Get{Row: layout.Salt("F#" + string(row)), Columns: col})
+					claims = append(claims, hbaserpc.Get{Row: row, Columns: []hbaserpc.Column{{Family: fam, Qualifier: qO}}})
+				}
 			}
 			var err error
-			for _, batch := range [][]hbaserpc.Action{first, second} {
+			for step, batch := range [][]hbaserpc.Action{first, second} {
+				if shape {
+					if _, err = cl.MultiGet(ctx, table, [][]hbaserpc.Get{counters, claims}[step]); err != nil {
+						break
+					}
+				}
 				var res []hbaserpc.ActionResult
 				if res, err = cl.MultiMutate(ctx, table, batch); err != nil {
 					break
@@ -237,7 +258,8 @@ func rawFloor(t *testing.T, zk string, p, c int) time.Duration {
 	var del []hbaserpc.Action
 	for _, rs := range rows {
 		for _, row := range rs {
-			del = append(del, hbaserpc.Action{Mutation: &hbaserpc.Delete{Row: row}})
+			// At 2^62: the counter the shape's takes created is at that version.
+			del = append(del, hbaserpc.Action{Mutation: &hbaserpc.Delete{Row: row, Timestamp: 1 << 62}})
 		}
 	}
 	if _, err := cl.MultiMutate(ctx, table, del); err != nil {
@@ -254,7 +276,8 @@ func rawFloor(t *testing.T, zk string, p, c int) time.Duration {
 // store of the scale matrix (DCSYNC_QUEUE_SCALE_STORES narrows them), the wall time of
 // C consumers each taking its P/C fresh partitions with one batched acquire and one
 // batched claim (scaleFloor); on HBase also the raw client's time for the two
-// conditional writes per partition (rawFloor). It runs only with DCSYNC_QUEUE_SCALE=1:
+// conditional writes per partition, and for the store's calls of that start made on the
+// raw client (rawFloor). It runs only with DCSYNC_QUEUE_SCALE=1:
 //
 //	DCSYNC_QUEUE_SCALE=1 DCSYNC_QUEUE_SCALE_STORES=hbase go test -run TestScaleFloor -v ./internal/queuebench/
 func TestScaleFloor(t *testing.T) {
@@ -273,9 +296,12 @@ func TestScaleFloor(t *testing.T) {
 				r := scaleFloor(t, s, p, c)
 				t.Logf("FLOOR store=%s P=%d C=%d %v", name, p, c, r)
 				if name == "hbase" {
-					raw := rawFloor(t, os.Getenv("DCSYNC_HBASE_ZK"), p, c)
+					raw := rawFloor(t, os.Getenv("DCSYNC_HBASE_ZK"), p, c, false)
 					t.Logf("FLOOR store=hbase-raw P=%d C=%d wall %v (%d conditional Puts in %d MultiMutates of %d)",
 						p, c, raw.Round(time.Millisecond), 2*(p/c*c), 2*c, p/c)
+					raw = rawFloor(t, os.Getenv("DCSYNC_HBASE_ZK"), p, c, true)
+					t.Logf("FLOOR store=hbase-raw-shape P=%d C=%d wall %v (dcsync's calls on the raw client: per consumer MultiGet, take, MultiGet, conditional Puts)",
+						p, c, raw.Round(time.Millisecond))
 				}
 			}
 		}
