@@ -1,0 +1,236 @@
+package hbase
+
+import (
+	"context"
+	"encoding/binary"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/internal/hbaserpc"
+	"github.com/dcsync/dcsync/layout"
+)
+
+// Review of the batched fresh-key take (AcquireLocks creating D:F in the take by an
+// Increment naming version fenceBase, freshIncrement): the HBase semantics it relies
+// on, and tokens across the single and the batched path, late takes and concurrent
+// batches.
+
+// freshTakeAction is the batched take's action for row: "D:L absent" put L and O,
+// with inc.
+func freshTakeAction(row []byte, owner string, inc *hbaserpc.Increment) hbaserpc.Action {
+	cond := hbaserpc.IfAbsent(famLock, qualLock)
+	return hbaserpc.Action{
+		Mutation: &hbaserpc.Put{Row: row, Values: []hbaserpc.Value{
+			{Family: famLock, Qualifier: qualLock, Value: lockMarker},
+			{Family: famLock, Qualifier: qualOwner, Value: []byte(owner)},
+			{Family: famLock, Qualifier: qualExpiry, Value: be64(uint64(time.Now().Add(time.Minute).UnixMilli()))},
+		}, TTL: time.Minute},
+		More: []hbaserpc.Mutation{inc},
+		Cond: &cond,
+	}
+}
+
+// rowCounter reads row's D:F: value, version, found.
+func rowCounter(t *testing.T, ctx context.Context, row []byte) (uint64, int64, bool) {
+	t.Helper()
+	cells, err := shared(t).Get(ctx, fixture.lockTable, row, hbaserpc.Column{Family: famLock, Qualifier: qualFence})
+	must(t, err, "read D:F")
+	if len(cells) == 0 {
+		return 0, 0, false
+	}
+	return binary.BigEndian.Uint64(cells[0].Value), cells[0].Timestamp, true
+}
+
+// TestReviewFreshIncrementVersions (real HBase): what the HBase server does with an
+// Increment naming version fenceBase inside the take's conditional write: a counter
+// it creates is kept at fenceBase; one that exists above fenceBase is incremented at
+// its previous version + 1 (never at fenceBase, below it, which would leave an issued
+// token on top); one that exists below fenceBase stays below (server time); one
+// hidden by a row delete marker is created afresh at fenceBase without the hidden
+// value; and a later take of the single path increments a counter so created at
+// fenceBase + 1, without moving it (no Put at fenceBase on top of it).
+func TestReviewFreshIncrementVersions(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	c := shared(t)
+	s := openStore(t)
+	defer s.Close()
+	take := func(row []byte, inc *hbaserpc.Increment) {
+		t.Helper()
+		res, err := c.MultiMutate(ctx, fixture.lockTable, []hbaserpc.Action{freshTakeAction(row, "probe", inc)})
+		must(t, err, "take")
+		if !res[0].Applied {
+			t.Fatal("take not applied")
+		}
+		r, err := s.readLock(ctx, row)
+		must(t, err, "read the take")
+		_, _, err = c.CheckAndMutate(ctx, fixture.lockTable, row, hbaserpc.IfEquals(famLock, qualOwner, []byte("probe")), ownedRelease(r))
+		must(t, err, "free")
+	}
+
+	// Created: at fenceBase, old + 1.
+	k := key(dcsync.XDC, "dc1")
+	row := layout.HBaseLockRow(k)
+	take(row, freshIncrement(41))
+	if v, ts, ok := rowCounter(t, ctx, row); !ok || v != 42 || ts != fenceBase {
+		t.Fatalf("created counter %d at %d (found %v), want 42 at fenceBase", v, ts, ok)
+	}
+	// A single-path take on it: fenceBase + 1, token 43, no move.
+	st, err := s.AcquireLock(ctx, k, "single", time.Minute)
+	must(t, err, "AcquireLock")
+	if v, ts, _ := rowCounter(t, ctx, row); st.Token != 43 || v != 43 || ts != fenceBase+1 {
+		t.Fatalf("single take on a created counter: token %d, counter %d at %d; want 43 at fenceBase+1", st.Token, v, ts)
+	}
+	must(t, s.ReleaseLock(ctx, k, "single"), "release")
+
+	// Existing above fenceBase: previous version + 1, explicit version ignored.
+	row2 := layout.HBaseLockRow(key(dcsync.XDC, "dc1"))
+	err = c.Put(ctx, fixture.lockTable, &hbaserpc.Put{Row: row2, Values: []hbaserpc.Value{{Family: famLock, Qualifier: qualFence, Value: be64(100)}}, Timestamp: fenceBase + 7})
+	must(t, err, "put D:F above fenceBase")
+	take(row2, freshIncrement(0))
+	if v, ts, _ := rowCounter(t, ctx, row2); v != 101 || ts != fenceBase+8 {
+		t.Fatalf("increment over a counter at fenceBase+7: %d at %d, want 101 at fenceBase+8", v, ts)
+	}
+
+	// Existing below fenceBase: stays below.
+	row3 := layout.HBaseLockRow(key(dcsync.XDC, "dc1"))
+	_, err = c.Increment(ctx, fixture.lockTable, &hbaserpc.Increment{Row: row3, Deltas: []hbaserpc.Delta{{Family: famLock, Qualifier: qualFence, Amount: 3}}})
+	must(t, err, "counter below fenceBase")
+	take(row3, freshIncrement(9))
+	if v, ts, _ := rowCounter(t, ctx, row3); v != 13 || ts >= fenceBase {
+		t.Fatalf("increment over a counter below fenceBase: %d at %d, want 13 below fenceBase", v, ts)
+	}
+
+	// Hidden by a row delete: created afresh at fenceBase.
+	row4 := layout.HBaseLockRow(key(dcsync.XDC, "dc1"))
+	_, err = c.Increment(ctx, fixture.lockTable, &hbaserpc.Increment{Row: row4, Deltas: []hbaserpc.Delta{{Family: famLock, Qualifier: qualFence, Amount: 500}}})
+	must(t, err, "counter below fenceBase")
+	must(t, c.Delete(ctx, fixture.lockTable, &hbaserpc.Delete{Row: row4}), "row delete (a Java release)")
+	take(row4, freshIncrement(5))
+	if v, ts, _ := rowCounter(t, ctx, row4); v != 6 || ts != fenceBase {
+		t.Fatalf("increment over a hidden counter: %d at %d, want 6 at fenceBase", v, ts)
+	}
+}
+
+// lateTakes holds back the first conditional batch of a store's AcquireLocks (not
+// sent; its caller sees "outcome unknown") so that the test sends it later.
+type lateTakes struct {
+	storeOps
+	mu   sync.Mutex
+	held [][]hbaserpc.Action
+	arm  bool
+}
+
+func (l *lateTakes) MultiMutate(ctx context.Context, table string, actions []hbaserpc.Action) ([]hbaserpc.ActionResult, error) {
+	l.mu.Lock()
+	hold := l.arm && len(actions) > 0 && actions[0].Cond != nil
+	if hold {
+		l.arm = false
+		l.held = append(l.held, actions)
+	}
+	l.mu.Unlock()
+	if hold {
+		res := make([]hbaserpc.ActionResult, len(actions))
+		for i := range res {
+			res[i].Err = errUnknown()
+		}
+		return res, res[0].Err
+	}
+	return l.storeOps.MultiMutate(ctx, table, actions)
+}
+
+// CheckAndMutateGets keeps the store's raw read of a hidden Java hold (rawGetOps).
+func (l *lateTakes) CheckAndMutateGets(ctx context.Context, table string, row []byte, cond hbaserpc.Condition, muts []hbaserpc.Mutation, gets ...hbaserpc.Get) (bool, []hbaserpc.Cell, [][]hbaserpc.Cell, error) {
+	return l.storeOps.(rawGetOps).CheckAndMutateGets(ctx, table, row, cond, muts, gets...)
+}
+
+// TestReviewFreshTakeLateFirstAttempt (real HBase): a batched take of a new key (with
+// an earlier layout's counter) whose reply is lost goes to AcquireLock, which takes
+// it on the single path (counter moved by moveFence); the holder releases, another
+// store takes and releases twice; then the batch's first attempt (the Increment by
+// the earlier counter + 1 at fenceBase) lands late on the free row. Every token is
+// above the one before, and the counter ends above the last token issued.
+func TestReviewFreshTakeLateFirstAttempt(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	s := openStore(t)
+	defer s.Close()
+	l := &lateTakes{storeOps: s.client, arm: true}
+	s.db = l
+	k := key(dcsync.XDC, "dc1")
+	earlierCounter(t, ctx, k, 30)
+	res, err := s.AcquireLocks(ctx, []driver.LockAcquire{{Key: k, Owner: "x", TTL: time.Minute}})
+	must(t, err, "AcquireLocks")
+	must(t, res[0].Err, "AcquireLocks (alone after the lost reply)")
+	tokens := []uint64{res[0].State.Token}
+	must(t, s.ReleaseLock(ctx, k, "x"), "release x")
+	o := openStore(t)
+	defer o.Close()
+	for range 2 {
+		st, err := o.AcquireLock(ctx, k, "z", time.Minute)
+		must(t, err, "z acquire")
+		tokens = append(tokens, st.Token)
+		must(t, o.ReleaseLock(ctx, k, "z"), "z release")
+	}
+	l.mu.Lock()
+	held := l.held
+	l.mu.Unlock()
+	if len(held) != 1 {
+		t.Fatalf("held %d batches, want 1", len(held))
+	}
+	late, err := shared(t).MultiMutate(ctx, fixture.lockTable, held[0])
+	must(t, err, "the late first attempt")
+	in, err := o.InspectLock(ctx, k)
+	t.Logf("late first attempt applied %v, holder %+v", late[0].Applied, in)
+	if late[0].Applied {
+		must(t, err, "InspectLock")
+		tokens = append(tokens, in.Token)
+	}
+	if v, ts, _ := counterCell(t, ctx, k); ts < fenceBase || v < tokens[len(tokens)-1] {
+		t.Fatalf("counter %d at %d after tokens %v", v, ts, tokens)
+	}
+	if late[0].Applied {
+		// The ghost hold of x lapses with its lease; free it for the next take.
+		_, _, err = shared(t).CheckAndMutate(ctx, fixture.lockTable, layout.HBaseLockRow(k), hbaserpc.IfEquals(famLock, qualOwner, []byte("x")),
+			&hbaserpc.Put{Values: []hbaserpc.Value{{Family: famLock, Qualifier: qualLock}, {Family: famLock, Qualifier: qualOwner}}, TTL: time.Hour})
+		must(t, err, "free the ghost")
+	}
+	st, err := o.AcquireLock(ctx, k, "w", time.Minute)
+	must(t, err, "w acquire")
+	tokens = append(tokens, st.Token)
+	for i := 1; i < len(tokens); i++ {
+		if tokens[i] <= tokens[i-1] || tokens[0] <= 30 {
+			t.Fatalf("tokens %v (earlier counter 30): not strictly increasing above it", tokens)
+		}
+	}
+	must(t, o.ReleaseLock(ctx, k, "w"), "w release")
+}
+
+// TestReviewFreshTakeTwoBatches (real HBase): two stores' batched takes of the same
+// new key read the counter absent; the second takes and frees it (its counter created
+// at fenceBase, earlier counter + 1) between the first's read and its take: the
+// first's token is still above, and the next above that.
+func TestReviewFreshTakeTwoBatches(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	a := openStore(t)
+	defer a.Close()
+	b := openStore(t)
+	defer b.Close()
+	h := hookFences(a)
+	k := key(dcsync.XDC, "dc1")
+	earlierCounter(t, ctx, k, 40)
+	var bt uint64
+	h.afterRead = func() {
+		bt = acquireOne(t, ctx, b, k, "b")
+		must(t, b.ReleaseLock(ctx, k, "b"), "b release")
+	}
+	at := acquireOne(t, ctx, a, k, "a")
+	if bt != 41 || at <= bt {
+		t.Fatalf("b's token %d (want 41), then a's %d", bt, at)
+	}
+	must(t, a.ReleaseLock(ctx, k, "a"), "a release")
+	if next := acquireOne(t, ctx, b, k, "c"); next <= at {
+		t.Fatalf("next token %d after %d", next, at)
+	}
+}
