@@ -234,3 +234,89 @@ func TestReviewFreshTakeTwoBatches(t *testing.T) {
 		t.Fatalf("next token %d after %d", next, at)
 	}
 }
+
+// TestReviewFreshTakeMixedRace (real HBase): stores race for new keys (an earlier
+// layout's counter on some), half of them through AcquireLock (its counter moved
+// after the take: moveFence), half through AcquireLocks (created in the take:
+// freshIncrement), each taking, noting its token while it holds the lock, and
+// releasing, a few times. Per key, the tokens in the order of the holds strictly
+// increase, starting above the earlier counter.
+func TestReviewFreshTakeMixedRace(t *testing.T) {
+	ctx := ctxT(t, 3*time.Minute)
+	const workers, keys, rounds, tries = 4, 3, 6, 3
+	stores := make([]*Store, workers)
+	for w := range stores {
+		stores[w] = openStore(t)
+		defer stores[w].Close()
+	}
+	for round := range rounds {
+		ks := make([]dcsync.Key, keys)
+		earlier := make([]uint64, keys)
+		for i := range ks {
+			ks[i] = key(dcsync.XDC, "dc1")
+			if i%2 == 0 {
+				earlier[i] = uint64(10 + round)
+				earlierCounter(t, ctx, ks[i], int64(earlier[i]))
+			}
+		}
+		var mu sync.Mutex
+		seen := make([][]uint64, keys)
+		var wg sync.WaitGroup
+		errs := make(chan error, workers*keys*tries)
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s := stores[w]
+				owner := func(i, n int) string { return string(rune('a'+w)) + string(rune('0'+i)) + string(rune('0'+n)) }
+				for n := range tries {
+					for i, k := range ks {
+						o := owner(i, n)
+						var st driver.LockState
+						var err error
+						if w%2 == 0 {
+							st, err = s.AcquireLock(ctx, k, o, time.Minute)
+						} else {
+							var res []driver.LockResult
+							res, err = s.AcquireLocks(ctx, []driver.LockAcquire{{Key: k, Owner: o, TTL: time.Minute}})
+							if err == nil {
+								st, err = res[0].State, res[0].Err
+							}
+						}
+						if err != nil {
+							if dcsync.CodeOf(err) != dcsync.LockUnavailable {
+								errs <- err
+							}
+							continue
+						}
+						mu.Lock()
+						seen[i] = append(seen[i], st.Token)
+						mu.Unlock()
+						if err := s.ReleaseLock(ctx, k, o); err != nil {
+							errs <- err
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for i, toks := range seen {
+			if len(toks) == 0 {
+				t.Fatalf("round %d, key %d: never taken", round, i)
+			}
+			if toks[0] <= earlier[i] {
+				t.Errorf("round %d, key %d: first token %d, earlier counter %d", round, i, toks[0], earlier[i])
+			}
+			for j := 1; j < len(toks); j++ {
+				if toks[j] <= toks[j-1] {
+					t.Errorf("round %d, key %d: tokens %v not strictly increasing", round, i, toks)
+					break
+				}
+			}
+		}
+	}
+}
