@@ -320,3 +320,42 @@ func TestReviewFreshTakeMixedRace(t *testing.T) {
 		}
 	}
 }
+
+// TestReviewFreshTakeHiddenByMarker (real HBase): a batched take of a new key whose
+// cells a delete marker hides (a Java release of the same millisecond, simulated by a
+// row delete stamped a few seconds ahead of the server's clock) creates the counter
+// at fenceBase in the take but reports no token: it is LockUnavailable while the
+// marker hides every take, and once the marker is past, the token is above every
+// value the counter had, and above the earlier layout's.
+func TestReviewFreshTakeHiddenByMarker(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	s := openStore(t)
+	defer s.Close()
+	k := key(dcsync.XDC, "dc1")
+	row := layout.HBaseLockRow(k)
+	earlierCounter(t, ctx, k, 20)
+	now := serverNow(t, ctx, fixture.lockTable, row, famLock)
+	must(t, shared(t).Delete(ctx, fixture.lockTable, &hbaserpc.Delete{Row: row, Timestamp: now + 3000}), "marker ahead")
+	res, err := s.AcquireLocks(ctx, []driver.LockAcquire{{Key: k, Owner: "hidden", TTL: time.Minute}})
+	must(t, err, "AcquireLocks")
+	wantCode(t, res[0].Err, dcsync.LockUnavailable, "a take hidden by a marker")
+	v, ts, found := counterCell(t, ctx, k)
+	if !found || ts < fenceBase || v <= 20 {
+		t.Fatalf("counter after hidden takes: %d at %d (found %v)", v, ts, found)
+	}
+	for {
+		res, err = s.AcquireLocks(ctx, []driver.LockAcquire{{Key: k, Owner: "after", TTL: time.Minute}})
+		must(t, err, "AcquireLocks")
+		if res[0].Err == nil {
+			break
+		}
+		wantCode(t, res[0].Err, dcsync.LockUnavailable, "while the marker hides takes")
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			t.Fatal("the marker never passed")
+		}
+	}
+	if res[0].State.Token <= v {
+		t.Fatalf("token %d after the counter reached %d under the marker", res[0].State.Token, v)
+	}
+	must(t, s.ReleaseLock(ctx, k, "after"), "release")
+}
