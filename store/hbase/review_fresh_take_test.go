@@ -359,3 +359,46 @@ func TestReviewFreshTakeHiddenByMarker(t *testing.T) {
 	}
 	must(t, s.ReleaseLock(ctx, k, "after"), "release")
 }
+
+// TestReviewFreshTakeOverHiddenJavaHold (real HBase): a new key whose lock row hides a
+// Java hold (a Java acquire then its release, and a second Java acquire stamped before
+// that release: hidden, lock_masked.go). The batched take is applied (the row reads
+// free), sees the hidden hold in its raw read and gives the row back: LockUnavailable,
+// no token reported. Once the hidden hold's TTL ends, the take's token is above the
+// counter the refused take created and above the earlier layout's.
+func TestReviewFreshTakeOverHiddenJavaHold(t *testing.T) {
+	ctx := ctxT(t, 2*time.Minute)
+	s := openStore(t)
+	defer s.Close()
+	k := key(dcsync.XDC, "dc1")
+	row := layout.HBaseLockRow(k)
+	earlierCounter(t, ctx, k, 70)
+	now := serverNow(t, ctx, fixture.lockTable, row, famLock)
+	if !javaAcquire(t, ctx, row, now-2000, time.Minute) {
+		t.Fatal("first Java acquire refused")
+	}
+	must(t, shared(t).Delete(ctx, fixture.lockTable, &hbaserpc.Delete{Row: row}), "Java release")
+	if !javaAcquire(t, ctx, row, now-1000, 10*time.Second) {
+		t.Fatal("hidden Java acquire refused")
+	}
+	res, err := s.AcquireLocks(ctx, []driver.LockAcquire{{Key: k, Owner: "go", TTL: time.Minute}})
+	must(t, err, "AcquireLocks")
+	wantCode(t, res[0].Err, dcsync.LockUnavailable, "over a hidden Java hold")
+	v, ts, _ := counterCell(t, ctx, k)
+	t.Logf("counter after the refused take: %d at %d", v, ts)
+	for {
+		res, err = s.AcquireLocks(ctx, []driver.LockAcquire{{Key: k, Owner: "go2", TTL: time.Minute}})
+		must(t, err, "AcquireLocks")
+		if res[0].Err == nil {
+			break
+		}
+		wantCode(t, res[0].Err, dcsync.LockUnavailable, "while the hidden Java hold lives")
+		if err := sleepCtx(ctx, 500*time.Millisecond); err != nil {
+			t.Fatal("the hidden Java hold never ended")
+		}
+	}
+	if tok := res[0].State.Token; tok <= v || tok <= 70 {
+		t.Fatalf("token %d after the counter reached %d (earlier counter 70)", tok, v)
+	}
+	must(t, s.ReleaseLock(ctx, k, "go2"), "release")
+}
