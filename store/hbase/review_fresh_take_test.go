@@ -3,6 +3,7 @@ package hbase
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -401,4 +402,51 @@ func TestReviewFreshTakeOverHiddenJavaHold(t *testing.T) {
 		t.Fatalf("token %d after the counter reached %d (earlier counter 70)", tok, v)
 	}
 	must(t, s.ReleaseLock(ctx, k, "go2"), "release")
+}
+
+// TestReviewMovedKeysNewStoreCalls (real HBase): what 88b3c0a costs a store taking
+// keys that exist (counter above fenceBase) but that it has not seen: a queue consumer
+// after a restart, or one taking over partitions another process held. The read of
+// the counters before the take (readFences) is paid once per row and store: two
+// calls (MultiGet, MultiMutate) where the take alone (one call) sufficed before
+// 88b3c0a; the same store then takes them in one call.
+func TestReviewMovedKeysNewStoreCalls(t *testing.T) {
+	ctx := ctxT(t, time.Minute)
+	const n = 8
+	acq := make([]driver.LockAcquire, n)
+	rel := make([]driver.LockRelease, n)
+	for i := range acq {
+		k := key(dcsync.XDC, "dc1")
+		acq[i] = driver.LockAcquire{Key: k, Owner: "o" + string(rune('a'+i)), TTL: time.Minute}
+		rel[i] = driver.LockRelease{Key: k, Owner: acq[i].Owner}
+	}
+	first := openStore(t)
+	defer first.Close()
+	for range 2 {
+		res, err := first.AcquireLocks(ctx, acq)
+		must(t, err, "AcquireLocks")
+		for _, r := range res {
+			must(t, r.Err, "take")
+		}
+		_, err = first.ReleaseLocks(ctx, rel)
+		must(t, err, "ReleaseLocks")
+	}
+	s := openStore(t)
+	defer s.Close()
+	cnt := countCalls(s)
+	_, err := s.InspectLocks(ctx, []dcsync.Key{acq[0].Key}) // warm up
+	must(t, err, "InspectLocks")
+	for round, want := range []string{"map[MultiGet:1 MultiMutate:1]", "map[MultiMutate:1]"} {
+		cnt.take()
+		res, err := s.AcquireLocks(ctx, acq)
+		must(t, err, "AcquireLocks")
+		if got := cnt.take(); fmt.Sprint(got) != want {
+			t.Errorf("round %d: a new store taking %d moved keys: calls %v, want %s", round, n, got, want)
+		}
+		for _, r := range res {
+			must(t, r.Err, "take")
+		}
+		_, err = s.ReleaseLocks(ctx, rel)
+		must(t, err, "ReleaseLocks")
+	}
 }
