@@ -120,14 +120,19 @@ type Delete struct {
 // Increment adds to counters of a row atomically and returns their new values.
 //
 // HBase (2.x) stamps each updated counter with max(server time, its previous version's
-// timestamp + 1), and a counter it creates with the server time. An Increment without
-// a TTL carries the TTL of the counter's previous version forward, counted from the
-// new version's timestamp; one with a TTL replaces it.
+// timestamp + 1), and a counter it creates with the server time (or with Timestamp).
+// An Increment without a TTL carries the TTL of the counter's previous version
+// forward, counted from the new version's timestamp; one with a TTL replaces it.
 type Increment struct {
 	// Row is the row key.
 	Row []byte
 	// Deltas are the counters and amounts.
 	Deltas []Delta
+	// Timestamp, when positive, is the version (milliseconds since the epoch) of each
+	// counter the Increment creates: HBase keeps an explicit timestamp for a counter
+	// that does not exist yet, and stamps one that exists max(server time, previous
+	// version + 1) whatever Timestamp says. Zero: the server's time.
+	Timestamp int64
 	// TTL, when positive, makes the updated cells expire after it.
 	TTL time.Duration
 	// SkipWAL skips the write-ahead log (durability SKIP_WAL): the change is lost if
@@ -258,15 +263,22 @@ func (inc *Increment) toProto(nonce uint64) (*pb.MutationProto, error) {
 			return nil, errors.New("increment: empty family")
 		}
 	}
+	if inc.Timestamp < 0 {
+		return nil, errors.New("increment: negative timestamp")
+	}
 	m := &pb.MutationProto{
 		Row:        inc.Row,
 		MutateType: pb.MutationProto_INCREMENT.Enum(),
 		ColumnValue: groupByFamily(len(inc.Deltas), func(i int) ([]byte, *pb.MutationProto_ColumnValue_QualifierValue) {
 			d := inc.Deltas[i]
-			return d.Family, &pb.MutationProto_ColumnValue_QualifierValue{
+			qv := &pb.MutationProto_ColumnValue_QualifierValue{
 				Qualifier: nonNil(d.Qualifier),
 				Value:     binary.BigEndian.AppendUint64(nil, uint64(d.Amount)),
 			}
+			if inc.Timestamp > 0 {
+				qv.Timestamp = proto.Uint64(uint64(inc.Timestamp))
+			}
+			return d.Family, qv
 		}),
 	}
 	if inc.TTL > 0 {

@@ -304,6 +304,7 @@ type Store struct {
 	latches    lazyTable // the latch table, created on first use
 	qstate     *queueState
 	held       heldLocks    // the locks this store holds, as its acquires and refreshes left them
+	moved      movedRows    // lock rows seen with their fencing counter above fenceBase (lock_move.go)
 	latchMem   knownLatches // the DC latch cells this store updated (latch_known.go)
 	log        *slog.Logger
 	closed     atomic.Bool

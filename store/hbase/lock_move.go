@@ -2,6 +2,7 @@ package hbase
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/dcsync/dcsync/driver"
@@ -13,16 +14,30 @@ var _ driver.LockMover = (*Store)(nil)
 
 // AcquireLocks implements driver.LockMover: it takes the locks of reqs with one
 // MultiMutate, one Multi RPC per region server (more only past 1,000 actions or 4 MiB
-// per server), each lock's write exactly AcquireLock's (casTake): a conditional
-// RowMutations "D:L absent" putting L, O and E with the lease as cell TTL and
-// incrementing the row's fencing counter D:F in the same atomic write (the token: above
-// every earlier holder's, each having bumped it while it held the row alone), then, in
-// the same request, the row read back (and read raw, for a Java hold hidden by a Java
-// release: lock_masked.go). Another holder read back means LockUnavailable with its
-// state. A row whose counter is not yet above fenceBase (a row no dcsync acquire has
-// taken since the counter moved into the lock row, such as every new key) has its
-// counter moved as AcquireLock's moveFence does, batched too: one MultiGet of the
-// earlier layout's counters and one MultiMutate of the conditional Puts.
+// per server), each lock's write AcquireLock's (casTake): a conditional RowMutations
+// "D:L absent" putting L, O and E with the lease as cell TTL and incrementing the
+// row's fencing counter D:F in the same atomic write (the token: above every earlier
+// holder's, each having bumped it while it held the row alone), then, in the same
+// request, the row read back (and read raw, for a Java hold hidden by a Java release:
+// lock_masked.go). Another holder read back means LockUnavailable with its state.
+//
+// A row this store has not seen with its counter above fenceBase (movedRows: every new
+// key, and every key this store has not touched yet) costs one call more, before the
+// take: one MultiGet of the rows' counters D:F and of the keys' counters of the earlier
+// layout (fenceRow). A row without D:F gets, in its take, an Increment by the earlier
+// counter + 1 at the explicit version fenceBase (freshIncrement): HBase creates an
+// absent counter at the version the Increment names, so a row still without D:F when
+// the take lands has its counter created there, above fenceBase and above every token
+// of the earlier layout, in the take's one conditional write. A counter that appeared
+// meanwhile is incremented as every counter is (stamped max(server time, previous
+// version + 1), the explicit version ignored): the token is still above its previous
+// value. So a new key costs two calls and one conditional action, where moving the
+// counter after the take (AcquireLock's moveFence) costs three calls and two.
+//
+// A row whose counter is still below fenceBase after the take (created by a take that
+// did not move it, or the MultiGet failed) has its counter moved as AcquireLock's
+// moveFence does, batched too: the earlier layout's counters (one MultiGet, unless
+// read before the take) and one MultiMutate of the conditional Puts (moveFences).
 //
 // Everything AcquireLock would decide with more calls goes to AcquireLock itself, one
 // lock at a time, after the batch, in the order of the requests: a key that shares its
@@ -50,7 +65,6 @@ func (s *Store) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire) ([]
 	raw := rawOK && s.maskedCheck()
 	alone := make([]bool, len(reqs))
 	seen := make(map[string]bool, len(reqs))
-	var actions []hbaserpc.Action
 	var idx []int
 	for i, q := range reqs {
 		row := layout.HBaseLockRow(q.Key)
@@ -60,22 +74,32 @@ func (s *Store) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire) ([]
 			continue
 		}
 		seen[string(row)] = true
+		idx = append(idx, i)
+	}
+	pre := s.readFences(ctx, reqs, idx)
+	actions := make([]hbaserpc.Action, 0, len(idx))
+	for j, i := range idx {
+		q := reqs[i]
 		expires := time.Now().Add(q.TTL)
 		cond := hbaserpc.IfAbsent(famLock, qualLock)
+		inc := &hbaserpc.Increment{Deltas: []hbaserpc.Delta{{Family: famLock, Qualifier: qualFence, Amount: 1}}}
+		if f := pre[j]; f.read && f.absent {
+			inc = freshIncrement(f.old)
+		}
 		a := hbaserpc.Action{
-			Mutation: &hbaserpc.Put{Row: row, Values: []hbaserpc.Value{
+			Mutation: &hbaserpc.Put{Row: layout.HBaseLockRow(q.Key), Values: []hbaserpc.Value{
 				{Family: famLock, Qualifier: qualLock, Value: lockMarker},
 				{Family: famLock, Qualifier: qualOwner, Value: []byte(q.Owner)},
 				{Family: famLock, Qualifier: qualExpiry, Value: be64(uint64(expires.UnixMilli()))},
 			}, TTL: q.TTL},
-			More: []hbaserpc.Mutation{&hbaserpc.Increment{Deltas: []hbaserpc.Delta{{Family: famLock, Qualifier: qualFence, Amount: 1}}}},
+			More: []hbaserpc.Mutation{inc},
 			Cond: &cond,
 			Gets: []hbaserpc.Get{{Columns: []hbaserpc.Column{{Family: famLock}}}},
 		}
 		if raw {
 			a.Gets = append(a.Gets, rawLockGet())
 		}
-		actions, idx = append(actions, a), append(idx, i)
+		actions = append(actions, a)
 	}
 	sent := time.Now()
 	var fresh []freshTake // taken by this batch (or earlier), counter still to move
@@ -96,6 +120,9 @@ func (s *Store) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire) ([]
 			}
 			row := layout.HBaseLockRow(q.Key)
 			r := parseLock(ar.Reads[0])
+			if r.fenceTs >= fenceBase {
+				s.moved.add(row)
+			}
 			if raw {
 				r.javaHidden = javaMaskedHolds(ar.Reads[1]) > 0
 			}
@@ -112,7 +139,7 @@ func (s *Store) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire) ([]
 				}
 				out[i].State = r.state()
 			default:
-				fresh = append(fresh, freshTake{i: i, row: row, r: r, applied: ar.Applied})
+				fresh = append(fresh, freshTake{i: i, row: row, r: r, applied: ar.Applied, old: pre[j].old, oldRead: pre[j].read})
 			}
 		}
 	}
@@ -127,6 +154,114 @@ func (s *Store) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire) ([]
 	return out, nil
 }
 
+// fenceRead is what AcquireLocks read of a lock's counters before its take.
+type fenceRead struct {
+	read   bool   // both counters were read: old and absent hold
+	old    uint64 // the key's counter of the earlier layout (fenceRow), 0 when absent
+	absent bool   // the lock row had no counter D:F
+}
+
+// readFences reads, in one MultiGet, the counter D:F of each lock row of reqs[idx]
+// that this store has not seen above fenceBase (movedRows), and its key's counter of
+// the earlier layout (fenceRow). Result j belongs to reqs[idx[j]]; a lock not read
+// (known to be moved, or the read failed or held no counter value) has read false, and
+// its take increments the counter as AcquireLock's does.
+func (s *Store) readFences(ctx context.Context, reqs []driver.LockAcquire, idx []int) []fenceRead {
+	const op = "hbase.AcquireLock"
+	out := make([]fenceRead, len(idx))
+	var gets []hbaserpc.Get
+	var which []int
+	for j, i := range idx {
+		row := layout.HBaseLockRow(reqs[i].Key)
+		if s.moved.has(row) {
+			continue
+		}
+		col := []hbaserpc.Column{{Family: famLock, Qualifier: qualFence}}
+		gets = append(gets, hbaserpc.Get{Row: row, Columns: col}, hbaserpc.Get{Row: fenceRow(reqs[i].Key), Columns: col})
+		which = append(which, j)
+	}
+	if len(gets) == 0 {
+		return out
+	}
+	cells, err := s.db.MultiGet(ctx, s.lockTable, gets)
+	if err != nil || len(cells) != len(gets) {
+		s.log.Debug("hbase: reading the fencing counters before a batched acquire failed; taking as AcquireLock does", "err", err)
+		return out
+	}
+	for n, j := range which {
+		f := fenceRead{read: true, absent: true}
+		for _, c := range cells[2*n] {
+			f.absent = false
+			if c.Timestamp >= fenceBase {
+				s.moved.add(layout.HBaseLockRow(reqs[idx[j]].Key))
+			}
+		}
+		for _, c := range cells[2*n+1] {
+			v, err := decode64(op, c)
+			if err != nil {
+				f.read = false
+				break
+			}
+			f.old = uint64(max(v, 0))
+		}
+		out[j] = f
+	}
+	return out
+}
+
+// freshIncrement is the fencing counter's part of the take of a lock row read without
+// D:F, whose key's counter of the earlier layout is old: an Increment by old + 1 at
+// the explicit version fenceBase. HBase gives a counter the Increment creates the
+// version the Increment names (a counter that exists gets max(server time, previous
+// version + 1) and the amount added), so:
+//
+//   - D:F still absent when the take lands: D:F = old + 1 at fenceBase, the token:
+//     above every token of the earlier layout (at most old) and of this one (none: no
+//     take of this layout has bumped the counter, or it would exist; nothing deletes
+//     it, as it is above every delete marker's version);
+//   - D:F created meanwhile, above fenceBase: it is incremented, and the token is above
+//     its previous value, as every take's;
+//   - D:F created meanwhile below fenceBase (a take that has not moved it): it stays
+//     below, the read back shows no token, and moveFences moves it, as after any such
+//     take.
+//
+// The Increment is part of the conditional take: not applied, it bumps nothing.
+func freshIncrement(old uint64) *hbaserpc.Increment {
+	return &hbaserpc.Increment{Deltas: []hbaserpc.Delta{{Family: famLock, Qualifier: qualFence, Amount: int64(old) + 1}}, Timestamp: fenceBase}
+}
+
+// movedRows remembers lock rows that this store has seen with their counter D:F above
+// fenceBase, so that AcquireLocks takes them at once, without reading their counters
+// first. A counter once above fenceBase stays there (nothing deletes it); a memory that
+// is wrong all the same (a table dropped and created again) costs the calls the read
+// would have saved, nothing more: the take increments the counter as AcquireLock's,
+// and a counter found below fenceBase after it is moved (moveFences). At most
+// maxMoved rows are kept; beyond, the memory starts again empty. Safe for concurrent
+// use; the zero value is empty.
+type movedRows struct {
+	mu   sync.Mutex
+	rows map[string]struct{}
+}
+
+// maxMoved bounds the rows a movedRows remembers.
+const maxMoved = 1 << 16
+
+func (m *movedRows) has(row []byte) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	_, ok := m.rows[string(row)]
+	return ok
+}
+
+func (m *movedRows) add(row []byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.rows == nil || len(m.rows) >= maxMoved {
+		m.rows = make(map[string]struct{})
+	}
+	m.rows[string(row)] = struct{}{}
+}
+
 // freshTake is a lock of an AcquireLocks batch held by its owner whose row's counter
 // is not yet above fenceBase.
 type freshTake struct {
@@ -134,46 +269,55 @@ type freshTake struct {
 	row     []byte
 	r       lockRow // as read back after the take
 	applied bool    // taken by the batch's write
+	old     uint64  // the key's counter of the earlier layout, when oldRead
+	oldRead bool    // read before the take (readFences)
 }
 
 // moveFences is moveFence for the locks of fresh, batched: one MultiGet of their
-// counters of the earlier layout (fenceRow), then one MultiMutate putting
-// max(that, D:F) + 1 into D:F at version fenceBase, each conditioned on the owner
-// still holding the row as taken (ownedBy). A lock whose read or write failed or was
-// not applied is left to AcquireLock (alone): it finds the row ours and moves the
-// counter, or finds the lease lapsed and starts over.
+// counters of the earlier layout (fenceRow) not read before the take, then one
+// MultiMutate putting max(that, D:F) + 1 into D:F at version fenceBase, each
+// conditioned on the owner still holding the row as taken (ownedBy). A lock whose read
+// or write failed or was not applied is left to AcquireLock (alone): it finds the row
+// ours and moves the counter, or finds the lease lapsed and starts over.
 func (s *Store) moveFences(ctx context.Context, reqs []driver.LockAcquire, fresh []freshTake, sent time.Time, out []driver.LockResult, alone []bool) {
 	const op = "hbase.AcquireLock"
-	gets := make([]hbaserpc.Get, len(fresh))
+	var gets []hbaserpc.Get
+	var unread []int
 	for j, f := range fresh {
-		gets[j] = hbaserpc.Get{Row: fenceRow(reqs[f.i].Key), Columns: []hbaserpc.Column{{Family: famLock, Qualifier: qualFence}}}
-	}
-	olds, err := s.db.MultiGet(ctx, s.lockTable, gets)
-	if err != nil || len(olds) != len(fresh) {
-		for _, f := range fresh {
-			alone[f.i] = true
+		if !f.oldRead {
+			gets = append(gets, hbaserpc.Get{Row: fenceRow(reqs[f.i].Key), Columns: []hbaserpc.Column{{Family: famLock, Qualifier: qualFence}}})
+			unread = append(unread, j)
 		}
-		return
+	}
+	if len(gets) > 0 {
+		olds, err := s.db.MultiGet(ctx, s.lockTable, gets)
+		if err != nil || len(olds) != len(gets) {
+			for _, j := range unread {
+				alone[fresh[j].i] = true
+			}
+			olds = nil
+		}
+		for n, cells := range olds {
+			f := &fresh[unread[n]]
+			f.oldRead = true
+			for _, c := range cells {
+				v, err := decode64(op, c)
+				if err != nil {
+					alone[f.i], f.oldRead = true, false
+					break
+				}
+				f.old = uint64(max(v, 0))
+			}
+		}
 	}
 	actions := make([]hbaserpc.Action, 0, len(fresh))
 	var moving []freshTake
 	var tokens []uint64
-	for j, f := range fresh {
-		var old uint64
-		bad := false
-		for _, c := range olds[j] {
-			v, err := decode64(op, c)
-			if err != nil {
-				bad = true
-				break
-			}
-			old = uint64(max(v, 0))
-		}
-		if bad {
-			alone[f.i] = true
+	for _, f := range fresh {
+		if !f.oldRead {
 			continue
 		}
-		token := max(old, f.r.fence) + 1
+		token := max(f.old, f.r.fence) + 1
 		cond := ownedBy(reqs[f.i].Owner, f.r)
 		actions = append(actions, hbaserpc.Action{
 			Mutation: &hbaserpc.Put{Row: f.row, Values: []hbaserpc.Value{{Family: famLock, Qualifier: qualFence, Value: be64(token)}}, Timestamp: fenceBase},
@@ -199,6 +343,7 @@ func (s *Store) moveFences(ctx context.Context, reqs []driver.LockAcquire, fresh
 		}
 		r := f.r
 		r.token, r.tokenQual, r.fence, r.fenceTs = tokens[j], qualFence, tokens[j], fenceBase
+		s.moved.add(f.row)
 		if f.applied {
 			s.held.remember(f.row, reqs[f.i].Owner, heldLock{r: r, anchorS: r.ts, anchorC: sent})
 		}
