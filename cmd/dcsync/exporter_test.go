@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -36,10 +37,22 @@ func startExporter(t *testing.T, c *cli) string {
 		_ = cmd.Wait()
 	})
 	urls := make(chan string, 1)
+	var logMu sync.Mutex
+	var logged strings.Builder
+	t.Cleanup(func() {
+		if t.Failed() {
+			logMu.Lock()
+			defer logMu.Unlock()
+			t.Logf("dcsync exporter's log:\n%s", logged.String())
+		}
+	})
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		re := regexp.MustCompile(`url=(http://\S+/metrics)`)
 		for sc.Scan() {
+			logMu.Lock()
+			logged.WriteString(sc.Text() + "\n")
+			logMu.Unlock()
 			if m := re.FindStringSubmatch(sc.Text()); m != nil {
 				urls <- m[1]
 			}
@@ -181,12 +194,21 @@ func exporterScrapedOn(t *testing.T, c *cli) {
 	c.want(0, "latch", "create", name+"-latch", "--count", "4")
 
 	metrics := startExporter(t, c)
-	resp, err := http.Get(metrics)
-	if err != nil {
-		t.Fatal(err)
+	// The first scrape of a new exporter connects to the store, and on a loaded
+	// machine its reads can outlast the scrape's bound (dcsync_exporter_up 0, the
+	// gauges left out): scrape until one succeeds, then check what it reports.
+	var body []byte
+	for end := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+		resp, err := http.Get(metrics)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "dcsync_exporter_up 1\n") || time.Now().After(end) {
+			break
+		}
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
 	for _, want := range []string{
 		`dcsync_queue_group_lag{group="billing",queue="` + name + `"} 3`,
 		`dcsync_queue_group_lag{group="audit",queue="` + name + `"} 5`,
