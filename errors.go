@@ -40,6 +40,10 @@ const (
 	// retrying does not help until the configuration changes. The message names what
 	// failed, never a secret.
 	Unauthenticated
+	// Conflict means a compare-and-set found the record at another version than the
+	// one the caller named (someone else wrote it first); nothing was written. Read the
+	// record again and decide anew.
+	Conflict
 )
 
 var codeNames = map[Code]string{
@@ -54,6 +58,7 @@ var codeNames = map[Code]string{
 	AlreadyExists:    "already exists",
 	LockLost:         "lock lost",
 	Unauthenticated:  "unauthenticated",
+	Conflict:         "conflict",
 }
 
 // String returns the code's name, such as "lock unavailable".
@@ -91,6 +96,7 @@ var (
 	ErrAlreadyExists    = &Error{Code: AlreadyExists}
 	ErrLockLost         = &Error{Code: LockLost}
 	ErrUnauthenticated  = &Error{Code: Unauthenticated}
+	ErrConflict         = &Error{Code: Conflict}
 )
 
 // Error formats the error as "op: code: msg: cause". Each part is said once: a cause

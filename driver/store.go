@@ -74,7 +74,7 @@ type LatchStore interface {
 // an interface of this package found by type assertion: [CloseNotifier],
 // [LockLister], [LatchLister], [LatchDeleter], [QueueLister], [QueueDeleter],
 // [QueueTxCommitter], [LockBatcher], [LockMover], [QueueClaimer], [QueueCommitter],
-// [QueueBatchReader] and [Baseliner].
+// [QueueBatchReader], [RegisterStore] and [Baseliner].
 type Store interface {
 	LockStore
 	LatchStore

@@ -22,7 +22,8 @@ type Store struct {
 	locks   map[lockID]lockEntry
 	fences  map[lockID]uint64 // last token per lock key; never expires
 	latches map[latchID]map[string]cell
-	qs      map[string]*memQueue // queues by name (queue.go)
+	qs      map[string]*memQueue       // queues by name (queue.go)
+	regs    map[lockID]driver.Register // registers (register.go); never deleted
 }
 
 type lockID struct {
@@ -54,6 +55,7 @@ func New(opts ...Option) *Store {
 		locks:   map[lockID]lockEntry{},
 		fences:  map[lockID]uint64{},
 		latches: map[latchID]map[string]cell{},
+		regs:    map[lockID]driver.Register{},
 		done:    make(chan struct{}),
 	}
 	for _, o := range opts {
