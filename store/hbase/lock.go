@@ -327,11 +327,11 @@ func (s *Store) acquireShared(ctx context.Context, k dcsync.Key, row []byte, own
 
 // moveFence ends the first acquire of a row whose counter D:F is not yet above
 // fenceBase (see AcquireLock): it puts max(the key's counter of the earlier layout
-// (pre.old when pre.read, else read here), D:F) + 1 into D:F at version fenceBase, if
-// owner still holds the row as taken
-// (ownedBy). A try that lands late finds the row changed (not applied), or D:F already
-// above fenceBase, where a Put at fenceBase is an older version and changes nothing.
-// ok false: the lease lapsed meanwhile, and the acquire starts over.
+// (pre.old when readFence read it, else read here), D:F) + 1 into D:F at version
+// fenceBase, if owner still holds the row as taken (ownedBy). A try that lands late
+// finds the row changed (not applied), or D:F already above fenceBase, where a Put at
+// fenceBase is an older version and changes nothing. ok false: the lease lapsed
+// meanwhile, and the acquire starts over.
 func (s *Store) moveFence(ctx context.Context, k dcsync.Key, row []byte, owner string, r lockRow, pre fenceRead) (lockRow, bool, error) {
 	const op = "hbase.AcquireLock"
 	old := pre.old
