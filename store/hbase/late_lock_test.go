@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/internal/hbaserpc"
+	"github.com/dcsync/dcsync/layout"
 )
 
 // TestLockLateRefresh: the first try of a 20 s refresh is held back (outcome unknown);
@@ -40,7 +42,9 @@ func TestLockLateRefresh(t *testing.T) {
 
 // TestLockLateTokenWrite: the first try of an acquire's second conditional write is
 // held back: on a key of its own, the move of the row's fencing counter (the first
-// acquire of the row); on a key that shares its Java row with another, the token write
+// acquire of a row whose counter an earlier version created below fenceBase: a new
+// row's counter is created in the take itself, with no second write); on a key that
+// shares its Java row with another, the token write
 // (which puts T with the acquire's TTL). Its resend lands and the holder refreshes its
 // lease to 2 minutes; the held try is delivered last. Conditioned on the owner alone
 // the token write was applied, rewriting T with the acquire's 20 s TTL under the
@@ -54,10 +58,22 @@ func TestLockLateTokenWrite(t *testing.T) {
 			k := key(dcsync.DC, "dc1")
 			if sharedRow {
 				k.Client += "#x"
+			} else {
+				// A counter below fenceBase, as a take of an earlier version left it: the
+				// take leaves it there and the counter is moved after it (moveFence).
+				_, err := shared(t).Increment(ctx, fixture.lockTable, &hbaserpc.Increment{Row: layout.HBaseLockRow(k),
+					Deltas: []hbaserpc.Delta{{Family: famLock, Qualifier: qualFence, Amount: 3}}})
+				must(t, err, "counter below fenceBase")
 			}
 			l.holdAfter(1, nil) // the first conditional write is the take: the second is held
 			st, err := s.AcquireLock(ctx, k, "me", 20*time.Second)
 			must(t, err, "acquire whose second write was held back")
+			l.mu.Lock()
+			held := len(l.held)
+			l.mu.Unlock()
+			if held != 1 {
+				t.Fatalf("%d writes held by the acquire, want its second", held)
+			}
 			ref, err := s.RefreshLock(ctx, k, "me", 2*time.Minute)
 			must(t, err, "refresh")
 			applied := l.deliver(t)

@@ -183,13 +183,20 @@ func lost(op string, k dcsync.Key, owner string) error {
 // The row state read back is remembered (lock_held.go), so the release and refreshes
 // of this acquisition need no read first.
 //
-// The first acquire of a row whose counter is not yet above fenceBase (a row no dcsync
-// acquire has taken since the counter moved into the lock row) finds the counter the
-// Increment created at the server's time; it reads the key's counter of the earlier
-// layout (fenceRow) and puts max(that, the counter) + 1 at version fenceBase, conditioned
-// on the row still being ours (ownedBy): two more calls, once per row. A key that shares
-// its Java lock row with another (layout.AmbiguousLockKey) keeps the earlier layout:
-// acquireShared.
+// A row this store has not seen with its counter above fenceBase (movedRows: every new
+// key, and every key this store has not taken yet) costs one call more, before the
+// take: a MultiGet of the row and of the key's counter of the earlier layout
+// (readFence, the read of AcquireLocks). A row held by another owner is then
+// LockUnavailable without the take. A row without D:F gets its counter created in the
+// take, by an Increment of the earlier counter + 1 at version fenceBase
+// (freshIncrement, AcquireLocks' technique): a new key costs two calls and one
+// conditional action, where moving the counter after the take cost three and two.
+// A counter still below fenceBase after the take (the read failed, or a take that did
+// not move it created it meanwhile) is moved as before: max(the earlier counter, D:F)
+// + 1 put at version fenceBase, conditioned on the row still being ours (ownedBy)
+// (moveFence: one call, or two when the earlier counter was not read). A key that
+// shares its Java lock row with another (layout.AmbiguousLockKey) keeps the earlier
+// layout: acquireShared.
 //
 // When the outcome of the write is unknown, the row is read back: our owner id in D:O
 // means it took effect (with the token, in the same write); an absent lock means it
@@ -213,6 +220,14 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		return driver.LockState{}, err
 	}
 	shared := layout.AmbiguousLockKey(k)
+	var pre fenceRead
+	if !shared && !s.moved.has(row) {
+		var r lockRow
+		pre, r = s.readFence(ctx, k, row)
+		if r.held && r.owner != owner {
+			return r.state(), unavailable(op, k, r)
+		}
+	}
 	var last error
 	for try := 0; try < maxTries; try++ {
 		if try > 1 {
@@ -226,9 +241,17 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		// by then (plus the write's own latency), not later.
 		sent := time.Now()
 		expires := sent.Add(ttl)
-		applied, r, err := s.casTake(ctx, row, owner, expires, ttl, !shared)
+		var inc *hbaserpc.Increment
+		if !shared {
+			inc = takeIncrement(pre)
+		}
+		pre.absent = false // a try again increments the counter the first may have created
+		applied, r, err := s.casTake(ctx, row, owner, expires, ttl, inc)
 		if err != nil {
 			return s.abandon(ctx, op, k, row, owner, err)
+		}
+		if r.fenceTs >= fenceBase {
+			s.moved.add(row)
 		}
 		switch {
 		case r.held && r.owner != owner:
@@ -254,7 +277,7 @@ func (s *Store) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl
 		if shared {
 			r, ok, err = s.acquireShared(ctx, k, row, owner, ttl, r)
 		} else {
-			r, ok, err = s.moveFence(ctx, k, row, owner, r)
+			r, ok, err = s.moveFence(ctx, k, row, owner, r, pre)
 		}
 		if err != nil {
 			s.releaseQuiet(row, owner, r)
@@ -303,24 +326,27 @@ func (s *Store) acquireShared(ctx context.Context, k dcsync.Key, row []byte, own
 }
 
 // moveFence ends the first acquire of a row whose counter D:F is not yet above
-// fenceBase (see AcquireLock): it puts max(the key's counter of the earlier layout,
-// D:F) + 1 into D:F at version fenceBase, if owner still holds the row as taken
-// (ownedBy). A try that lands late finds the row changed (not applied), or D:F already
-// above fenceBase, where a Put at fenceBase is an older version and changes nothing.
-// ok false: the lease lapsed meanwhile, and the acquire starts over.
-func (s *Store) moveFence(ctx context.Context, k dcsync.Key, row []byte, owner string, r lockRow) (lockRow, bool, error) {
+// fenceBase (see AcquireLock): it puts max(the key's counter of the earlier layout
+// (pre.old when readFence read it, else read here), D:F) + 1 into D:F at version
+// fenceBase, if owner still holds the row as taken (ownedBy). A try that lands late
+// finds the row changed (not applied), or D:F already above fenceBase, where a Put at
+// fenceBase is an older version and changes nothing. ok false: the lease lapsed
+// meanwhile, and the acquire starts over.
+func (s *Store) moveFence(ctx context.Context, k dcsync.Key, row []byte, owner string, r lockRow, pre fenceRead) (lockRow, bool, error) {
 	const op = "hbase.AcquireLock"
-	cells, err := s.db.Get(ctx, s.lockTable, fenceRow(k), hbaserpc.Column{Family: famLock, Qualifier: qualFence})
-	if err != nil {
-		return r, false, err
-	}
-	var old uint64
-	for _, c := range cells {
-		v, err := decode64(op, c)
+	old := pre.old
+	if !pre.read {
+		cells, err := s.db.Get(ctx, s.lockTable, fenceRow(k), hbaserpc.Column{Family: famLock, Qualifier: qualFence})
 		if err != nil {
 			return r, false, err
 		}
-		old = uint64(max(v, 0))
+		for _, c := range cells {
+			v, err := decode64(op, c)
+			if err != nil {
+				return r, false, err
+			}
+			old = uint64(max(v, 0))
+		}
 	}
 	token := max(old, r.fence) + 1
 	put := &hbaserpc.Put{Values: []hbaserpc.Value{{Family: famLock, Qualifier: qualFence, Value: be64(token)}}, Timestamp: fenceBase}
@@ -329,6 +355,7 @@ func (s *Store) moveFence(ctx context.Context, k dcsync.Key, row []byte, owner s
 		if err == nil {
 			if ok {
 				r.token, r.tokenQual, r.fence, r.fenceTs = token, qualFence, token, fenceBase
+				s.moved.add(row)
 			}
 			return r, ok, nil
 		}
@@ -348,6 +375,23 @@ func (s *Store) moveFence(ctx context.Context, k dcsync.Key, row []byte, owner s
 		}
 		// Still ours, counter not moved: not applied; send it again.
 	}
+}
+
+// readFence is AcquireLock's read before the take of a row this store has not seen
+// with its counter above fenceBase (movedRows): one MultiGet of the lock row's cells
+// and of k's counter of the earlier layout (fenceGets, the read of AcquireLocks'
+// readFences). It returns what the take's Increment needs (takeIncrement) and the row
+// as read: held by another owner, the acquire reports LockUnavailable at once, as the
+// take would (its condition "D:L absent" fails while the row is held), without writing.
+// A read that fails leaves f.read false: the take then increments the counter by 1, and
+// a counter so created below fenceBase is moved after it (moveFence), as before.
+func (s *Store) readFence(ctx context.Context, k dcsync.Key, row []byte) (f fenceRead, r lockRow) {
+	cells, err := s.db.MultiGet(ctx, s.lockTable, fenceGets(k, row, hbaserpc.Column{Family: famLock}))
+	if err != nil || len(cells) != 2 {
+		s.log.Debug("hbase: reading the fencing counters before an acquire failed; taking without them", "key", k.String(), "err", err)
+		return fenceRead{}, lockRow{}
+	}
+	return s.parseFences(row, cells[0], cells[1]), parseLock(cells[0])
 }
 
 // abandon ends an acquire whose take failed with err. When ctx has ended, the outcome
@@ -375,16 +419,17 @@ func (s *Store) abandon(ctx context.Context, op string, k dcsync.Key, row []byte
 }
 
 // casTake is AcquireLock's write: it reports whether the check-and-mutate was applied
-// and the row as read right after it. With fence, the write also bumps the row's
-// fencing counter. It resolves an unknown outcome by reading back.
-func (s *Store) casTake(ctx context.Context, row []byte, owner string, expires time.Time, ttl time.Duration, fence bool) (bool, lockRow, error) {
+// and the row as read right after it. With inc (takeIncrement), the write also bumps
+// the row's fencing counter, in the same conditional write. It resolves an unknown
+// outcome by reading back.
+func (s *Store) casTake(ctx context.Context, row []byte, owner string, expires time.Time, ttl time.Duration, inc *hbaserpc.Increment) (bool, lockRow, error) {
 	muts := []hbaserpc.Mutation{&hbaserpc.Put{Values: []hbaserpc.Value{
 		{Family: famLock, Qualifier: qualLock, Value: lockMarker},
 		{Family: famLock, Qualifier: qualOwner, Value: []byte(owner)},
 		{Family: famLock, Qualifier: qualExpiry, Value: be64(uint64(expires.UnixMilli()))},
 	}, TTL: ttl}}
-	if fence {
-		muts = append(muts, &hbaserpc.Increment{Deltas: []hbaserpc.Delta{{Family: famLock, Qualifier: qualFence, Amount: 1}}})
+	if inc != nil {
+		muts = append(muts, inc)
 	}
 	for try := 0; ; try++ {
 		ok, cells, javaHidden, err := s.takeRead(ctx, row, hbaserpc.IfAbsent(famLock, qualLock), muts)

@@ -64,8 +64,8 @@ func TestJavaMaskedHolds(t *testing.T) {
 
 // TestMaskedCheckRoundTrips (real HBase): the detection adds no call to the common
 // path. An acquire of a free lock is 1 call and a release 1, with the detection and
-// without it; the raw read rides in the acquire's call. (The first acquire of a row
-// also moves its fencing counter: 2 more calls, once; TestLockCalls counts those.)
+// without it; the raw read rides in the acquire's call. (The first acquire of a row by
+// a store also reads its counters first: 1 more call, once; TestLockCalls counts it.)
 func TestMaskedCheckRoundTrips(t *testing.T) {
 	s := openStore(t)
 	defer s.Close()

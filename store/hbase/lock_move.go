@@ -1,10 +1,12 @@
 package hbase
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"time"
 
+	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/internal/hbaserpc"
 	"github.com/dcsync/dcsync/layout"
@@ -32,7 +34,8 @@ var _ driver.LockMover = (*Store)(nil)
 // meanwhile is incremented as every counter is (stamped max(server time, previous
 // version + 1), the explicit version ignored): the token is still above its previous
 // value. So a new key costs two calls and one conditional action, where moving the
-// counter after the take (AcquireLock's moveFence) costs three calls and two.
+// counter after the take (moveFence) cost three calls and two. AcquireLock reads and
+// takes the same way, one lock at a time (readFence).
 //
 // A row whose counter is still below fenceBase after the take (created by a take that
 // did not move it, or the MultiGet failed) has its counter moved as AcquireLock's
@@ -82,10 +85,7 @@ func (s *Store) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire) ([]
 		q := reqs[i]
 		expires := time.Now().Add(q.TTL)
 		cond := hbaserpc.IfAbsent(famLock, qualLock)
-		inc := &hbaserpc.Increment{Deltas: []hbaserpc.Delta{{Family: famLock, Qualifier: qualFence, Amount: 1}}}
-		if f := pre[j]; f.read && f.absent {
-			inc = freshIncrement(f.old)
-		}
+		inc := takeIncrement(pre[j])
 		a := hbaserpc.Action{
 			Mutation: &hbaserpc.Put{Row: layout.HBaseLockRow(q.Key), Values: []hbaserpc.Value{
 				{Family: famLock, Qualifier: qualLock, Value: lockMarker},
@@ -165,9 +165,8 @@ type fenceRead struct {
 // that this store has not seen above fenceBase (movedRows), and its key's counter of
 // the earlier layout (fenceRow). Result j belongs to reqs[idx[j]]; a lock not read
 // (known to be moved, or the read failed or held no counter value) has read false, and
-// its take increments the counter as AcquireLock's does.
+// its take increments the counter as a row's first take used to (takeIncrement).
 func (s *Store) readFences(ctx context.Context, reqs []driver.LockAcquire, idx []int) []fenceRead {
-	const op = "hbase.AcquireLock"
 	out := make([]fenceRead, len(idx))
 	var gets []hbaserpc.Get
 	var which []int
@@ -176,8 +175,7 @@ func (s *Store) readFences(ctx context.Context, reqs []driver.LockAcquire, idx [
 		if s.moved.has(row) {
 			continue
 		}
-		col := []hbaserpc.Column{{Family: famLock, Qualifier: qualFence}}
-		gets = append(gets, hbaserpc.Get{Row: row, Columns: col}, hbaserpc.Get{Row: fenceRow(reqs[i].Key), Columns: col})
+		gets = append(gets, fenceGets(reqs[i].Key, row, hbaserpc.Column{Family: famLock, Qualifier: qualFence})...)
 		which = append(which, j)
 	}
 	if len(gets) == 0 {
@@ -189,24 +187,56 @@ func (s *Store) readFences(ctx context.Context, reqs []driver.LockAcquire, idx [
 		return out
 	}
 	for n, j := range which {
-		f := fenceRead{read: true, absent: true}
-		for _, c := range cells[2*n] {
-			f.absent = false
-			if c.Timestamp >= fenceBase {
-				s.moved.add(layout.HBaseLockRow(reqs[idx[j]].Key))
-			}
-		}
-		for _, c := range cells[2*n+1] {
-			v, err := decode64(op, c)
-			if err != nil {
-				f.read = false
-				break
-			}
-			f.old = uint64(max(v, 0))
-		}
-		out[j] = f
+		out[j] = s.parseFences(layout.HBaseLockRow(reqs[idx[j]].Key), cells[2*n], cells[2*n+1])
 	}
 	return out
+}
+
+// fenceGets are the two Gets that tell a take of k (lock row row) how to create the
+// row's counter (takeIncrement): the lock row's column col (its counter D:F, or the
+// whole lock family) and the key's counter of the earlier layout (fenceRow).
+func fenceGets(k dcsync.Key, row []byte, col hbaserpc.Column) []hbaserpc.Get {
+	return []hbaserpc.Get{
+		{Row: row, Columns: []hbaserpc.Column{col}},
+		{Row: fenceRow(k), Columns: []hbaserpc.Column{{Family: famLock, Qualifier: qualFence}}},
+	}
+}
+
+// parseFences reads what fenceGets returned for lock row row: rowCells of the lock
+// row, oldCells of the earlier layout's counter. A row seen with its counter above
+// fenceBase is remembered (movedRows). A counter of the earlier layout that cannot be
+// decoded makes read false.
+func (s *Store) parseFences(row []byte, rowCells, oldCells []hbaserpc.Cell) fenceRead {
+	const op = "hbase.AcquireLock"
+	f := fenceRead{read: true, absent: true}
+	for _, c := range rowCells {
+		if !bytes.Equal(c.Family, famLock) || !bytes.Equal(c.Qualifier, qualFence) {
+			continue
+		}
+		f.absent = false
+		if c.Timestamp >= fenceBase {
+			s.moved.add(row)
+		}
+	}
+	for _, c := range oldCells {
+		v, err := decode64(op, c)
+		if err != nil {
+			return fenceRead{}
+		}
+		f.old = uint64(max(v, 0))
+	}
+	return f
+}
+
+// takeIncrement is the fencing counter's part of a take that f was read for: the
+// counter created at fenceBase above the earlier layout's (freshIncrement) when f read
+// the row without one, else an Increment by 1 (a counter above fenceBase gives the
+// token; one created or found below it is moved after the take: moveFence).
+func takeIncrement(f fenceRead) *hbaserpc.Increment {
+	if f.read && f.absent {
+		return freshIncrement(f.old)
+	}
+	return &hbaserpc.Increment{Deltas: []hbaserpc.Delta{{Family: famLock, Qualifier: qualFence, Amount: 1}}}
 }
 
 // freshIncrement is the fencing counter's part of the take of a lock row read without
@@ -231,13 +261,13 @@ func freshIncrement(old uint64) *hbaserpc.Increment {
 }
 
 // movedRows remembers lock rows that this store has seen with their counter D:F above
-// fenceBase, so that AcquireLocks takes them at once, without reading their counters
-// first. A counter once above fenceBase stays there (nothing deletes it); a memory that
-// is wrong all the same (a table dropped and created again) costs the calls the read
-// would have saved, nothing more: the take increments the counter as AcquireLock's,
-// and a counter found below fenceBase after it is moved (moveFences). At most
-// maxMoved rows are kept; beyond, the memory starts again empty. Safe for concurrent
-// use; the zero value is empty.
+// fenceBase, so that AcquireLocks and AcquireLock take them at once, without reading
+// their counters first. A counter once above fenceBase stays there (nothing deletes
+// it); a memory that is wrong all the same (a table dropped and created again) costs
+// the calls the read would have saved, nothing more: the take increments the counter
+// by 1, and a counter found below fenceBase after it is moved (moveFence,
+// moveFences). At most maxMoved rows are kept; beyond, the memory starts again empty.
+// Safe for concurrent use; the zero value is empty.
 type movedRows struct {
 	mu   sync.Mutex
 	rows map[string]struct{}
