@@ -81,6 +81,12 @@ func (p *electionProc) line(t *testing.T, what string) string {
 	return ""
 }
 
+// done ends the command's read of a line.
+func (p *electionProc) done() {
+	_, _ = io.WriteString(p.stdin, "\n")
+	p.stdin.Close()
+}
+
 func (p *electionProc) exit(t *testing.T) int {
 	t.Helper()
 	for range p.lines {
@@ -115,14 +121,14 @@ func TestElectionCommands(t *testing.T) {
 		t.Fatalf("leader printed %q", out)
 	}
 	var j leaderJSON
-	if err := json.Unmarshal([]byte(c.want(0, "election", "leader", "e", "--json")), &j); err != nil || !j.Leader || j.Token != 1 || j.Value != "host a" || j.Level != "dc" {
+	if err := json.Unmarshal([]byte(c.want(0, "election", "leader", "e", "--json")), &j); err != nil || !j.Leader || j.Token != 1 || j.Value != "host a" || j.Level != "DC" {
 		t.Fatalf("leader --json = %+v, %v", j, err)
 	}
 	b := c.startElection("campaign", "e", "--value", "b", "--ttl", "1m", "--", "sh", "-c", `echo token=$DCSYNC_ELECTION_TOKEN`)
 	if l := obs.line(t, "observe a"); l != `token=1 value="host a"` {
 		t.Fatalf("observe printed %q", l)
 	}
-	a.stdin.Close() // a's command exits: a resigns, b leads
+	a.done() // a's command exits: a resigns, b leads
 	if code := a.exit(t); code != 0 {
 		t.Fatalf("a exited %d: %s", code, a.stderr)
 	}
@@ -147,7 +153,7 @@ func TestElectionCommands(t *testing.T) {
 	if code := run([]string{"--store", c.store, "--client", "app", "--farm", "dc2", "election", "leader", "e", "--level", "xdc"}, &out, &errb); code != 0 || out.String() != "token=1 value=x\n" {
 		t.Fatalf("xdc leader from dc2: %d %q %s", code, out.String(), errb.String())
 	}
-	x.stdin.Close()
+	x.done()
 	if code := x.exit(t); code != 0 {
 		t.Fatalf("x exited %d: %s", code, x.stderr)
 	}
@@ -156,7 +162,7 @@ func TestElectionCommands(t *testing.T) {
 	if l := obs.line(t, "observe c"); l != "token=3 value=c" {
 		t.Fatalf("observe printed %q", l)
 	}
-	cp.stdin.Close()
+	cp.done()
 	if code := cp.exit(t); code != 3 {
 		t.Fatalf("campaign of a command that exits 3 exited %d: %s", code, cp.stderr)
 	}
