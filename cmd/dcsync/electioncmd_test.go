@@ -124,7 +124,7 @@ func TestElectionCommands(t *testing.T) {
 	if err := json.Unmarshal([]byte(c.want(0, "election", "leader", "e", "--json")), &j); err != nil || !j.Leader || j.Token != 1 || j.Value != "host a" || j.Level != "DC" {
 		t.Fatalf("leader --json = %+v, %v", j, err)
 	}
-	b := c.startElection("campaign", "e", "--value", "b", "--ttl", "1m", "--", "sh", "-c", `echo token=$DCSYNC_ELECTION_TOKEN`)
+	b := c.startElection("campaign", "e", "--value", "b", "--ttl", "1m", "--", "sh", "-c", `echo token=$DCSYNC_ELECTION_TOKEN; read x`)
 	if l := obs.line(t, "observe a"); l != `token=1 value="host a"` {
 		t.Fatalf("observe printed %q", l)
 	}
@@ -135,11 +135,13 @@ func TestElectionCommands(t *testing.T) {
 	if l := b.line(t, "leader b"); l != "token=2" {
 		t.Fatalf("b's command printed %q, want token=2", l)
 	}
-	if code := b.exit(t); code != 0 {
-		t.Fatalf("b exited %d: %s", code, b.stderr)
-	}
+	// b leads until the observer has seen it: a leader shorter than a poll may be missed.
 	if l := obs.line(t, "observe b"); l != "token=2 value=b" {
 		t.Fatalf("observe printed %q", l)
+	}
+	b.done()
+	if code := b.exit(t); code != 0 {
+		t.Fatalf("b exited %d: %s", code, b.stderr)
 	}
 	if out := c.want(0, "election", "leader", "e"); out != "none\n" {
 		t.Fatalf("leader after both resigned printed %q", out)
