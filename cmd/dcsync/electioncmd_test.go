@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"io"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,5 +171,18 @@ func TestElectionCommands(t *testing.T) {
 	}
 	if code := obs.exit(t); code != 0 {
 		t.Fatalf("observe --count 3 exited %d: %s", code, obs.stderr)
+	}
+
+	// Leadership lost (its lock broken behind its back): the command is stopped, exit 5.
+	lost := c.startElection("campaign", "e", "--value", "d", "--ttl", "3s", "--kill-after", "0", "--", "sh", "-c", `echo token=$DCSYNC_ELECTION_TOKEN; sleep 300`)
+	if l := lost.line(t, "leader d"); l != "token=4" {
+		t.Fatalf("d's command printed %q, want token=4", l)
+	}
+	c.want(0, "lock", "release", "election:1:e", "--force")
+	if code := lost.exit(t); code != 5 {
+		t.Fatalf("campaign whose leadership was lost exited %d, want 5: %s", code, lost.stderr)
+	}
+	if !strings.Contains(lost.stderr.String(), `leadership of election "e" lost`) {
+		t.Fatalf("stderr %q does not say the leadership was lost", lost.stderr)
 	}
 }
