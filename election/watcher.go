@@ -8,6 +8,7 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/telemetry"
 )
 
 // readTimeout bounds one pass of the watcher's reads.
@@ -310,9 +311,9 @@ func (w *watcher) loop() {
 				err = bad
 			}
 			w.log.Warn("dcsync election watcher: reading elections failed; retrying every poll interval",
-				"operation", "election.observe", "elections", len(keys), "interval", interval, "err", err)
+				telemetry.LogOperation, "election.observe", "elections", len(keys), telemetry.LogInterval, interval, telemetry.LogErr, err)
 		case recovered:
-			w.log.Info("dcsync election watcher: reading elections works again", "operation", "election.observe", "elections", len(keys))
+			w.log.Info("dcsync election watcher: reading elections works again", telemetry.LogOperation, "election.observe", "elections", len(keys))
 		}
 	}
 }
