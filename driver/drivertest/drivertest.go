@@ -34,6 +34,13 @@
 //	                 result that of ReadQueue (floors, holes, tombstones, empty
 //	                 partitions, Max, heads beyond what the store saw), bad input
 //	                 and an unknown queue failing the batch
+//	Registers        driver.RegisterStore, when the store implements it: create at
+//	                 generation 0, Conflict (returning the stored register, writing
+//	                 nothing) at any other generation, values byte-exact up to
+//	                 driver.MaxRegisterValue, DC and XDC addressing, independence of
+//	                 the lock and latch of the same key, one winner per generation
+//	                 among racing swaps, ReadRegisters in key order, validation
+//	                 before any I/O
 //	Election         package election, when the store implements
 //	                 driver.RegisterStore: never two leaders (goroutines and OS
 //	                 processes), tokens strictly increase, Proclaim visible to
@@ -186,6 +193,7 @@ func Run(t *testing.T, h Harness) {
 		runQueueCommits(t, h, s, b)
 	})
 	t.Run("QueueReads", func(t *testing.T) { runQueueReads(t, h) })
+	t.Run("Registers", func(t *testing.T) { runRegisters(t, h) })
 	t.Run("Queue", func(t *testing.T) { runQueue(t, h) })
 	t.Run("Election", func(t *testing.T) { runElection(t, h) })
 }
