@@ -64,7 +64,32 @@ func (a *app) runLocked(ctx context.Context, name string, f *lockFlags, argv []s
 		}
 	}()
 	kctx := l.KeepAlive(context.Background())
-	grace := min(f.killAfter, l.TTL()/3)
+	return a.runGuarded(guarded{lease: fmt.Sprintf("lease on %q", name), name: name, path: path, argv: argv, lc: lc,
+		held: kctx, ttl: l.TTL(), killAfter: f.killAfter, sigs: sigs,
+		env: []string{fmt.Sprintf("DCSYNC_LOCK_TOKEN=%d", l.Token()), "DCSYNC_LOCK_OWNER=" + l.Owner()}})
+}
+
+// guarded is a command to run under a hold (a lock, a leadership) whose lease lc
+// follows: what runGuarded needs.
+type guarded struct {
+	lease     string          // the lease, for messages: `lease on "NAME"`
+	name      string          // the lock's or election's name, for the guardian's messages
+	path      string          // the command's binary
+	argv      []string        // the command, argv[0] as the user gave it
+	lc        *leaseClock     // the lease's safe end
+	held      context.Context // ends when the hold is lost (KeepAlive's context)
+	ttl       time.Duration   // the lease
+	killAfter time.Duration   // --kill-after
+	env       []string        // added to the command's environment
+	sigs      chan os.Signal  // the forwarded signals, already being caught
+}
+
+// runGuarded runs g's command through the guardian while g's hold lasts, and stops it
+// when the hold is lost or its lease would end unrenewed (see the help of lock run). The
+// caller releases the hold when it returns.
+func (a *app) runGuarded(g guarded) error {
+	name, argv, sigs, kctx := g.name, g.argv, g.sigs, g.held
+	grace := min(g.killAfter, g.ttl/3)
 
 	ctlR, ctlW, err := os.Pipe()
 	if err != nil {
@@ -78,22 +103,21 @@ func (a *app) runLocked(ctx context.Context, name string, f *lockFlags, argv []s
 		ctlR.Close()
 		return err
 	}
-	cfg, _ := json.Marshal(guardConfig{Path: path, Args: argv, Lock: name, Grace: grace, End: clockAt(lc.End()), Job: syscall.Getpgrp()})
+	cfg, _ := json.Marshal(guardConfig{Path: g.path, Args: argv, Lock: name, Grace: grace, End: clockAt(g.lc.End()), Job: syscall.Getpgrp()})
 	self, err := selfExe()
 	if err != nil {
 		return err
 	}
-	g := exec.Command(self)
-	g.Args = []string{os.Args[0], "(lock run guard)", name}
-	g.Env = append(withoutEnv(os.Environ(), guardEnv),
-		fmt.Sprintf("DCSYNC_LOCK_TOKEN=%d", l.Token()), "DCSYNC_LOCK_OWNER="+l.Owner(), guardEnv+"="+string(cfg))
-	g.Stdin, g.Stdout, g.Stderr = os.Stdin, a.stdout, a.stderr
-	g.ExtraFiles = []*os.File{ctlR, stW}
+	gc := exec.Command(self)
+	gc.Args = []string{os.Args[0], "(lock run guard)", name}
+	gc.Env = append(append(withoutEnv(os.Environ(), guardEnv), g.env...), guardEnv+"="+string(cfg))
+	gc.Stdin, gc.Stdout, gc.Stderr = os.Stdin, a.stdout, a.stderr
+	gc.ExtraFiles = []*os.File{ctlR, stW}
 	// Its own process group: stopping lock run's job (Ctrl-Z, kill -STOP -PGID) does
 	// not stop the guardian, which must stop the command when the lease ends.
-	g.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	g.WaitDelay = time.Second // output the command's strays keep open is not waited for
-	err = g.Start()
+	gc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	gc.WaitDelay = time.Second // output the command's strays keep open is not waited for
+	err = gc.Start()
 	ctlR.Close()
 	stW.Close()
 	if err != nil {
@@ -107,7 +131,7 @@ func (a *app) runLocked(ctx context.Context, name string, f *lockFlags, argv []s
 		stopped <- strings.IndexByte(string(b), statusStopped) >= 0
 	}()
 	exited := make(chan error, 1)
-	go func() { exited <- g.Wait() }()
+	go func() { exited <- gc.Wait() }()
 	conts := make(chan os.Signal, 1)
 	signal.Notify(conts, syscall.SIGCONT)
 	defer signal.Stop(conts)
@@ -117,8 +141,8 @@ func (a *app) runLocked(ctx context.Context, name string, f *lockFlags, argv []s
 		select {
 		case s := <-sigs:
 			_ = writeMsg(ctlW, msgSignal, int64(s.(syscall.Signal)))
-		case <-lc.changed:
-			_ = writeMsg(ctlW, msgEnd, clockAt(lc.End()))
+		case <-g.lc.changed:
+			_ = writeMsg(ctlW, msgEnd, clockAt(g.lc.End()))
 		case <-conts:
 			_ = writeMsg(ctlW, msgCont, 0)
 		case <-lostCh:
@@ -127,14 +151,14 @@ func (a *app) runLocked(ctx context.Context, name string, f *lockFlags, argv []s
 			if grace > 0 {
 				how = fmt.Sprintf("SIGTERM, SIGKILL after %v", grace)
 			}
-			fmt.Fprintf(a.stderr, "dcsync: lease on %q lost (%s); stopping %s (%s)\n", name, errorLine(context.Cause(kctx)), argv[0], how)
+			fmt.Fprintf(a.stderr, "dcsync: %s lost (%s); stopping %s (%s)\n", g.lease, errorLine(context.Cause(kctx)), argv[0], how)
 			_ = writeMsg(ctlW, msgLost, 0)
 		case err := <-exited:
 			if <-stopped {
-				return withCode(exitNotOwner, fmt.Errorf("lease on %q was not renewed in time; %s was stopped before it ended", name, argv[0]))
+				return withCode(exitNotOwner, fmt.Errorf("%s was not renewed in time; %s was stopped before it ended", g.lease, argv[0]))
 			}
 			if lost {
-				return withCode(exitNotOwner, fmt.Errorf("lease on %q lost; %s was stopped", name, argv[0]))
+				return withCode(exitNotOwner, fmt.Errorf("%s lost; %s was stopped", g.lease, argv[0]))
 			}
 			var ee *exec.ExitError
 			if errors.As(err, &ee) {

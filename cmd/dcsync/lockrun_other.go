@@ -19,3 +19,8 @@ func guardMain() int { return exitError }
 func (a *app) runLocked(context.Context, string, *lockFlags, []string) error {
 	return withCode(exitError, fmt.Errorf("lock run is not available on %s: it needs Unix process groups to stop the command before its lease ends", runtime.GOOS))
 }
+
+// runElected refuses, as runLocked does.
+func (a *app) runElected(context.Context, string, *electionFlags, []string) error {
+	return withCode(exitError, fmt.Errorf("election campaign is not available on %s: it needs Unix process groups to stop the command before its lease ends", runtime.GOOS))
+}

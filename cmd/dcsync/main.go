@@ -13,6 +13,9 @@
 //	dcsync latch list [--level dc|xdc] [--json]
 //	dcsync latch delete NAME [--level dc|xdc]
 //	dcsync latch await NAME [--timeout D] [--poll D]
+//	dcsync election campaign NAME --value V [--level dc|xdc] [--ttl D] [--kill-after D] -- CMD ARGS...
+//	dcsync election leader NAME [--level dc|xdc] [--json]
+//	dcsync election observe NAME [--level dc|xdc] [--poll D] [--count N] [--json]
 //	dcsync queue create NAME --partitions N --group G [--group G2 ...] [--dedup D]
 //	dcsync queue send NAME [--key K] [--id-prefix P] [--json]   (lines of stdin)
 //	dcsync queue receive NAME --group G [--max N] [--follow] [--no-ack] [--timeout D] [--json]
@@ -256,7 +259,7 @@ Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
 	root.Version = versionString()
 	root.SetVersionTemplate("dcsync {{.Version}}\n")
-	root.AddCommand(newLockCmd(a), newLatchCmd(a), newQueueCmd(a), newBenchCmd(a), newExporterCmd(a), newDemoCmd(a), newVersionCmd(a))
+	root.AddCommand(newLockCmd(a), newLatchCmd(a), newQueueCmd(a), newElectionCmd(a), newBenchCmd(a), newExporterCmd(a), newDemoCmd(a), newVersionCmd(a))
 	refuseUnknownSubcommands(root)
 	addCompletions(a, root)
 	return root

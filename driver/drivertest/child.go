@@ -80,6 +80,7 @@ var childRoles = map[string]func(ctx context.Context, s driver.Store, env childE
 	"consume": childConsume,
 	"hold":    childHold,
 	"pause":   childPause,
+	"elect":   childElect, // election.go
 }
 
 // child is a running child process.

@@ -41,6 +41,12 @@
 //	                 the lock and latch of the same key, one winner per generation
 //	                 among racing swaps, ReadRegisters in key order, validation
 //	                 before any I/O
+//	Election         package election, when the store implements
+//	                 driver.RegisterStore: never two leaders (goroutines and OS
+//	                 processes), tokens strictly increase, Proclaim visible to
+//	                 Leader, a stale leader's Proclaim refused and writing nothing,
+//	                 Resign handing over in arrival order, observers seeing every
+//	                 leader in order, 1,000 observers reading in one batched pair
 //	Queue            the driver.QueueStore contract (Queue/Spec, Queue/Append, ...),
 //	                 package queue on top of it (Queue/Front) and its exactly-once
 //	                 guarantees across owners (Queue/AcrossOwners)
@@ -189,6 +195,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("QueueReads", func(t *testing.T) { runQueueReads(t, h) })
 	t.Run("Registers", func(t *testing.T) { runRegisters(t, h) })
 	t.Run("Queue", func(t *testing.T) { runQueue(t, h) })
+	t.Run("Election", func(t *testing.T) { runElection(t, h) })
 }
 
 // unique returns a name no earlier run of the suite has used, at most 53 bytes.
