@@ -65,7 +65,7 @@ func layerOf(rel string) (l layer, ok bool) {
 		return wire, true
 	case strings.HasSuffix(path.Base(rel), "test") || slices.Contains(testHarnesses, rel):
 		return testSupport, true
-	case first == "lock" || first == "latch" || first == "queue":
+	case first == "lock" || first == "latch" || first == "queue" || first == "rwlock":
 		return frontEnd, true
 	case first == "store" && rel != "store":
 		return store, true

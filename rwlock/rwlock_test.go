@@ -1,0 +1,250 @@
+package rwlock_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/rwlock"
+	"github.com/dcsync/dcsync/store/memory"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// counting wraps a store and counts the calls that reach it.
+type counting struct {
+	driver.Store
+	calls atomic.Int64
+}
+
+func (c *counting) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
+	c.calls.Add(1)
+	return c.Store.AcquireLock(ctx, k, owner, ttl)
+}
+
+func (c *counting) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
+	c.calls.Add(1)
+	return c.Store.ReleaseLock(ctx, k, owner)
+}
+
+func (c *counting) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockState, error) {
+	c.calls.Add(1)
+	return c.Store.InspectLock(ctx, k)
+}
+
+func (c *counting) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
+	c.calls.Add(1)
+	return c.Store.RefreshLock(ctx, k, owner, ttl)
+}
+
+// InspectLocks is one call (the store's batch), as a LockBatcher's.
+func (c *counting) InspectLocks(ctx context.Context, keys []dcsync.Key) ([]driver.LockResult, error) {
+	c.calls.Add(1)
+	return driver.InspectLocks(ctx, c.Store, keys)
+}
+
+func (c *counting) RefreshLocks(ctx context.Context, reqs []driver.LockRefresh) ([]driver.LockResult, error) {
+	c.calls.Add(1)
+	return driver.RefreshLocks(ctx, c.Store, reqs)
+}
+
+func (c *counting) SwapRegister(ctx context.Context, k dcsync.Key, gen uint64, v []byte) (driver.Register, error) {
+	c.calls.Add(1)
+	return c.Store.(driver.RegisterStore).SwapRegister(ctx, k, gen, v)
+}
+
+func (c *counting) ReadRegisters(ctx context.Context, keys []dcsync.Key) ([]driver.RegisterResult, error) {
+	c.calls.Add(1)
+	return c.Store.(driver.RegisterStore).ReadRegisters(ctx, keys)
+}
+
+func newManager(t *testing.T, s driver.LockStore, opts ...rwlock.Option) *rwlock.Manager {
+	t.Helper()
+	m, err := rwlock.New(s, "app", "dc1", append([]rwlock.Option{rwlock.WithTTL(time.Minute), rwlock.WithBackoff(time.Millisecond, 20*time.Millisecond)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func must(t *testing.T, err error, what string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func TestReadersShareWritersExclude(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	defer s.Close()
+	m := newManager(t, s)
+	r1, err := m.AcquireRead(ctx, "doc")
+	must(t, err, "read 1")
+	r2, err := m.AcquireRead(ctx, "doc", rwlock.Wait(0))
+	must(t, err, "read 2 beside read 1")
+	if r1.Slot() == r2.Slot() || r1.Mode() != rwlock.Read {
+		t.Fatalf("two readers in slot %d and %d (mode %v)", r1.Slot(), r2.Slot(), r1.Mode())
+	}
+	if _, err := m.AcquireWrite(ctx, "doc", rwlock.Wait(0)); !errors.Is(err, dcsync.ErrLockUnavailable) {
+		t.Fatalf("write beside readers: %v, want LockUnavailable", err)
+	}
+	// The failed writer gave W back: a reader still gets in.
+	r3, err := m.AcquireRead(ctx, "doc", rwlock.Wait(0))
+	must(t, err, "read after a writer gave up")
+	st, err := m.Inspect(ctx, "doc")
+	must(t, err, "inspect")
+	if st.Slots != rwlock.DefaultReaders || st.Writer != nil || len(st.Readers) != 3 {
+		t.Fatalf("inspect: %+v, want 3 readers of %d slots, no writer", st, rwlock.DefaultReaders)
+	}
+	for _, r := range []*rwlock.Lock{r1, r2, r3} {
+		must(t, r.Release(ctx), "release read")
+	}
+	w, err := m.AcquireWrite(ctx, "doc", rwlock.Wait(0))
+	must(t, err, "write once readers left")
+	if _, err := m.AcquireRead(ctx, "doc", rwlock.Wait(0)); !errors.Is(err, dcsync.ErrLockUnavailable) {
+		t.Fatalf("read beside a writer: %v, want LockUnavailable", err)
+	}
+	if _, err := m.AcquireWrite(ctx, "doc", rwlock.Wait(0)); !errors.Is(err, dcsync.ErrLockUnavailable) {
+		t.Fatalf("second writer: %v, want LockUnavailable", err)
+	}
+	tok := w.Token()
+	must(t, w.Release(ctx), "release write")
+	w2, err := m.AcquireWrite(ctx, "doc", rwlock.Wait(0))
+	must(t, err, "write again")
+	if w2.Token() <= tok {
+		t.Fatalf("writer token %d after %d: not increasing", w2.Token(), tok)
+	}
+	must(t, w2.Release(ctx), "release")
+	st, err = m.Inspect(ctx, "doc")
+	must(t, err, "inspect")
+	if st.Writer != nil || len(st.Readers) != 0 {
+		t.Fatalf("inspect after all released: %+v", st)
+	}
+}
+
+func TestReaderSlotsStoredOnce(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	defer s.Close()
+	m2 := newManager(t, s, rwlock.WithReaders(2))
+	m9 := newManager(t, s, rwlock.WithReaders(9))
+	a, err := m2.AcquireRead(ctx, "few")
+	must(t, err, "read a")
+	// m9 finds M = 2 stored: the third reader waits, whatever m9's own option.
+	b, err := m9.AcquireRead(ctx, "few", rwlock.Wait(0))
+	must(t, err, "read b")
+	if _, err := m9.AcquireRead(ctx, "few", rwlock.Wait(0)); !errors.Is(err, dcsync.ErrLockUnavailable) {
+		t.Fatalf("third reader of 2 slots: %v, want LockUnavailable", err)
+	}
+	st, err := m9.Inspect(ctx, "few")
+	must(t, err, "inspect")
+	if st.Slots != 2 {
+		t.Fatalf("stored slots %d, want 2", st.Slots)
+	}
+	must(t, a.Release(ctx), "release a")
+	must(t, b.Release(ctx), "release b")
+	// Never used: Inspect writes nothing and reports 0 slots.
+	if st, err := m9.Inspect(ctx, "unused"); err != nil || st.Slots != 0 {
+		t.Fatalf("inspect of an unused name: %+v, %v", st, err)
+	}
+}
+
+func TestInvalidNameWritesNothing(t *testing.T) {
+	ctx := context.Background()
+	c := &counting{Store: memory.New()}
+	defer c.Close()
+	m := newManager(t, c, rwlock.WithReaders(rwlock.MaxReaders))
+	long := strings.Repeat("x", dcsync.MaxNameLen-len("rwlock:512:/r1023")+1)
+	for _, name := range []string{"", long} {
+		if _, err := m.AcquireRead(ctx, name); dcsync.CodeOf(err) != dcsync.InvalidArgument {
+			t.Fatalf("read %d bytes: %v, want InvalidArgument", len(name), err)
+		}
+		if _, err := m.AcquireWrite(ctx, name); dcsync.CodeOf(err) != dcsync.InvalidArgument {
+			t.Fatalf("write %d bytes: %v, want InvalidArgument", len(name), err)
+		}
+	}
+	if n := c.calls.Load(); n != 0 {
+		t.Fatalf("%d store calls for invalid names, want 0", n)
+	}
+	// One byte shorter fits.
+	r, err := m.AcquireRead(ctx, long[1:])
+	must(t, err, "read of the longest name")
+	must(t, r.Release(ctx), "release")
+	if _, err := rwlock.New(memory.New(), "app", "dc1", rwlock.WithReaders(0)); dcsync.CodeOf(err) != dcsync.InvalidArgument {
+		t.Fatalf("0 readers: %v", err)
+	}
+}
+
+// TestStoreCalls counts the store calls of a read and a write lock round trip.
+func TestStoreCalls(t *testing.T) {
+	ctx := context.Background()
+	c := &counting{Store: memory.New()}
+	defer c.Close()
+	m := newManager(t, c)
+	r, err := m.AcquireRead(ctx, "calls")
+	must(t, err, "first read")
+	must(t, r.Release(ctx), "release")
+	for _, tc := range []struct {
+		mode rwlock.Mode
+		want int64
+	}{{rwlock.Read, 3}, {rwlock.Write, 3}, {rwlock.Read, 3}} {
+		before := c.calls.Load()
+		var l *rwlock.Lock
+		if tc.mode == rwlock.Read {
+			l, err = m.AcquireRead(ctx, "calls")
+		} else {
+			l, err = m.AcquireWrite(ctx, "calls")
+		}
+		must(t, err, "acquire")
+		must(t, l.Release(ctx), "release")
+		if n := c.calls.Load() - before; n != tc.want {
+			t.Fatalf("%v lock+unlock: %d store calls, want %d", tc.mode, n, tc.want)
+		}
+	}
+}
+
+func TestDowngrade(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	defer s.Close()
+	m := newManager(t, s)
+	w, err := m.AcquireWrite(ctx, "d")
+	must(t, err, "write")
+	kctx := w.KeepAlive(ctx)
+	r, err := w.Downgrade(ctx)
+	must(t, err, "downgrade")
+	if r.Mode() != rwlock.Read || !r.Held() {
+		t.Fatalf("downgraded hold: mode %v held %v", r.Mode(), r.Held())
+	}
+	if kctx.Err() == nil {
+		t.Fatal("the write hold's KeepAlive context still runs after the downgrade")
+	}
+	if _, err := w.Downgrade(ctx); err == nil {
+		t.Fatal("second downgrade of one write hold succeeded")
+	}
+	if _, err := r.Downgrade(ctx); dcsync.CodeOf(err) != dcsync.InvalidArgument {
+		t.Fatalf("downgrade of a read hold: %v", err)
+	}
+	// Readers come in beside it; a writer does not.
+	r2, err := m.AcquireRead(ctx, "d", rwlock.Wait(0))
+	must(t, err, "read beside the downgraded hold")
+	if _, err := m.AcquireWrite(ctx, "d", rwlock.Wait(0)); !errors.Is(err, dcsync.ErrLockUnavailable) {
+		t.Fatalf("writer beside the downgraded hold: %v", err)
+	}
+	must(t, r.Release(ctx), "release")
+	must(t, r2.Release(ctx), "release")
+	w2, err := m.AcquireWrite(ctx, "d", rwlock.Wait(0))
+	must(t, err, "writer after")
+	if w2.Token() <= w.Token() {
+		t.Fatalf("token %d after %d", w2.Token(), w.Token())
+	}
+	must(t, w2.Release(ctx), "release")
+}
