@@ -80,6 +80,8 @@ var childRoles = map[string]func(ctx context.Context, s driver.Store, env childE
 	"consume": childConsume,
 	"hold":    childHold,
 	"pause":   childPause,
+	"rwlock":  childRWLock, // rwlock.go
+	"rwread":  childRWRead,
 }
 
 // child is a running child process.

@@ -34,6 +34,11 @@
 //	                 result that of ReadQueue (floors, holes, tombstones, empty
 //	                 partitions, Max, heads beyond what the store saw), bad input
 //	                 and an unknown queue failing the batch
+//	RWLock           package rwlock, when the store implements driver.RegisterStore:
+//	                 never a writer beside a reader nor two writers (goroutines and
+//	                 processes), readers overlap, writer tokens strictly increase, a
+//	                 writer is not starved by a stream of readers, a downgrade leaves
+//	                 no gap
 //	Queue            the driver.QueueStore contract (Queue/Spec, Queue/Append, ...),
 //	                 package queue on top of it (Queue/Front) and its exactly-once
 //	                 guarantees across owners (Queue/AcrossOwners)
@@ -181,6 +186,7 @@ func Run(t *testing.T, h Harness) {
 	})
 	t.Run("QueueReads", func(t *testing.T) { runQueueReads(t, h) })
 	t.Run("Queue", func(t *testing.T) { runQueue(t, h) })
+	t.Run("RWLock", func(t *testing.T) { runIfRegisters(t, h, runRWLock) })
 }
 
 // unique returns a name no earlier run of the suite has used, at most 53 bytes.
