@@ -86,3 +86,14 @@ func (c *leaseClock) RefreshLock(ctx context.Context, k dcsync.Key, owner string
 	}
 	return st, err
 }
+
+// guarded is the hold a guarded command runs under: a lock's lease (*lock.Lock), or a
+// hold of another primitive that is one lock's lease (a read or write lock of package
+// rwlock).
+type guarded interface {
+	Release(ctx context.Context) error
+	KeepAlive(ctx context.Context) context.Context
+	TTL() time.Duration
+	Token() uint64
+	Owner() string
+}

@@ -17,7 +17,6 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
-	"github.com/dcsync/dcsync/lock"
 )
 
 // forwarded are the signals lock run passes on to the command's process group. Those a
@@ -42,13 +41,26 @@ func (a *app) runLocked(ctx context.Context, name string, f *lockFlags, argv []s
 	if err != nil {
 		return err
 	}
+	return a.runGuarded(ctx, name, f, path, argv, lc, nil, func(ctx context.Context) (guarded, error) {
+		l, err := acquire(ctx, m, name, f, opts)
+		if err != nil {
+			return nil, err
+		}
+		return l, nil
+	})
+}
 
+// runGuarded takes a hold with take, then runs argv (found at path) under it as lock
+// run does (the guardian; see the help of `lock run`). lc has seen the hold's
+// acquisition and sees its renewals; env is added to the command's environment.
+func (a *app) runGuarded(ctx context.Context, name string, f *lockFlags, path string, argv []string, lc *leaseClock, env []string,
+	take func(context.Context) (guarded, error)) error {
 	// From here on the signals are lock run's to handle: before the command runs, one
 	// ends the wait for the lock; then it is forwarded.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
-	l, err := a.acquireInterruptible(ctx, m, name, f, opts, sigs)
+	l, err := a.acquireInterruptible(ctx, take, sigs)
 	if err != nil {
 		if code := exitCode(err); f.conflictSet && (code == exitHeld || code == exitTimeout) {
 			return withCode(f.conflictCode, err)
@@ -85,8 +97,8 @@ func (a *app) runLocked(ctx context.Context, name string, f *lockFlags, argv []s
 	}
 	g := exec.Command(self)
 	g.Args = []string{os.Args[0], "(lock run guard)", name}
-	g.Env = append(withoutEnv(os.Environ(), guardEnv),
-		fmt.Sprintf("DCSYNC_LOCK_TOKEN=%d", l.Token()), "DCSYNC_LOCK_OWNER="+l.Owner(), guardEnv+"="+string(cfg))
+	g.Env = append(append(withoutEnv(os.Environ(), guardEnv),
+		fmt.Sprintf("DCSYNC_LOCK_TOKEN=%d", l.Token()), "DCSYNC_LOCK_OWNER="+l.Owner(), guardEnv+"="+string(cfg)), env...)
 	g.Stdin, g.Stdout, g.Stderr = os.Stdin, a.stdout, a.stderr
 	g.ExtraFiles = []*os.File{ctlR, stW}
 	// Its own process group: stopping lock run's job (Ctrl-Z, kill -STOP -PGID) does
@@ -149,9 +161,9 @@ func (a *app) runLocked(ctx context.Context, name string, f *lockFlags, argv []s
 	}
 }
 
-// acquireInterruptible takes the lock as acquire does, unless one of sigs comes first
-// (or came while the lock was being taken): then it returns an interrupted error.
-func (a *app) acquireInterruptible(ctx context.Context, m *lock.Manager, name string, f *lockFlags, opts []lock.CallOption, sigs chan os.Signal) (*lock.Lock, error) {
+// acquireInterruptible takes the hold with take, unless one of sigs comes first (or came
+// while the hold was being taken): then it returns an interrupted error.
+func (a *app) acquireInterruptible(ctx context.Context, take func(context.Context) (guarded, error), sigs chan os.Signal) (guarded, error) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done, watched := make(chan struct{}), make(chan struct{})
@@ -164,7 +176,7 @@ func (a *app) acquireInterruptible(ctx context.Context, m *lock.Manager, name st
 		case <-done:
 		}
 	}()
-	l, err := acquire(actx, m, name, f, opts)
+	l, err := take(actx)
 	close(done)
 	<-watched
 	if got == nil {

@@ -19,3 +19,8 @@ func guardMain() int { return exitError }
 func (a *app) runLocked(context.Context, string, *lockFlags, []string) error {
 	return withCode(exitError, fmt.Errorf("lock run is not available on %s: it needs Unix process groups to stop the command before its lease ends", runtime.GOOS))
 }
+
+// runGuarded refuses, as runLocked does.
+func (a *app) runGuarded(context.Context, string, *lockFlags, string, []string, *leaseClock, []string, func(context.Context) (guarded, error)) error {
+	return withCode(exitError, fmt.Errorf("run is not available on %s: it needs Unix process groups to stop the command before its lease ends", runtime.GOOS))
+}
