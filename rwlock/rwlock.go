@@ -134,7 +134,8 @@ type Manager struct {
 	scope      any // keys the process-local state (see local.go)
 
 	mu    sync.Mutex
-	sizes map[lockID]int // M of each read-write lock, as read from its register
+	sizes map[lockID]int          // M of each read-write lock, as read from its register
+	keys  map[lockID][]dcsync.Key // the keys of its reader slots
 }
 
 // Option configures a Manager.
@@ -176,7 +177,7 @@ func WithLockOptions(opts ...lock.Option) Option {
 func New(store driver.LockStore, client, farm string, opts ...Option) (*Manager, error) {
 	m := &Manager{store: store, client: client, farm: farm, level: dcsync.DC, ttl: DefaultTTL,
 		wait: DefaultWait, minBackoff: 10 * time.Millisecond, maxBackoff: time.Second,
-		readers: DefaultReaders, log: slog.Default(), sizes: map[lockID]int{}}
+		readers: DefaultReaders, log: slog.Default(), sizes: map[lockID]int{}, keys: map[lockID][]dcsync.Key{}}
 	for _, o := range opts {
 		o(m)
 	}
@@ -338,11 +339,24 @@ func decodeSize(b []byte) (int, error) {
 	return v.Readers, nil
 }
 
-// slotKeys returns the keys of the n reader slots of s.
+// slotKeys returns the keys of the n reader slots of s (made once per read-write lock
+// and kept with its M; the caller must not change them).
 func (m *Manager) slotKeys(s spec, n int) []dcsync.Key {
-	keys := make([]dcsync.Key, n)
+	m.mu.Lock()
+	keys := m.keys[s.id]
+	m.mu.Unlock()
+	if len(keys) == n {
+		return keys
+	}
+	keys = make([]dcsync.Key, n)
 	for i := range keys {
 		keys[i] = m.key(s, slotName(s.name, i))
 	}
+	m.mu.Lock()
+	if len(m.keys) >= 4096 {
+		clear(m.keys)
+	}
+	m.keys[s.id] = keys
+	m.mu.Unlock()
 	return keys
 }
