@@ -248,3 +248,62 @@ func TestDowngrade(t *testing.T) {
 	}
 	must(t, w2.Release(ctx), "release")
 }
+
+// A writer waiting for a reader longer than its lease keeps W alive meanwhile: W keeps
+// its holder (owner and token) past the lease, and no other writer takes it.
+func TestWriterKeepsWAliveWhileWaiting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits 15 s")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := memory.New()
+	defer s.Close()
+	m := newManager(t, s)
+	r, err := m.AcquireRead(ctx, "slow")
+	must(t, err, "read")
+	r.KeepAlive(ctx)
+	type result struct {
+		l   *rwlock.Lock
+		err error
+	}
+	a, b := make(chan result, 1), make(chan result, 1)
+	go func() {
+		l, err := m.AcquireWrite(ctx, "slow", rwlock.TTL(10*time.Second))
+		a <- result{l, err}
+	}()
+	var first *rwlock.State
+	for first == nil {
+		st, err := m.Inspect(ctx, "slow")
+		must(t, err, "inspect")
+		if st.Writer != nil {
+			first = &st
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	go func() {
+		l, err := newManager(t, s).AcquireWrite(ctx, "slow", rwlock.TTL(10*time.Second))
+		b <- result{l, err}
+	}()
+	time.Sleep(15 * time.Second) // past W's 10 s lease
+	st, err := m.Inspect(ctx, "slow")
+	must(t, err, "inspect")
+	if st.Writer == nil || st.Writer.Owner != first.Writer.Owner || st.Writer.Token != first.Writer.Token {
+		t.Fatalf("W after 15 s of a 10 s lease: %+v, want the waiting writer's %+v still", st.Writer, first.Writer)
+	}
+	must(t, r.Release(ctx), "release read")
+	ra := <-a
+	must(t, ra.err, "writer A")
+	if ra.l.Token() != first.Writer.Token || !ra.l.Held() {
+		t.Fatalf("writer A got in with token %d (held %v), want W's %d", ra.l.Token(), ra.l.Held(), first.Writer.Token)
+	}
+	select {
+	case rb := <-b:
+		t.Fatalf("writer B got in beside A: %v", rb.err)
+	default:
+	}
+	must(t, ra.l.Release(ctx), "release A")
+	rb := <-b
+	must(t, rb.err, "writer B")
+	must(t, rb.l.Release(ctx), "release B")
+}
