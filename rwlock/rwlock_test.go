@@ -307,3 +307,40 @@ func TestWriterKeepsWAliveWhileWaiting(t *testing.T) {
 	must(t, rb.err, "writer B")
 	must(t, rb.l.Release(ctx), "release B")
 }
+
+// A writer whose ctx or wait ends while readers hold gives W back: readers come in
+// again at once.
+func TestWriterGivesUpAndGivesWBack(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	defer s.Close()
+	m := newManager(t, s)
+	r, err := m.AcquireRead(ctx, "g")
+	must(t, err, "read")
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = m.AcquireWrite(cctx, "g")
+	if !errors.Is(err, dcsync.ErrLockUnavailable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("writer whose ctx ended: %v, want LockUnavailable matching ctx's error", err)
+	}
+	_, err = m.AcquireWrite(ctx, "g", rwlock.Wait(300*time.Millisecond))
+	if !errors.Is(err, dcsync.ErrLockUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("writer whose wait ran out: %v, want LockUnavailable", err)
+	}
+	st, err := m.Inspect(ctx, "g")
+	must(t, err, "inspect")
+	if st.Writer != nil {
+		t.Fatalf("W still held after the writers gave up: %+v", st.Writer)
+	}
+	r2, err := newManager(t, s).AcquireRead(ctx, "g", rwlock.Wait(0))
+	must(t, err, "a reader after the writers gave up")
+	must(t, r.Release(ctx), "release")
+	must(t, r2.Release(ctx), "release")
+	// And a reader's wait runs out while a writer holds.
+	w, err := m.AcquireWrite(ctx, "g")
+	must(t, err, "write")
+	if _, err := m.AcquireRead(ctx, "g", rwlock.Wait(200*time.Millisecond)); !errors.Is(err, dcsync.ErrLockUnavailable) {
+		t.Fatalf("reader beside a writer: %v", err)
+	}
+	must(t, w.Release(ctx), "release")
+}
