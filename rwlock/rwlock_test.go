@@ -21,7 +21,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // counting wraps a store and counts the calls that reach it.
 type counting struct {
 	driver.Store
-	calls atomic.Int64
+	calls   atomic.Int64
+	batches atomic.Int64 // RefreshLocks calls
+	renewed atomic.Int64 // leases renewed by them
+	singles atomic.Int64 // RefreshLock calls
 }
 
 func (c *counting) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
@@ -41,6 +44,7 @@ func (c *counting) InspectLock(ctx context.Context, k dcsync.Key) (driver.LockSt
 
 func (c *counting) RefreshLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	c.calls.Add(1)
+	c.singles.Add(1)
 	return c.Store.RefreshLock(ctx, k, owner, ttl)
 }
 
@@ -52,6 +56,8 @@ func (c *counting) InspectLocks(ctx context.Context, keys []dcsync.Key) ([]drive
 
 func (c *counting) RefreshLocks(ctx context.Context, reqs []driver.LockRefresh) ([]driver.LockResult, error) {
 	c.calls.Add(1)
+	c.batches.Add(1)
+	c.renewed.Add(int64(len(reqs)))
 	return driver.RefreshLocks(ctx, c.Store, reqs)
 }
 
@@ -343,4 +349,38 @@ func TestWriterGivesUpAndGivesWBack(t *testing.T) {
 		t.Fatalf("reader beside a writer: %v", err)
 	}
 	must(t, w.Release(ctx), "release")
+}
+
+// The KeepAlives of one Manager's holds, read and write, of several read-write locks,
+// are renewed together: one batched call per renewal interval.
+func TestKeepAlivesRenewedInOneCall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for a renewal")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c := &counting{Store: memory.New()}
+	defer c.Close()
+	m := newManager(t, c, rwlock.WithTTL(10*time.Second))
+	var holds []*rwlock.Lock
+	for _, name := range []string{"a", "b", "c"} {
+		r, err := m.AcquireRead(ctx, name)
+		must(t, err, "read")
+		holds = append(holds, r)
+	}
+	w, err := m.AcquireWrite(ctx, "d")
+	must(t, err, "write")
+	holds = append(holds, w)
+	for _, l := range holds {
+		l.KeepAlive(ctx)
+	}
+	for c.renewed.Load()+c.singles.Load() < int64(len(holds)) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if b, n, one := c.batches.Load(), c.renewed.Load(), c.singles.Load(); b != 1 || n != int64(len(holds)) || one != 0 {
+		t.Fatalf("first renewal of %d holds: %d batched calls renewing %d leases and %d single renewals, want 1 call renewing all", len(holds), b, n, one)
+	}
+	for _, l := range holds {
+		must(t, l.Release(ctx), "release")
+	}
 }
