@@ -114,23 +114,18 @@ renewed in time.`,
 			if f.conflictSet && (f.conflictCode < 0 || f.conflictCode > 255) {
 				return withCode(exitUsage, fmt.Errorf("--conflict-exit-code %d is not in 0..255", f.conflictCode))
 			}
-			path, err := lookCommand(args[1])
-			if err != nil {
-				return err
-			}
-			ctx := c.Context()
-			m, lc, opts, err := a.rwManager(ctx, readers, true)
-			if err != nil {
-				return err
-			}
 			mode := rwlock.Read
 			if write {
 				mode = rwlock.Write
 			}
-			opts = append(opts, rwlock.TTL(f.ttl), rwlock.Wait(f.wait))
 			name := args[0]
-			return a.runGuarded(ctx, name, f, path, args[1:], lc, []string{"DCSYNC_RWLOCK_MODE=" + mode.String()},
-				func(ctx context.Context) (guarded, error) {
+			return a.runLeased(c.Context(), name, args[1:], f.killAfter, func(ctx context.Context) (*leaseClock, func(context.Context) (*heldLease, error), error) {
+				m, lc, opts, err := a.rwManager(ctx, readers, true)
+				if err != nil {
+					return nil, nil, err
+				}
+				opts = append(opts, rwlock.TTL(f.ttl), rwlock.Wait(f.wait))
+				return lc, func(ctx context.Context) (*heldLease, error) {
 					var l *rwlock.Lock
 					var err error
 					if mode == rwlock.Write {
@@ -140,12 +135,18 @@ renewed in time.`,
 					}
 					if err != nil {
 						if f.wait > 0 && errors.Is(err, dcsync.ErrLockUnavailable) && !errors.Is(err, context.Canceled) {
-							return nil, withCode(exitTimeout, fmt.Errorf("waited %v for the %s lock %q: %w", f.wait, mode, name, err))
+							err = withCode(exitTimeout, fmt.Errorf("waited %v for the %s lock %q: %w", f.wait, mode, name, err))
+						}
+						if code := exitCode(err); f.conflictSet && (code == exitHeld || code == exitTimeout) {
+							return nil, withCode(f.conflictCode, err)
 						}
 						return nil, err
 					}
-					return l, nil
-				})
+					return &heldLease{ttl: l.TTL(), keepAlive: l.KeepAlive, release: l.Release,
+						env: []string{fmt.Sprintf("DCSYNC_LOCK_TOKEN=%d", l.Token()), "DCSYNC_LOCK_OWNER=" + l.Owner(),
+							"DCSYNC_RWLOCK_MODE=" + mode.String()}}, nil
+				}, nil
+			})
 		},
 	}
 	run.Flags().BoolVar(&read, "read", false, "take a read lock (shared with other readers)")
