@@ -1,68 +1,30 @@
-//go:build linux || darwin || freebsd || openbsd
-
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"os/signal"
-	"time"
-
-	"github.com/dcsync/dcsync"
 )
 
-// runElected campaigns for election name and runs argv while leading, through lock
-// run's guardian (runGuarded); see the help of 'election campaign'.
+// runElected campaigns for election name and runs argv while leading, with lock run's
+// promises (runLeased: the guardian, the lease's safe end, the signals); see the help
+// of 'election campaign'. The leadership is the lease: it is resigned when the command
+// ends, and the command is stopped when it is lost.
 func (a *app) runElected(ctx context.Context, name string, f *electionFlags, argv []string) error {
-	path, err := lookCommand(argv[0])
-	if err != nil {
-		return err
-	}
-	m, lc, err := a.electionManager(ctx, f, true)
-	if err != nil {
-		return err
-	}
-	// From here on the signals are ours: before the command runs one ends the
-	// campaign; then it is forwarded.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
-	cctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	done := make(chan struct{})
-	watched := make(chan os.Signal, 1)
-	go func() {
-		select {
-		case s := <-sigs:
-			cancel(&interrupted{s})
-			watched <- s
-		case <-done:
-			watched <- nil
+	return a.runLeased(ctx, name, argv, f.killAfter, func(ctx context.Context) (*leaseClock, func(context.Context) (*heldLease, error), error) {
+		m, lc, err := a.electionManager(ctx, f, true)
+		if err != nil {
+			return nil, nil, err
 		}
-	}()
-	ld, err := m.Campaign(cctx, name, f.value)
-	close(done)
-	if s := <-watched; s != nil {
-		if ld != nil {
-			rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer rcancel()
-			_ = ld.Resign(rctx)
-		}
-		return &interrupted{s}
-	}
-	if err != nil {
-		return err
-	}
-	defer func() {
-		rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer rcancel()
-		if err := ld.Resign(rctx); err != nil && !errors.Is(err, dcsync.ErrLockLost) {
-			fmt.Fprintln(a.stderr, "dcsync: resign:", errorLine(err))
-		}
-	}()
-	return a.runGuarded(guarded{lease: fmt.Sprintf("leadership of election %q", name), name: name, path: path, argv: argv,
-		lc: lc, held: ld.Context(), ttl: ld.TTL(), killAfter: f.killAfter, sigs: sigs,
-		env: []string{fmt.Sprintf("DCSYNC_ELECTION_TOKEN=%d", ld.Token())}})
+		return lc, func(ctx context.Context) (*heldLease, error) {
+			ld, err := m.Campaign(ctx, name, f.value)
+			if err != nil {
+				return nil, err
+			}
+			return &heldLease{ttl: ld.TTL(),
+				keepAlive: func(context.Context) context.Context { return ld.Context() },
+				release:   ld.Resign,
+				what:      fmt.Sprintf("leadership of election %q", name),
+				env:       []string{fmt.Sprintf("DCSYNC_ELECTION_TOKEN=%d", ld.Token())}}, nil
+		}, nil
+	})
 }

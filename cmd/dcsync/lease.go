@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -25,6 +26,24 @@ const (
 // treated as over.
 func safeEnd(sent time.Time, ttl time.Duration) time.Time {
 	return sent.Add(ttl - ttl/leaseDriftDivisor - leaseSlack)
+}
+
+// heldLease is a lease a command runs under (lock run, semaphore run): one lock, or
+// the permits of a semaphore.
+type heldLease struct {
+	ttl       time.Duration
+	keepAlive func(context.Context) context.Context // ends when the lease is lost
+	release   func(context.Context) error
+	env       []string // for the command: what identifies the lease (token, owner)
+	what      string   // the lease in messages, `leadership of election "e"`; default `lease on "NAME"`
+}
+
+// says names the lease h of name in messages.
+func (h *heldLease) says(name string) string {
+	if h.what != "" {
+		return h.what
+	}
+	return fmt.Sprintf("lease on %q", name)
 }
 
 // leaseClock wraps the lock store of `lock run` to learn when each successful

@@ -7,6 +7,8 @@
 //	dcsync lock status NAME [--json]
 //	dcsync lock list [--json]
 //	dcsync lock run NAME [--ttl D] [--wait D] [--fair] [--kill-after D] [--conflict-exit-code N] -- CMD ARGS...
+//	dcsync rwlock run NAME (--read | --write) [--ttl D] [--wait D] [--readers N] [--kill-after D] [--conflict-exit-code N] -- CMD ARGS...
+//	dcsync rwlock status NAME [--json]
 //	dcsync latch create NAME --count N [--ttl D]
 //	dcsync latch countdown|countup NAME [--json]
 //	dcsync latch count NAME [--json]
@@ -259,7 +261,7 @@ Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
 	root.Version = versionString()
 	root.SetVersionTemplate("dcsync {{.Version}}\n")
-	root.AddCommand(newLockCmd(a), newLatchCmd(a), newQueueCmd(a), newElectionCmd(a), newBenchCmd(a), newExporterCmd(a), newDemoCmd(a), newVersionCmd(a))
+	root.AddCommand(newLockCmd(a), newRWLockCmd(a), newLatchCmd(a), newQueueCmd(a), newElectionCmd(a), newBenchCmd(a), newExporterCmd(a), newDemoCmd(a), newVersionCmd(a))
 	refuseUnknownSubcommands(root)
 	addCompletions(a, root)
 	return root

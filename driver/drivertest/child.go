@@ -81,6 +81,8 @@ var childRoles = map[string]func(ctx context.Context, s driver.Store, env childE
 	"hold":    childHold,
 	"pause":   childPause,
 	"elect":   childElect, // election.go
+	"rwlock":  childRWLock, // rwlock.go
+	"rwread":  childRWRead,
 }
 
 // child is a running child process.

@@ -47,6 +47,11 @@
 //	                 Leader, a stale leader's Proclaim refused and writing nothing,
 //	                 Resign handing over in arrival order, observers seeing every
 //	                 leader in order, 1,000 observers reading in one batched pair
+//	RWLock           package rwlock, when the store implements driver.RegisterStore:
+//	                 never a writer beside a reader nor two writers (goroutines and
+//	                 processes), readers overlap, writer tokens strictly increase, a
+//	                 writer is not starved by a stream of readers, a downgrade leaves
+//	                 no gap
 //	Queue            the driver.QueueStore contract (Queue/Spec, Queue/Append, ...),
 //	                 package queue on top of it (Queue/Front) and its exactly-once
 //	                 guarantees across owners (Queue/AcrossOwners)
@@ -196,6 +201,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Registers", func(t *testing.T) { runRegisters(t, h) })
 	t.Run("Queue", func(t *testing.T) { runQueue(t, h) })
 	t.Run("Election", func(t *testing.T) { runElection(t, h) })
+	t.Run("RWLock", func(t *testing.T) { runIfRegisters(t, h, runRWLock) })
 }
 
 // unique returns a name no earlier run of the suite has used, at most 53 bytes.
