@@ -67,6 +67,8 @@ func layerOf(rel string) (l layer, ok bool) {
 		return testSupport, true
 	case first == "lock" || first == "latch" || first == "queue":
 		return frontEnd, true
+	case first == "semaphore": // issue 18
+		return frontEnd, true
 	case first == "store" && rel != "store":
 		return store, true
 	case rel == "storeurl":
