@@ -201,7 +201,9 @@ func (m *Manager) spec(opts []CallOption) spec {
 // regName and slotName are the store names of a semaphore's register and permit slots.
 func regName(name string) string { return fmt.Sprintf("semaphore:%d:%s", len(name), name) }
 
-func slotName(name string, i int) string { return fmt.Sprintf("semaphore:%d:%s/%d", len(name), name, i) }
+func slotName(name string, i int) string {
+	return fmt.Sprintf("semaphore:%d:%s/%d", len(name), name, i)
+}
 
 // key returns the register key of semaphore name at level, validating name, level and
 // permits (0: not checked).
