@@ -80,6 +80,9 @@ var childRoles = map[string]func(ctx context.Context, s driver.Store, env childE
 	"consume": childConsume,
 	"hold":    childHold,
 	"pause":   childPause,
+
+	"semaphore": childSemaphore, // semaphore.go
+	"semhold":   childSemaphoreHold,
 }
 
 // child is a running child process.

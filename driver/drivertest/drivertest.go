@@ -37,6 +37,11 @@
 //	Queue            the driver.QueueStore contract (Queue/Spec, Queue/Append, ...),
 //	                 package queue on top of it (Queue/Front) and its exactly-once
 //	                 guarantees across owners (Queue/AcrossOwners)
+//	Semaphore        package semaphore, when the store implements
+//	                 driver.RegisterStore: never more than N permits granted
+//	                 (goroutines, OS processes, under a shrink), tokens strictly
+//	                 increasing per slot, all-or-nothing without deadlock, a
+//	                 crashed holder's permits back after the lease
 //
 // A part runs alone by its name: `go test -run TestConformance/Queue/Front` runs the
 // cases over package queue only.
@@ -181,6 +186,7 @@ func Run(t *testing.T, h Harness) {
 	})
 	t.Run("QueueReads", func(t *testing.T) { runQueueReads(t, h) })
 	t.Run("Queue", func(t *testing.T) { runQueue(t, h) })
+	t.Run("Semaphore", func(t *testing.T) { runSemaphore(t, h) })
 }
 
 // unique returns a name no earlier run of the suite has used, at most 53 bytes.
