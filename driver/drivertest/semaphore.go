@@ -188,10 +188,13 @@ func runSemaphore(t *testing.T, h Harness) {
 				}
 			}()
 		}
+		// An acquirer that read N = 4 before the shrink and acquires only after it.
+		m := semaphores(t, s, h.Farm)
+		stale, err := semaphores(t, s, h.OtherFarm).Open(ctx, name, N)
+		must(t, err, "Open")
 		for rounds.Load() < 20 && ctx.Err() == nil {
 			time.Sleep(5 * time.Millisecond)
 		}
-		m := semaphores(t, s, h.Farm)
 		if err := m.Resize(ctx, name, newN); err != nil {
 			errs <- err
 		}
@@ -205,6 +208,28 @@ func runSemaphore(t *testing.T, h Harness) {
 		for err := range errs {
 			t.Fatal(err)
 		}
+
+		// With the new N's permits all granted, the stale acquirer finds the slots
+		// above it free, and must not be granted one.
+		sem, err := m.Open(ctx, name, newN)
+		must(t, err, "Open")
+		low, err := sem.Acquire(ctx, newN, semaphore.Wait(2*time.Minute))
+		must(t, err, "Acquire every permit of the new N")
+		if p, err := stale.TryAcquire(ctx, 1); err == nil {
+			t.Fatalf("an acquirer that read N = %d before the shrink was granted slot %v beside all %d permits of the new N", N, p.Permits(), newN)
+		}
+		// A shrink never returns nil while permits above the new N are granted: with
+		// every slot of N = 4 granted, a Resize to 2 whose ctx ends returns an error.
+		must(t, m.Resize(ctx, name, N), "Resize back to 4")
+		high, err := sem.Acquire(ctx, N-newN, semaphore.Wait(2*time.Minute))
+		must(t, err, "Acquire the permits above 2")
+		rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		err = m.Resize(rctx, name, newN)
+		cancel()
+		wantCode(t, err, dcsync.LockUnavailable, "Resize to 2 with slots 2 and 3 granted, its ctx ending")
+		must(t, high.Release(ctx), "Release")
+		must(t, low.Release(ctx), "Release")
+		must(t, m.Resize(ctx, name, newN), "Resize to 2 once the slots above are free")
 	})
 
 	t.Run("AllOrNothing", func(t *testing.T) {
@@ -322,7 +347,7 @@ func childSemaphore(ctx context.Context, s driver.Store, env childEnv) error {
 		if _, err := fmt.Fprintf(f, "start %d %s\n", os.Getpid(), strings.Join(parts, ",")); err != nil {
 			return err
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 		if kctx.Err() != nil {
 			return fmt.Errorf("permits lost while held: %v", context.Cause(kctx))
 		}
@@ -364,7 +389,7 @@ func childSemaphoreHold(ctx context.Context, s driver.Store, env childEnv) error
 // runSemaphoreProcesses runs the semaphore's cases across OS processes.
 func runSemaphoreProcesses(t *testing.T, h Harness) {
 	t.Run("NeverMoreThanN", func(t *testing.T) {
-		const procs, each, N = 4, 8, 3
+		const procs, each, N = 4, 25, 3
 		file := filepath.Join(t.TempDir(), "permits.log")
 		must(t, os.WriteFile(file, nil, 0o644), "create log")
 		spawn(t, h, procs, "semaphore", unique(t), each, fmt.Sprintf("%d:%s", N, file))
