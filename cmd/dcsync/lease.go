@@ -27,6 +27,15 @@ func safeEnd(sent time.Time, ttl time.Duration) time.Time {
 	return sent.Add(ttl - ttl/leaseDriftDivisor - leaseSlack)
 }
 
+// heldLease is a lease a command runs under (lock run, semaphore run): one lock, or
+// the permits of a semaphore.
+type heldLease struct {
+	ttl       time.Duration
+	keepAlive func(context.Context) context.Context // ends when the lease is lost
+	release   func(context.Context) error
+	env       []string // for the command: what identifies the lease (token, owner)
+}
+
 // leaseClock wraps the lock store of `lock run` to learn when each successful
 // acquisition or renewal was sent, and so when the lease must be treated as over by
 // this process's clock. (lock.Lock keeps such a deadline for KeepAlive but does not

@@ -17,7 +17,6 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
-	"github.com/dcsync/dcsync/lock"
 )
 
 // forwarded are the signals lock run passes on to the command's process group. Those a
@@ -30,41 +29,81 @@ func clockAt(t time.Time) int64 { return clockNow() + int64(time.Until(t)) }
 
 // runLocked runs argv under the lock; see the help of `lock run` for what it promises.
 func (a *app) runLocked(ctx context.Context, name string, f *lockFlags, argv []string) error {
+	return a.runLeased(ctx, name, argv, f.killAfter, func(ctx context.Context) (*leaseClock, func(context.Context) (*heldLease, error), error) {
+		var lc *leaseClock
+		m, opts, err := a.lockManager(ctx, func(s driver.LockStore) driver.LockStore {
+			lc = newLeaseClock(s)
+			return lc
+		})
+		if err != nil {
+			return nil, nil, err
+		}
+		return lc, func(ctx context.Context) (*heldLease, error) {
+			l, err := acquire(ctx, m, name, f, opts)
+			if err != nil {
+				if code := exitCode(err); f.conflictSet && (code == exitHeld || code == exitTimeout) {
+					return nil, withCode(f.conflictCode, err)
+				}
+				return nil, err
+			}
+			return &heldLease{ttl: l.TTL(), keepAlive: l.KeepAlive, release: l.Release,
+				env: []string{fmt.Sprintf("DCSYNC_LOCK_TOKEN=%d", l.Token()), "DCSYNC_LOCK_OWNER=" + l.Owner()}}, nil
+		}, nil
+	})
+}
+
+// runLeased runs argv under a lease, with lock run's promises (see its help): open
+// makes the store's lease clock and the function that takes the lease (waiting as the
+// command's flags say) on the store it watches; a forwarded signal ends the wait.
+func (a *app) runLeased(ctx context.Context, name string, argv []string, killAfter time.Duration,
+	open func(context.Context) (*leaseClock, func(context.Context) (*heldLease, error), error)) error {
 	path, err := lookCommand(argv[0])
 	if err != nil {
 		return err
 	}
-	var lc *leaseClock
-	m, opts, err := a.lockManager(ctx, func(s driver.LockStore) driver.LockStore {
-		lc = newLeaseClock(s)
-		return lc
-	})
+	lc, take, err := open(ctx)
 	if err != nil {
 		return err
 	}
-
 	// From here on the signals are lock run's to handle: before the command runs, one
-	// ends the wait for the lock; then it is forwarded.
+	// ends the wait for the lease; then it is forwarded.
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
-	l, err := a.acquireInterruptible(ctx, m, name, f, opts, sigs)
+	h, err := untilSignal(ctx, sigs, take, func(ctx context.Context, h *heldLease) error { return h.release(ctx) })
 	if err != nil {
-		if code := exitCode(err); f.conflictSet && (code == exitHeld || code == exitTimeout) {
-			return withCode(f.conflictCode, err)
-		}
 		return err
 	}
+	return a.runGuarded(guarded{heldLease: *h, name: name, path: path, argv: argv, killAfter: killAfter, lc: lc, sigs: sigs})
+}
+
+// guarded is what runGuarded runs a command under: a lease taken (one lock, or the
+// permits of a semaphore), whose store calls lc watched.
+type guarded struct {
+	heldLease
+	name      string // the lock or semaphore, for messages
+	path      string // the command's binary (lookCommand)
+	argv      []string
+	killAfter time.Duration
+	lc        *leaseClock
+	sigs      chan os.Signal // the forwarded signals, already being caught
+}
+
+// runGuarded runs the command of g through the guardian while g's lease is kept
+// alive, and releases the lease when it is over: lock run's promises (see its help)
+// for any lease.
+func (a *app) runGuarded(g0 guarded) error {
+	name, argv, sigs, lc := g0.name, g0.argv, g0.sigs, g0.lc
 	// Release with a fresh context: the command's own may be cancelled by then.
 	defer func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := l.Release(rctx); err != nil && !errors.Is(err, dcsync.ErrLockLost) {
+		if err := g0.release(rctx); err != nil && !errors.Is(err, dcsync.ErrLockLost) {
 			fmt.Fprintln(a.stderr, "dcsync: release:", errorLine(err))
 		}
 	}()
-	kctx := l.KeepAlive(context.Background())
-	grace := min(f.killAfter, l.TTL()/3)
+	kctx := g0.keepAlive(context.Background())
+	grace := min(g0.killAfter, g0.ttl/3)
 
 	ctlR, ctlW, err := os.Pipe()
 	if err != nil {
@@ -78,15 +117,14 @@ func (a *app) runLocked(ctx context.Context, name string, f *lockFlags, argv []s
 		ctlR.Close()
 		return err
 	}
-	cfg, _ := json.Marshal(guardConfig{Path: path, Args: argv, Lock: name, Grace: grace, End: clockAt(lc.End()), Job: syscall.Getpgrp()})
+	cfg, _ := json.Marshal(guardConfig{Path: g0.path, Args: argv, Lock: name, Grace: grace, End: clockAt(lc.End()), Job: syscall.Getpgrp()})
 	self, err := selfExe()
 	if err != nil {
 		return err
 	}
 	g := exec.Command(self)
 	g.Args = []string{os.Args[0], "(lock run guard)", name}
-	g.Env = append(withoutEnv(os.Environ(), guardEnv),
-		fmt.Sprintf("DCSYNC_LOCK_TOKEN=%d", l.Token()), "DCSYNC_LOCK_OWNER="+l.Owner(), guardEnv+"="+string(cfg))
+	g.Env = append(append(withoutEnv(os.Environ(), guardEnv), g0.env...), guardEnv+"="+string(cfg))
 	g.Stdin, g.Stdout, g.Stderr = os.Stdin, a.stdout, a.stderr
 	g.ExtraFiles = []*os.File{ctlR, stW}
 	// Its own process group: stopping lock run's job (Ctrl-Z, kill -STOP -PGID) does
@@ -149,9 +187,10 @@ func (a *app) runLocked(ctx context.Context, name string, f *lockFlags, argv []s
 	}
 }
 
-// acquireInterruptible takes the lock as acquire does, unless one of sigs comes first
-// (or came while the lock was being taken): then it returns an interrupted error.
-func (a *app) acquireInterruptible(ctx context.Context, m *lock.Manager, name string, f *lockFlags, opts []lock.CallOption, sigs chan os.Signal) (*lock.Lock, error) {
+// untilSignal runs take with a context that one of sigs cancels. When a signal came
+// before or while take ran, it undoes what take got (if anything) and returns an
+// interrupted error.
+func untilSignal[T comparable](ctx context.Context, sigs chan os.Signal, take func(context.Context) (T, error), undo func(context.Context, T) error) (T, error) {
 	actx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done, watched := make(chan struct{}), make(chan struct{})
@@ -164,7 +203,7 @@ func (a *app) acquireInterruptible(ctx context.Context, m *lock.Manager, name st
 		case <-done:
 		}
 	}()
-	l, err := acquire(actx, m, name, f, opts)
+	v, err := take(actx)
 	close(done)
 	<-watched
 	if got == nil {
@@ -173,15 +212,16 @@ func (a *app) acquireInterruptible(ctx context.Context, m *lock.Manager, name st
 		default:
 		}
 	}
+	var zero T
 	if got != nil {
-		if l != nil {
+		if v != zero {
 			rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			_ = l.Release(rctx)
+			_ = undo(rctx, v)
 		}
-		return nil, &interrupted{got}
+		return zero, &interrupted{got}
 	}
-	return l, err
+	return v, err
 }
 
 // lookCommand finds the command as a shell would, failing as a shell does: 127 when it
