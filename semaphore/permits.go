@@ -12,12 +12,15 @@ import (
 	"github.com/dcsync/dcsync/lock"
 )
 
-// Permit is one permit of a Permits: its slot, the owner id of the slot's lock, and its
-// fencing token (strictly increasing per slot: see Fencing tokens in the package doc).
+// Permit is one permit of a Permits: its slot, the owner id of the slot's lock, its
+// fencing token (strictly increasing per slot: see Fencing tokens in the package doc),
+// and when its lease ends by the store's clock, as the store last reported it (for
+// display: this process's own view is Permits.Deadline).
 type Permit struct {
-	Slot  int
-	Owner string
-	Token uint64
+	Slot    int
+	Owner   string
+	Token   uint64
+	Expires time.Time
 }
 
 // Permits is a set of permits taken by one Acquire or TryAcquire. Its methods are safe
@@ -41,7 +44,7 @@ func newPermits(s *Semaphore, locks []*lock.Lock, slots []int) *Permits {
 func (p *Permits) Permits() []Permit {
 	out := make([]Permit, len(p.locks))
 	for i, l := range p.locks {
-		out[i] = Permit{Slot: p.slots[i], Owner: l.Owner(), Token: l.Token()}
+		out[i] = Permit{Slot: p.slots[i], Owner: l.Owner(), Token: l.Token(), Expires: l.Expires()}
 	}
 	return out
 }

@@ -13,6 +13,11 @@
 //	dcsync latch list [--level dc|xdc] [--json]
 //	dcsync latch delete NAME [--level dc|xdc]
 //	dcsync latch await NAME [--timeout D] [--poll D]
+//	dcsync semaphore acquire NAME --permits N [-n K] [--level dc|xdc] [--ttl D] [--wait D] [--json]
+//	dcsync semaphore release NAME --owner ID [--owner ID ...]
+//	dcsync semaphore status NAME [--json]
+//	dcsync semaphore resize NAME --permits N [--timeout D]
+//	dcsync semaphore run NAME --permits N [-n K] [--ttl D] [--wait D] [--kill-after D] [--conflict-exit-code N] -- CMD ARGS...
 //	dcsync queue create NAME --partitions N --group G [--group G2 ...] [--dedup D]
 //	dcsync queue send NAME [--key K] [--id-prefix P] [--json]   (lines of stdin)
 //	dcsync queue receive NAME --group G [--max N] [--follow] [--no-ack] [--timeout D] [--json]
@@ -257,6 +262,7 @@ Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
 	root.Version = versionString()
 	root.SetVersionTemplate("dcsync {{.Version}}\n")
 	root.AddCommand(newLockCmd(a), newLatchCmd(a), newQueueCmd(a), newBenchCmd(a), newExporterCmd(a), newDemoCmd(a), newVersionCmd(a))
+	root.AddCommand(newSemaphoreCmd(a))
 	refuseUnknownSubcommands(root)
 	addCompletions(a, root)
 	return root
