@@ -35,7 +35,7 @@ func TestSemaphoreCommands(t *testing.T) {
 	if _, errs, code := c.run("semaphore", "acquire", "pool", "--permits", "5"); code != 1 || !strings.Contains(errs, "has 3 permits, not 5") {
 		t.Fatalf("acquire with another N: exit %d, stderr %q; want 1 naming the stored N", code, errs)
 	}
-	c.want(2, "semaphore", "acquire", "pool")                          // no --permits
+	c.want(2, "semaphore", "acquire", "pool")                              // no --permits
 	c.want(2, "semaphore", "acquire", "pool", "--permits", "3", "-n", "0") // n < 1
 	st := c.want(0, "semaphore", "status", "pool")
 	if !strings.HasPrefix(st, "permits=3 held=2\n") || len(permitRE.FindAllString(st, -1)) != 0 || strings.Count(st, "owner="+got[0][2]) != 1 {
