@@ -101,6 +101,7 @@ func runSemaphore(t *testing.T, h Harness) {
 					toks.add(p.Permits())
 					if g := granted.Add(int64(n)); g > N {
 						errs <- fmt.Errorf("%d permits granted at once, more than N = %d", g, N)
+						return
 					}
 					time.Sleep(time.Millisecond)
 					granted.Add(-int64(n))
@@ -177,6 +178,7 @@ func runSemaphore(t *testing.T, h Harness) {
 					g := granted.Add(1)
 					if g > N || (after && g > newN) {
 						errs <- fmt.Errorf("%d permits granted at once (Resize to %d returned: %v)", g, newN, after)
+						return
 					}
 					time.Sleep(2 * time.Millisecond)
 					granted.Add(-1)
@@ -192,14 +194,14 @@ func runSemaphore(t *testing.T, h Harness) {
 		m := semaphores(t, s, h.Farm)
 		stale, err := semaphores(t, s, h.OtherFarm).Open(ctx, name, N)
 		must(t, err, "Open")
-		for rounds.Load() < 20 && ctx.Err() == nil {
+		for rounds.Load() < 20 && ctx.Err() == nil && len(errs) == 0 {
 			time.Sleep(5 * time.Millisecond)
 		}
 		if err := m.Resize(ctx, name, newN); err != nil {
 			errs <- err
 		}
 		resized.Store(true)
-		for at := rounds.Load(); rounds.Load() < at+40 && ctx.Err() == nil; {
+		for at := rounds.Load(); rounds.Load() < at+40 && ctx.Err() == nil && len(errs) == 0; {
 			time.Sleep(5 * time.Millisecond)
 		}
 		stop.Store(true)
@@ -260,6 +262,7 @@ func runSemaphore(t *testing.T, h Harness) {
 					}
 					if g := granted.Add(N/2 + 1); g > N {
 						errs <- fmt.Errorf("%d permits granted at once", g)
+						return
 					}
 					time.Sleep(time.Millisecond)
 					granted.Add(-(N/2 + 1))
