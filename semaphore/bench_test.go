@@ -95,7 +95,7 @@ func (c *counting) ReadRegisters(ctx context.Context, keys []dcsync.Key) ([]driv
 // noise of a shared machine falls on both alike, and reports each side's median, the
 // ratio of their medians (ratio-p50) and means (ratio-mean), and the store calls of each
 // side per acquire+release (sem-calls/op, lock-calls/op: counted, so noise cannot
-// change them). A store without registers is skipped.
+// change them).
 func BenchmarkRatio(b *testing.B) {
 	stores := []struct {
 		name string
@@ -115,11 +115,7 @@ func BenchmarkRatio(b *testing.B) {
 			ctx := context.Background()
 			s := st.open(b)
 			defer s.Close()
-			regs, err := driver.Registers(s, "bench")
-			if err != nil {
-				b.Skip(err)
-			}
-			c := &counting{Store: s, regs: regs}
+			c := &counting{Store: s, regs: s}
 			sm, err := semaphore.New(c, "bench", "dc1")
 			if err != nil {
 				b.Fatal(err)

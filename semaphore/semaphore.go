@@ -1,5 +1,5 @@
 // Package semaphore provides counting semaphores with leased, fenced permits on any
-// dcsync store that keeps registers (driver.RegisterStore).
+// dcsync store.
 //
 // A semaphore has N permits. Acquire(ctx, n) takes n of them at once, all or nothing;
 // each permit is held under a lease (TTL) and carries a fencing token; KeepAlive renews
@@ -141,9 +141,8 @@ func WithSafetyMargin(drift float64, margin time.Duration) Option {
 // WithLogger sets the logger (slog.Default() if unset).
 func WithLogger(l *slog.Logger) Option { return func(m *Manager) { m.log = l } }
 
-// New returns a Manager for the given client and farm ids. The store must keep
-// registers (driver.RegisterStore): New returns NotImplemented otherwise. It validates
-// its input and does no I/O.
+// New returns a Manager for the given client and farm ids. It validates its input and
+// does no I/O.
 func New(store driver.Store, client, farm string, opts ...Option) (*Manager, error) {
 	m := &Manager{store: store, client: client, farm: farm, level: dcsync.DC, ttl: DefaultTTL, wait: DefaultWait,
 		minBackoff: 10 * time.Millisecond, maxBackoff: time.Second, log: slog.Default()}
@@ -153,11 +152,8 @@ func New(store driver.Store, client, farm string, opts ...Option) (*Manager, err
 	if store == nil {
 		return nil, driver.Errorf(dcsync.InvalidArgument, "semaphore.New", "store is nil")
 	}
-	regs, err := driver.Registers(store, "semaphore.New")
-	if err != nil {
-		return nil, err
-	}
-	m.regs = regs
+	m.regs = store
+	var err error
 	lopts := []lock.Option{lock.WithLevel(m.level), lock.WithTTL(m.ttl), lock.WithWait(m.wait),
 		lock.WithBackoff(m.minBackoff, m.maxBackoff), lock.WithLogger(m.log)}
 	if m.marginSet {

@@ -68,9 +68,6 @@ func (s *slotTokens) check(t *testing.T) {
 // slot, a crashed holder's permits returning after the lease, and all-or-nothing
 // acquisition without deadlock.
 func runSemaphore(t *testing.T, h Harness) {
-	if _, err := driver.Registers(h.open(t), "drivertest.Semaphore"); err != nil {
-		t.Skipf("store keeps no registers: %v", err)
-	}
 	t.Run("NeverMoreThanN", func(t *testing.T) {
 		noLeaks(t)
 		s := h.open(t)
