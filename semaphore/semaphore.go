@@ -35,17 +35,21 @@
 // acquirer takes it and gives it back (it took fewer slots than it asked for, or the
 // count shrank under it).
 //
-// The promise: at every instant, the permits granted number at most N, the count in
-// the register, and are on distinct slots below N; after Resize to a smaller N
-// returns nil, the permits granted number at most the new N until the next Resize.
-// It holds because an acquirer takes slots, then reads N again, and grants only slots
+// The promise: the permits granted at any instant are on distinct slots, each below
+// the count read after it was taken, so while no Resize runs they number at most N;
+// after Resize to a smaller N returns nil they number at most the new N, until the
+// next Resize. (While a shrinking Resize waits, permits granted before it above the
+// new N are still granted: at most the old N in all.) It holds because an acquirer takes slots, then reads N again, and grants only slots
 // below the N it read after its take; and Resize writes the new N first and returns
 // only once every slot at or above it is free. A take that the store applied before
 // Resize's write is seen by Resize's wait; one applied after it is followed by a read
 // that sees the new N. (As for a lock, "granted" is by this process's reckoning of
 // the lease: a holder paused past its lease, or a forward step of a store's clock,
 // can hold a permit the store has already given to another. The fencing token is the
-// defence, as for any lock.)
+// defence, as for any lock. It also needs the store to read its latest writes: a
+// register read that follows a lock take sees every register write completed before
+// the take was applied, which holds on memory, SQLite and HBase, and on Aerospike
+// while no partition or migration serves a stale replica.)
 //
 // # Fencing tokens
 //
