@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -8,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dcsync/dcsync"
+	"github.com/dcsync/dcsync/store/memory"
 )
 
 var permitRE = regexp.MustCompile(`(?m)^slot=(\d+) owner=([0-9a-f]{32}) token=(\d+)$`)
@@ -119,5 +123,38 @@ func TestSemaphoreRunStopsCommandWhenAPermitIsLost(t *testing.T) {
 	}
 	if st := c.want(0, "semaphore", "status", "jobs"); st != "permits=3 held=0\n" {
 		t.Fatalf("the other permit not released after the loss: %q", st)
+	}
+}
+
+// semaphore run's lease clock keeps an end per permit and the earliest counts: a
+// permit renewed later does not extend the lease of one renewed earlier.
+func TestLeaseClockEarliestPermitCounts(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	defer s.Close()
+	lc := newLeaseClock(s)
+	k1 := dcsync.Key{Level: dcsync.DC, Client: "app", Farm: "dc1", Name: "p/0"}
+	k2 := dcsync.Key{Level: dcsync.DC, Client: "app", Farm: "dc1", Name: "p/1"}
+	if _, err := lc.AcquireLock(ctx, k1, "a", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	e1 := lc.End()
+	if _, err := lc.AcquireLock(ctx, k2, "b", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if !lc.End().Equal(e1) {
+		t.Fatalf("End %v after a second permit of an hour; want the first permit's %v", lc.End(), e1)
+	}
+	if _, err := lc.RefreshLock(ctx, k1, "a", 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if e := lc.End(); !e.After(e1.Add(30*time.Minute)) || e.After(time.Now().Add(time.Hour)) {
+		t.Fatalf("End %v after renewing the first permit for 2h: want the second permit's end (an hour)", e)
+	}
+	if err := lc.ReleaseLock(ctx, k2, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if e := lc.End(); !e.After(time.Now().Add(90 * time.Minute)) {
+		t.Fatalf("End %v after releasing the second permit: want the first's 2h end", e)
 	}
 }
