@@ -46,37 +46,52 @@ func (h *heldLease) says(name string) string {
 	return fmt.Sprintf("lease on %q", name)
 }
 
-// leaseClock wraps the lock store of `lock run` to learn when each successful
-// acquisition or renewal was sent, and so when the lease must be treated as over by
-// this process's clock. (lock.Lock keeps such a deadline for KeepAlive but does not
-// expose it; this wrapper sees the same calls KeepAlive makes.)
+// leaseClock wraps the lock store of `lock run` (and `semaphore run`) to learn when
+// each successful acquisition or renewal was sent, and so when the lease must be
+// treated as over by this process's clock. (lock.Lock keeps such a deadline for
+// KeepAlive but does not expose it; this wrapper sees the same calls KeepAlive makes.)
+// It keeps an end per lock key, and the lease is over at the earliest: a semaphore's
+// permits are one lock each. A lock released through it is forgotten.
 type leaseClock struct {
 	driver.LockStore
 
 	mu      sync.Mutex
-	end     time.Time
-	changed chan struct{} // a token when end moved; capacity 1
+	ends    map[dcsync.Key]time.Time
+	changed chan struct{} // a token when End moved; capacity 1
 }
 
 func newLeaseClock(s driver.LockStore) *leaseClock {
-	return &leaseClock{LockStore: s, changed: make(chan struct{}, 1)}
+	return &leaseClock{LockStore: s, ends: map[dcsync.Key]time.Time{}, changed: make(chan struct{}, 1)}
 }
 
-// End returns the safe end of the lease (zero before the first acquisition).
+// End returns the safe end of the lease: the earliest of the held locks' (zero before
+// the first acquisition).
 func (c *leaseClock) End() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.end
+	return c.endLocked()
 }
 
-// extend moves the end to the safe end of a lease sent at sent, if that is later.
-func (c *leaseClock) extend(sent time.Time, ttl time.Duration) {
+func (c *leaseClock) endLocked() time.Time {
+	var end time.Time
+	for _, e := range c.ends {
+		if end.IsZero() || e.Before(end) {
+			end = e
+		}
+	}
+	return end
+}
+
+// extend moves the end of k's lease to the safe end of a lease sent at sent, if that
+// is later.
+func (c *leaseClock) extend(k dcsync.Key, sent time.Time, ttl time.Duration) {
 	end := safeEnd(sent, ttl)
 	c.mu.Lock()
-	moved := end.After(c.end)
-	if moved {
-		c.end = end
+	before := c.endLocked()
+	if end.After(c.ends[k]) {
+		c.ends[k] = end
 	}
+	moved := !c.endLocked().Equal(before)
 	c.mu.Unlock()
 	if moved {
 		select {
@@ -86,12 +101,22 @@ func (c *leaseClock) extend(sent time.Time, ttl time.Duration) {
 	}
 }
 
+// ReleaseLock forgets k's lease. (The end this makes later is not signalled: the
+// guardian keeps the earlier one until the next renewal.)
+func (c *leaseClock) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
+	err := c.LockStore.ReleaseLock(ctx, k, owner)
+	c.mu.Lock()
+	delete(c.ends, k)
+	c.mu.Unlock()
+	return err
+}
+
 // AcquireLock records when a successful acquisition was sent.
 func (c *leaseClock) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
 	sent := time.Now()
 	st, err := c.LockStore.AcquireLock(ctx, k, owner, ttl)
 	if err == nil {
-		c.extend(sent, ttl)
+		c.extend(k, sent, ttl)
 	}
 	return st, err
 }
@@ -101,7 +126,7 @@ func (c *leaseClock) RefreshLock(ctx context.Context, k dcsync.Key, owner string
 	sent := time.Now()
 	st, err := c.LockStore.RefreshLock(ctx, k, owner, ttl)
 	if err == nil {
-		c.extend(sent, ttl)
+		c.extend(k, sent, ttl)
 	}
 	return st, err
 }

@@ -18,6 +18,11 @@
 //	dcsync election campaign NAME --value V [--level dc|xdc] [--ttl D] [--kill-after D] -- CMD ARGS...
 //	dcsync election leader NAME [--level dc|xdc] [--json]
 //	dcsync election observe NAME [--level dc|xdc] [--poll D] [--count N] [--json]
+//	dcsync semaphore acquire NAME --permits N [-n K] [--level dc|xdc] [--ttl D] [--wait D] [--json]
+//	dcsync semaphore release NAME --owner ID [--owner ID ...]
+//	dcsync semaphore status NAME [--json]
+//	dcsync semaphore resize NAME --permits N [--timeout D]
+//	dcsync semaphore run NAME --permits N [-n K] [--ttl D] [--wait D] [--kill-after D] [--conflict-exit-code N] -- CMD ARGS...
 //	dcsync queue create NAME --partitions N --group G [--group G2 ...] [--dedup D]
 //	dcsync queue send NAME [--key K] [--id-prefix P] [--json]   (lines of stdin)
 //	dcsync queue receive NAME --group G [--max N] [--follow] [--no-ack] [--timeout D] [--json]
@@ -261,7 +266,7 @@ Exit codes: 0 ok; 1 error (including not found); 2 usage or invalid input;
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(exitUsage, err) })
 	root.Version = versionString()
 	root.SetVersionTemplate("dcsync {{.Version}}\n")
-	root.AddCommand(newLockCmd(a), newRWLockCmd(a), newLatchCmd(a), newQueueCmd(a), newElectionCmd(a), newBenchCmd(a), newExporterCmd(a), newDemoCmd(a), newVersionCmd(a))
+	root.AddCommand(newLockCmd(a), newRWLockCmd(a), newLatchCmd(a), newQueueCmd(a), newElectionCmd(a), newSemaphoreCmd(a), newBenchCmd(a), newExporterCmd(a), newDemoCmd(a), newVersionCmd(a))
 	refuseUnknownSubcommands(root)
 	addCompletions(a, root)
 	return root

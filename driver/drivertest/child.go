@@ -73,16 +73,18 @@ func runChild(ctx context.Context, role string, open func(ctx context.Context) (
 
 // childRoles are what a child process can do, by role.
 var childRoles = map[string]func(ctx context.Context, s driver.Store, env childEnv) error{
-	"latch":   childLatch,   // lock_latch_processes.go
-	"lock":    childLock,    // lock_latch_processes.go
-	"append":  childAppend,  // queue_concurrency.go
-	"produce": childProduce, // queue_front_processes.go
-	"consume": childConsume,
-	"hold":    childHold,
-	"pause":   childPause,
-	"elect":   childElect, // election.go
-	"rwlock":  childRWLock, // rwlock.go
-	"rwread":  childRWRead,
+	"latch":     childLatch,   // lock_latch_processes.go
+	"lock":      childLock,    // lock_latch_processes.go
+	"append":    childAppend,  // queue_concurrency.go
+	"produce":   childProduce, // queue_front_processes.go
+	"consume":   childConsume,
+	"hold":      childHold,
+	"pause":     childPause,
+	"elect":     childElect,  // election.go
+	"rwlock":    childRWLock, // rwlock.go
+	"rwread":    childRWRead,
+	"semaphore": childSemaphore, // semaphore.go
+	"semhold":   childSemaphoreHold,
 }
 
 // child is a running child process.

@@ -55,6 +55,10 @@
 //	Queue            the driver.QueueStore contract (Queue/Spec, Queue/Append, ...),
 //	                 package queue on top of it (Queue/Front) and its exactly-once
 //	                 guarantees across owners (Queue/AcrossOwners)
+//	Semaphore        package semaphore on the store: never more than N permits granted
+//	                 (goroutines, OS processes, under a shrink), tokens strictly
+//	                 increasing per slot, all-or-nothing without deadlock, a
+//	                 crashed holder's permits back after the lease
 //
 // A part runs alone by its name: `go test -run TestConformance/Queue/Front` runs the
 // cases over package queue only.
@@ -202,6 +206,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Queue", func(t *testing.T) { runQueue(t, h) })
 	t.Run("Election", func(t *testing.T) { runElection(t, h) })
 	t.Run("RWLock", func(t *testing.T) { runIfRegisters(t, h, runRWLock) })
+	t.Run("Semaphore", func(t *testing.T) { runSemaphore(t, h) })
 }
 
 // unique returns a name no earlier run of the suite has used, at most 53 bytes.
