@@ -4,7 +4,7 @@
 // implements, the optional capabilities it may add (each an interface found by type
 // assertion: [CloseNotifier], [LockLister], [LatchLister], [LatchDeleter],
 // [QueueLister], [QueueDeleter], [QueueTxCommitter], [LockBatcher], [LockMover],
-// [QueueClaimer], [QueueCommitter], [QueueBatchReader], [RegisterStore], [Baseliner]), the records that cross it (lock states, latch counts,
+// [QueueClaimer], [QueueCommitter], [QueueBatchReader], [Baseliner]), the records that cross it (lock states, latch counts,
 // queue events, entries and offsets), and the validation and error helpers every back
 // end uses so that bad input gets the same typed error, before any write, on every
 // store.

@@ -43,14 +43,28 @@ type RegisterStore interface {
 	// nothing and returns the stored register with a Conflict error.
 	//
 	// A write whose outcome was unknown (a timeout, a dropped connection) is resolved
-	// before SwapRegister returns: by reading the register back, success when it now
-	// holds generation gen+1 with this value, Conflict when it holds anything else. A
-	// try that lands late, after other writes, finds a later generation and changes
-	// nothing: every write is conditioned on the generation it replaces.
+	// before SwapRegister returns, by reading the register back: success when it now
+	// holds generation gen+1 written by this call (the network stores keep the id of
+	// the write that stored a generation beside its value, so two calls that write
+	// equal values are told apart), Conflict when it holds another generation; while it
+	// still holds gen the write has not landed and is sent again. When neither the read
+	// nor a resend gets through (ctx ends, the store's tries run out), SwapRegister
+	// returns a Connection or RetriesExhausted error: the outcome is unknown, and the
+	// caller reads the register to learn it. A try that lands late, after other
+	// writes, finds a later generation and changes nothing: every write is conditioned
+	// on the generation it replaces.
+	//
+	// A Conflict does not prove that this call's write never landed: it may have
+	// landed, after an unknown outcome, and been replaced since. A caller that
+	// computes its next value from the stored one after a Conflict (a permit count)
+	// must recognise its own earlier write in the value (an id in it) to not apply it
+	// twice.
 	SwapRegister(ctx context.Context, k dcsync.Key, gen uint64, value []byte) (Register, error)
 	// ReadRegisters reads many registers in one round trip per store node where the
 	// back end allows it; result i belongs to keys[i]. The returned error is for the
-	// batch as a whole (validation of any key, before any I/O).
+	// batch as a whole: validation of any key (before any I/O), or a store that cannot
+	// read at all (memory and SQLite: closed, ctx ended); the network stores put a
+	// failed read in each result's Err. Callers check both.
 	ReadRegisters(ctx context.Context, keys []dcsync.Key) ([]RegisterResult, error)
 }
 

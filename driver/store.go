@@ -68,17 +68,18 @@ type LatchStore interface {
 	ReadLatches(ctx context.Context, keys []dcsync.Key) ([]LatchCount, error)
 }
 
-// Store is the one contract a back end implements: locks, latches and queues, and
-// Close. storeurl.Open returns one, and lock.New, latch.New and queue.Create/Open
+// Store is the one contract a back end implements: locks, latches, queues and
+// registers, and Close. storeurl.Open returns one, and lock.New, latch.New and queue.Create/Open
 // accept one. What a back end may offer beyond it is an optional capability, each
 // an interface of this package found by type assertion: [CloseNotifier],
 // [LockLister], [LatchLister], [LatchDeleter], [QueueLister], [QueueDeleter],
 // [QueueTxCommitter], [LockBatcher], [LockMover], [QueueClaimer], [QueueCommitter],
-// [QueueBatchReader], [RegisterStore] and [Baseliner].
+// [QueueBatchReader] and [Baseliner].
 type Store interface {
 	LockStore
 	LatchStore
 	QueueStore
+	RegisterStore
 	// Close releases the store's resources. What it wrote stays.
 	Close() error
 }

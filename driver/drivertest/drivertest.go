@@ -34,6 +34,13 @@
 //	                 result that of ReadQueue (floors, holes, tombstones, empty
 //	                 partitions, Max, heads beyond what the store saw), bad input
 //	                 and an unknown queue failing the batch
+//	Registers        driver.RegisterStore, when the store implements it: create at
+//	                 generation 0, Conflict (returning the stored register, writing
+//	                 nothing) at any other generation, values byte-exact up to
+//	                 driver.MaxRegisterValue, DC and XDC addressing, independence of
+//	                 the lock and latch of the same key, one winner per generation
+//	                 among racing swaps, ReadRegisters in key order, validation
+//	                 before any I/O
 //	Queue            the driver.QueueStore contract (Queue/Spec, Queue/Append, ...),
 //	                 package queue on top of it (Queue/Front) and its exactly-once
 //	                 guarantees across owners (Queue/AcrossOwners)
@@ -185,6 +192,7 @@ func Run(t *testing.T, h Harness) {
 		runQueueCommits(t, h, s, b)
 	})
 	t.Run("QueueReads", func(t *testing.T) { runQueueReads(t, h) })
+	t.Run("Registers", func(t *testing.T) { runRegisters(t, h) })
 	t.Run("Queue", func(t *testing.T) { runQueue(t, h) })
 	t.Run("Semaphore", func(t *testing.T) { runSemaphore(t, h) })
 }

@@ -1,5 +1,5 @@
 // Package archtest holds the test that keeps the module's imports pointing one way:
-// cmd/dcsync → storeurl → the front ends (lock, latch, queue) → the contract (driver) ←
+// cmd/dcsync → storeurl → the front ends (lock, latch, queue, election, semaphore, rwlock) → the contract (driver) ←
 // the stores, with the root package dcsync below them all. TestImportDirection reads the
 // import graph from the source files (go/parser, no toolchain or network needed), puts
 // every package of the module in a layer, and fails naming each import that points the

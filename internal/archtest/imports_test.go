@@ -29,7 +29,7 @@ const (
 	secureLib   layer = "shared library internal/secure (credentials and TLS of store URLs)"
 	wire        layer = "HBase wire client (internal/hbaserpc)"
 	store       layer = "store (store/...)"
-	frontEnd    layer = "front end (lock, latch, queue)"
+	frontEnd    layer = "front end (lock, latch, queue, election, semaphore, rwlock)"
 	opener      layer = "store opener (storeurl)"
 	operations  layer = "operator tools (internal/exporter)"
 	command     layer = "command (cmd/...)"
@@ -65,7 +65,7 @@ func layerOf(rel string) (l layer, ok bool) {
 		return wire, true
 	case strings.HasSuffix(path.Base(rel), "test") || slices.Contains(testHarnesses, rel):
 		return testSupport, true
-	case first == "lock" || first == "latch" || first == "queue":
+	case slices.Contains(frontEnds, first):
 		return frontEnd, true
 	case first == "semaphore": // issue 18
 		return frontEnd, true
@@ -80,6 +80,9 @@ func layerOf(rel string) (l layer, ok bool) {
 	}
 	return "", false
 }
+
+// frontEnds are the primitives' packages: the user's API over the store contract.
+var frontEnds = []string{"lock", "latch", "queue", "election", "semaphore", "rwlock"}
 
 // allowed lists, for each layer, the layers its non-test code may import. A layer
 // absent from its own list may not import its own other packages either.

@@ -323,6 +323,17 @@ func (w *countingBatcher) InspectLocks(ctx context.Context, keys []dcsync.Key) (
 
 func (w *counting) Done() <-chan struct{} { return done(w.s) }
 
+func (w *counting) SwapRegister(ctx context.Context, k dcsync.Key, gen uint64, value []byte) (driver.Register, error) {
+	w.c.add("SwapRegister", 1)
+	return w.s.SwapRegister(ctx, k, gen, value)
+}
+
+func (w *counting) ReadRegisters(ctx context.Context, keys []dcsync.Key) ([]driver.RegisterResult, error) {
+	w.c.add("ReadRegisters", 1)
+	w.c.add("ReadRegisters.keys", int64(len(keys)))
+	return w.s.ReadRegisters(ctx, keys)
+}
+
 func (w *counting) Close() error { return nil } // the wrapped store is closed by its opener
 
 func (w *counting) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
