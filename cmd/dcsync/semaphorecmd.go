@@ -48,10 +48,9 @@ type semaphoreJSON struct {
 
 // permitStore is the store a semaphore command works on: its lock calls go through
 // lc when it is set (semaphore run: lc learns when each permit's lease was sent),
-// its register calls to the store's registers.
+// its register calls to the store's (driver.Store includes driver.RegisterStore).
 type permitStore struct {
 	driver.Store
-	driver.RegisterStore
 	lc *leaseClock
 }
 
@@ -76,12 +75,8 @@ func (a *app) semaphores(ctx context.Context, f *semFlags, clock bool) (*semapho
 	}
 	var lc *leaseClock
 	if clock {
-		regs, err := driver.Registers(s, "semaphore")
-		if err != nil {
-			return nil, 0, nil, err
-		}
 		lc = newLeaseClock(s)
-		s = permitStore{Store: s, RegisterStore: regs, lc: lc}
+		s = permitStore{Store: s, lc: lc}
 	}
 	opts := []semaphore.Option{semaphore.WithLevel(level), semaphore.WithLogger(a.cliLogger())}
 	if f.ttl > 0 {
