@@ -438,6 +438,21 @@ func (s *Semaphore) acquire(ctx context.Context, op string, n int, sp spec) (*Pe
 			continue
 		}
 		if time.Until(deadline) <= 0 {
+			if !fresh {
+				// The count this Semaphore read last may be stale (another manager
+				// grew it): before refusing, look once more with the stored count.
+				old := N
+				if N, err = s.readN(ctx, op); err != nil {
+					if ctx.Err() != nil {
+						return nil, gaveUp(err)
+					}
+					return nil, err
+				}
+				fresh = true
+				if N != old {
+					continue
+				}
+			}
 			return nil, gaveUp(nil)
 		}
 		// Collided: another acquirer took some of the slots first. Both gave back what
