@@ -144,9 +144,6 @@ func TestValidation(t *testing.T) {
 	wantCode(t, m.Resize(ctx, "absent", 2), dcsync.NotFound, "Resize of a semaphore that does not exist")
 	_, err = m.Status(ctx, "absent")
 	wantCode(t, err, dcsync.NotFound, "Status of a semaphore that does not exist")
-	// A store without registers.
-	_, err = semaphore.New(struct{ driver.Store }{s}, "app", "dc1")
-	wantCode(t, err, dcsync.NotImplemented, "New on a store without registers")
 }
 
 func TestResize(t *testing.T) {
