@@ -599,7 +599,7 @@ func (m *Manager) Resize(ctx context.Context, name string, permits int, opts ...
 		return nil
 	}
 	// Wait until no slot at or above the new count is held.
-	w := join(m.wakeKey(sp.level, name))
+	w := joinAs(m.wakeKey(sp.level, name), false)
 	defer w.leave()
 	backoff := m.minBackoff
 	for {
