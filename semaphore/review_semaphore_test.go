@@ -475,3 +475,47 @@ func TestReviewWaitingCountsOnlyAcquirers(t *testing.T) {
 		t.Skipf("defect (small): Waiting() = %d with no Acquire call, only a Resize waiting for a shrink. Fix: Resize's wait registers under a key of its own kind (or the waiter records whether it is an acquirer and Waiting counts those), or the doc says Waiting counts waiting Resize calls too", waiting)
 	}
 }
+
+// TestReviewBadInputBeforeAnyWrite: every refused input is InvalidArgument with no lock
+// taken and no register written.
+func TestReviewBadInputBeforeAnyWrite(t *testing.T) {
+	ctx := context.Background()
+	s := &reviewStore{Store: memory.New()}
+	defer s.Close()
+	m := newManager(t, s)
+	sem, err := m.Open(ctx, "bad", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	swaps := 0
+	s.swapHook = func(context.Context, dcsync.Key, uint64, []byte) (driver.Register, error, bool) {
+		swaps++
+		return driver.Register{}, nil, false
+	}
+	takes := s.takeCount()
+	for _, n := range []int{0, -1, 3, semaphore.MaxPermits + 1} {
+		_, err := sem.TryAcquire(ctx, n)
+		wantCode(t, err, dcsync.InvalidArgument, "TryAcquire "+itoa(max(n, 0)))
+		_, err = sem.Acquire(ctx, n, semaphore.Wait(time.Second))
+		wantCode(t, err, dcsync.InvalidArgument, "Acquire")
+	}
+	_, err = sem.Acquire(ctx, 1, semaphore.Wait(-time.Second))
+	wantCode(t, err, dcsync.InvalidArgument, "negative wait")
+	for _, ttl := range []time.Duration{0, -time.Second} {
+		_, err = sem.Acquire(ctx, 1, semaphore.TTL(ttl))
+		wantCode(t, err, dcsync.InvalidArgument, "bad TTL")
+	}
+	for _, n := range []int{0, -3, semaphore.MaxPermits + 1} {
+		wantCode(t, m.Resize(ctx, "bad", n), dcsync.InvalidArgument, "Resize to a bad count")
+		_, err := m.Open(ctx, "other", n)
+		wantCode(t, err, dcsync.InvalidArgument, "Open with a bad count")
+	}
+	wantCode(t, m.Resize(ctx, "bad", 3, semaphore.Level(dcsync.Level(7))), dcsync.InvalidArgument, "Resize at a bad level")
+	wantCode(t, m.Release(ctx, "bad", []string{"not an owner id!"}), dcsync.InvalidArgument, "Release of a bad owner id")
+	if n := s.takeCount() - takes; n != 0 || swaps != 0 {
+		t.Fatalf("refused inputs wrote: %d take call(s), %d register swap(s)", n, swaps)
+	}
+	if st, err := m.Status(ctx, "bad"); err != nil || st.Permits != 2 || st.Max != 2 || len(st.Held) != 0 {
+		t.Fatalf("status after refused inputs: %+v %v", st, err)
+	}
+}
