@@ -438,6 +438,21 @@ func (s *Semaphore) acquire(ctx context.Context, op string, n int, sp spec) (*Pe
 			continue
 		}
 		if time.Until(deadline) <= 0 {
+			if !fresh {
+				// The count this Semaphore read last may be stale (another manager
+				// grew it): before refusing, look once more with the stored count.
+				old := N
+				if N, err = s.readN(ctx, op); err != nil {
+					if ctx.Err() != nil {
+						return nil, gaveUp(err)
+					}
+					return nil, err
+				}
+				fresh = true
+				if N != old {
+					continue
+				}
+			}
 			return nil, gaveUp(nil)
 		}
 		// Collided: another acquirer took some of the slots first. Both gave back what
@@ -584,7 +599,7 @@ func (m *Manager) Resize(ctx context.Context, name string, permits int, opts ...
 		return nil
 	}
 	// Wait until no slot at or above the new count is held.
-	w := join(m.wakeKey(sp.level, name))
+	w := joinAs(m.wakeKey(sp.level, name), false)
 	defer w.leave()
 	backoff := m.minBackoff
 	for {

@@ -29,10 +29,12 @@ var wakers = struct {
 	m map[wakeKey][]*waiter
 }{m: map[wakeKey][]*waiter{}}
 
-// waiter is one Acquire call waiting in this process.
+// waiter is one Acquire call (acquirer) or one shrinking Resize waiting in this
+// process.
 type waiter struct {
-	key  wakeKey
-	wake chan struct{}
+	key      wakeKey
+	wake     chan struct{}
+	acquirer bool
 }
 
 func (m *Manager) wakeKey(level dcsync.Level, name string) wakeKey {
@@ -52,8 +54,11 @@ func scopeOf(store any, m *Manager) any {
 	return m
 }
 
-func join(k wakeKey) *waiter {
-	w := &waiter{key: k, wake: make(chan struct{}, 1)}
+func join(k wakeKey) *waiter { return joinAs(k, true) }
+
+// joinAs registers a waiter of k; Waiting counts only acquirers.
+func joinAs(k wakeKey, acquirer bool) *waiter {
+	w := &waiter{key: k, wake: make(chan struct{}, 1), acquirer: acquirer}
 	wakers.Lock()
 	wakers.m[k] = append(wakers.m[k], w)
 	wakers.Unlock()
@@ -120,5 +125,11 @@ func (w *waiter) pause(ctx context.Context, d time.Duration, wakeable bool) erro
 func (s *Semaphore) Waiting() int {
 	wakers.Lock()
 	defer wakers.Unlock()
-	return len(wakers.m[s.wk])
+	n := 0
+	for _, w := range wakers.m[s.wk] {
+		if w.acquirer {
+			n++
+		}
+	}
+	return n
 }
