@@ -21,7 +21,10 @@ type Taken struct {
 // Lock with a fresh fencing token, or LockUnavailable when someone holds it (a name
 // given twice is taken once). The returned error is for the call as a whole: an invalid
 // name or option (nothing is tried), or the store failing the batch (nothing is
-// taken).
+// taken). A take whose outcome is unknown (a Connection error, for one lock or the
+// whole batch) is given back, under the owner id it was sent with, before
+// TryAcquireMany returns: a take that landed does not stay held by an owner nobody
+// knows until its lease ends.
 func (m *Manager) TryAcquireMany(ctx context.Context, names []string, opts ...CallOption) ([]Taken, error) {
 	reqs := make([]driver.LockAcquire, len(names))
 	var ttl time.Duration
@@ -45,18 +48,58 @@ func (m *Manager) TryAcquireMany(ctx context.Context, names []string, opts ...Ca
 		err = driver.Errorf(dcsync.Internal, "lock.TryAcquireMany", "the store returned %d results for %d locks", len(res), len(reqs))
 	}
 	if err != nil {
+		if dcsync.CodeOf(err) == dcsync.Connection {
+			m.giveBack(reqs)
+		}
 		return nil, driver.Wrap(err, dcsync.Internal, "lock.TryAcquireMany")
 	}
+	var doubt []driver.LockAcquire
 	for i, r := range res {
 		err := driver.Wrap(r.Err, dcsync.Internal, "lock.TryAcquire")
 		m.tel.Acquired(ctx, "lock.try_acquire", reqs[i].Key.Level, start, err)
 		if err != nil {
+			if dcsync.CodeOf(err) == dcsync.Connection {
+				doubt = append(doubt, reqs[i])
+			}
 			out[i].Err = err
 			continue
 		}
 		out[i].Lock = newLock(m, reqs[i].Key, ttl, r.State, sent)
 	}
+	m.giveBack(doubt)
 	return out, nil
+}
+
+// giveBackTimeout bounds giveBack's store call.
+const giveBackTimeout = 10 * time.Second
+
+// giveBack releases the takes of reqs whose outcome is unknown (a Connection error:
+// the take may have landed and its reply been lost), under the owner ids they were
+// sent with, so that a take that did land is not left held, by an owner nobody knows,
+// until its lease ends. A take that did not land is untouched: the release is
+// owner-checked, so it is LockLost then, and it never frees another owner's lock. It
+// runs on a context of its own (the caller's may be what ended the take), and its
+// failures are only logged: the lease ends the hold then, as it would have.
+func (m *Manager) giveBack(reqs []driver.LockAcquire) {
+	if len(reqs) == 0 {
+		return
+	}
+	rels := make([]driver.LockRelease, len(reqs))
+	for i, r := range reqs {
+		rels[i] = driver.LockRelease{Key: r.Key, Owner: r.Owner}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), giveBackTimeout)
+	defer cancel()
+	res, err := driver.ReleaseLocks(ctx, m.store, rels)
+	if err != nil {
+		m.log.Debug("lock: could not give back takes in doubt; their leases end them", "locks", len(rels), "err", err)
+		return
+	}
+	for i, r := range res {
+		if r.Err != nil && dcsync.CodeOf(r.Err) != dcsync.LockLost {
+			m.log.Debug("lock: could not give back a take in doubt; its lease ends it", "key", rels[i].Key.String(), "err", r.Err)
+		}
+	}
 }
 
 // ReleaseMany is Release of every lock of locks, each taken through m, in one store

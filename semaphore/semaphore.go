@@ -371,8 +371,10 @@ func (s *Semaphore) TryAcquire(ctx context.Context, n int, opts ...CallOption) (
 // most the wait (DefaultWait unless set) and while ctx lasts (see Waiting in the
 // package doc). When the wait runs out it returns LockUnavailable; when ctx ends it
 // returns an error with code LockUnavailable that also matches ctx's error. n must lie
-// in [1, N]: InvalidArgument otherwise, before any write (N is the count the store
-// holds: a Resize applies to open Semaphores at once).
+// in [1, N]: InvalidArgument otherwise (a Resize applies to open Semaphores at once).
+// It comes before any write when n exceeds the count this Semaphore read last; when a
+// shrink it had not seen yet makes n exceed the stored count, it comes after the slots
+// of that round are given back (one take and its release; nothing stays held).
 func (s *Semaphore) Acquire(ctx context.Context, n int, opts ...CallOption) (*Permits, error) {
 	return s.acquire(ctx, "semaphore.Acquire", n, s.m.spec(opts))
 }
