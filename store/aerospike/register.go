@@ -32,7 +32,9 @@ import (
 // followed by a read of the record: the stored register of a Conflict, or this call's
 // own write (RegisterWriteBin) at gen+1 when an earlier try whose outcome was unknown
 // landed. A try is retried as every write of this store is (Config.Attempts); a try
-// that lands late finds a later generation and is filtered out. ReadRegisters is one
+// that lands late finds a later generation and is filtered out. When the tries run out
+// (each in doubt, say), the register is read once more to resolve the outcome before
+// an error is returned. ReadRegisters is one
 // batch read (one command per node).
 const (
 	// RegisterSetPrefix is prepended to a lock set's name to name its register set.
@@ -149,9 +151,37 @@ func (s *Store) SwapRegister(ctx context.Context, k dcsync.Key, gen uint64, valu
 		return nil
 	})
 	if err != nil {
-		return driver.Register{}, err
+		return s.resolveRegister(ctx, op, key, k, gen, id, next, err)
 	}
 	return out, conflict
+}
+
+// resolveRegister settles a swap whose tries ran out (err: RetriesExhausted or
+// Connection, a try possibly applied) by reading the register, as
+// driver.RegisterStore says: this call's own write at gen+1 is success, another
+// generation Conflict; the register still at gen (or no read getting through) leaves
+// the outcome unknown, and err is returned.
+func (s *Store) resolveRegister(ctx context.Context, op string, key *as.Key, k dcsync.Key, gen uint64, id int64, next driver.Register, err error) (driver.Register, error) {
+	if c := dcsync.CodeOf(err); c != dcsync.RetriesExhausted && c != dcsync.Connection {
+		return driver.Register{}, err
+	}
+	var cur storedRegister
+	rerr := s.retry(ctx, op, false, func(*attempt) error {
+		rec, gerr := s.client.Get(s.readPolicy(ctx), key, registerBins...)
+		if gerr != nil && !hasCode(gerr, types.KEY_NOT_FOUND_ERROR) {
+			return gerr
+		}
+		var perr error
+		cur, perr = parseRegister(op, rec)
+		return perr
+	})
+	switch {
+	case rerr != nil || cur.reg.Gen == gen:
+		return driver.Register{}, err
+	case cur.reg.Gen == gen+1 && cur.write == id:
+		return next, nil
+	}
+	return cur.reg, driver.Errorf(dcsync.Conflict, op, "register %s is at generation %d, not %d", k, cur.reg.Gen, gen)
 }
 
 // ReadRegisters implements driver.RegisterStore: one batch read of every register
