@@ -167,6 +167,11 @@ var errResigned = errors.New("election: resigned")
 // left as it is (the next leader overwrites it).
 func (l *Leadership) Resign(ctx context.Context) error {
 	l.cancel(errResigned)
+	// A publish in flight (Proclaim racing Resign) lands or fails before the lock is
+	// released: the write of a leadership never lands after its Resign returned, nor
+	// after the next leader took the lock. The cancel above ends its retries.
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	err := l.lock.Release(ctx)
 	if err != nil && dcsync.CodeOf(err) == dcsync.LockLost {
 		return driver.Errorf(dcsync.LockLost, "election.Resign", "leadership of election %q had been lost before Resign: %w", l.name, err)
