@@ -298,3 +298,51 @@ func itoa(i int) string {
 	}
 	return string(b)
 }
+
+// Campaign's publish finds a record of a newer format (version 2) written by a newer
+// leader (its token, 2, greater than this candidate's 1, at bytes 1-8 as in version 1):
+// the register must not go back to token 1. The package doc promises that Campaign
+// writes only over a record of a token not greater than its own; a record it cannot
+// decode is replaced whatever its token.
+func TestReviewCampaignOverNewerFormatRecord(t *testing.T) {
+	g := &gated{Store: memory.New()}
+	m := newManager(t, g)
+	ctx := context.Background()
+	g.arm(false)
+	type res struct {
+		ld  *election.Leadership
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		ld, err := m.Campaign(ctx, "e", "old")
+		done <- res{ld, err}
+	}()
+	<-g.entered
+	// A newer leader of a newer dcsync (token 2, after this candidate's lease lapsed)
+	// published a version-2 record.
+	k := dcsync.Key{Level: dcsync.DC, Client: "app", Farm: "dc1", Name: "election:1:e"}
+	newer := []byte{2, 0, 0, 0, 0, 0, 0, 0, 2, 'n', 'e', 'w'}
+	if _, err := g.Store.SwapRegister(ctx, k, 0, newer); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	r := <-done
+	if r.err == nil {
+		defer func() { _ = r.ld.Resign(ctx) }()
+	}
+	regs, err := g.ReadRegisters(ctx, []dcsync.Key{k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := regs[0].Register.Value; len(v) < 9 || v[8] != 2 {
+		t.Fatalf("Campaign of token %v (err %v) wrote over a newer-format record of token 2: register now % x", tokenOf(r.ld), r.err, v)
+	}
+}
+
+func tokenOf(ld *election.Leadership) any {
+	if ld == nil {
+		return nil
+	}
+	return ld.Token()
+}
