@@ -346,3 +346,51 @@ func tokenOf(ld *election.Leadership) any {
 	}
 	return ld.Token()
 }
+
+// flakyRead is flaky (a SwapRegister that lands and then fails with Connection) whose
+// next ReadRegisters fails too: the publish resends its write, which meets a Conflict
+// with its own landed write.
+type flakyRead struct {
+	*flaky
+	readFails int
+}
+
+func (f *flakyRead) ReadRegisters(ctx context.Context, keys []dcsync.Key) ([]driver.RegisterResult, error) {
+	f.mu.Lock()
+	fail := f.readFails > 0
+	if fail {
+		f.readFails--
+	}
+	f.mu.Unlock()
+	if fail {
+		return nil, driver.Errorf(dcsync.Connection, "flakyRead", "read failed")
+	}
+	return f.flaky.ReadRegisters(ctx, keys)
+}
+
+// A Campaign and a Proclaim whose write lands with its reply lost, and whose
+// following read fails too: the resend meets a Conflict with the write itself, which is
+// recognised (not LockLost, not written twice).
+func TestReviewResendConflictsWithOwnWrite(t *testing.T) {
+	f := &flakyRead{flaky: &flaky{Store: memory.New()}}
+	m := newManager(t, f)
+	ctx := context.Background()
+	f.fails, f.readFails = 1, 1
+	ld, err := m.Campaign(ctx, "e", "a")
+	if err != nil {
+		t.Fatalf("Campaign: %v", err)
+	}
+	f.fails, f.readFails = 1, 1
+	if err := ld.Proclaim(ctx, "b"); err != nil {
+		t.Fatalf("Proclaim: %v", err)
+	}
+	if f.swaps != 2 {
+		t.Fatalf("%d register writes, want 2", f.swaps)
+	}
+	if got, err := m.Leader(ctx, "e"); err != nil || got.Value != "b" {
+		t.Fatalf("Leader = %+v, %v", got, err)
+	}
+	if err := ld.Resign(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
