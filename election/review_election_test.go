@@ -138,7 +138,7 @@ func TestReviewCampaignCancelledWhilePublishing(t *testing.T) {
 		t.Fatalf("Campaign cancelled while publishing = %v, want an error matching context.Canceled", err)
 	}
 	if dcsync.CodeOf(err) != dcsync.LockUnavailable {
-		t.Logf("note: Campaign cancelled while publishing has code %v (the doc names LockUnavailable for a ctx that ends while waiting)", dcsync.CodeOf(err))
+		t.Fatalf("Campaign cancelled while publishing = %v: code %v, want LockUnavailable (Campaign's doc: when ctx ends first, LockUnavailable matching ctx's error)", err, dcsync.CodeOf(err))
 	}
 	if l, err := m.Leader(ctx, "e"); dcsync.CodeOf(err) != dcsync.NotFound {
 		t.Fatalf("Leader after the failed Campaign = %+v, %v; want NotFound (lock released)", l, err)
