@@ -394,3 +394,26 @@ func TestReviewResendConflictsWithOwnWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A leader whose register now holds a newer leader's record of a newer format (version
+// 2, token 2 at bytes 1-8): its Proclaim returns LockLost and ends its leadership, as
+// for a newer leader's record of this format, and writes nothing.
+func TestReviewProclaimOverNewerFormatRecord(t *testing.T) {
+	s := memory.New()
+	m := newManager(t, s)
+	ctx := context.Background()
+	ld, err := m.Campaign(ctx, "e", "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newer := []byte{2, 0, 0, 0, 0, 0, 0, 0, byte(ld.Token() + 1), 'n', 'e', 'w'}
+	if _, err := s.SwapRegister(ctx, ld.Key(), 1, newer); err != nil {
+		t.Fatal(err)
+	}
+	err = ld.Proclaim(ctx, "stale")
+	regs, _ := s.ReadRegisters(ctx, []dcsync.Key{ld.Key()})
+	if dcsync.CodeOf(err) != dcsync.LockLost || ld.Context().Err() == nil || regs[0].Register.Gen != 2 {
+		t.Fatalf("Proclaim over a newer leader's newer-format record = %v (leadership ctx %v, register gen %d), want LockLost, leadership ended, nothing written", err, ld.Context().Err(), regs[0].Register.Gen)
+	}
+	_ = ld.Resign(ctx)
+}
