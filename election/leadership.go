@@ -128,7 +128,7 @@ func (l *Leadership) publish(ctx context.Context, op, value string, first bool) 
 		// The register is at another generation than gen: judge its record.
 		l.m.seen(l.key, reg.Gen)
 		cur, derr := decodeRecord(reg.Value)
-		if t, ok := recordToken(reg.Value); derr != nil && first && ok && t > token {
+		if t, ok := recordToken(reg.Value); derr != nil && ok && t > token {
 			// A record of another version, of a newer leader: judged by its token.
 			cur, derr = record{token: t}, nil
 		}
