@@ -285,6 +285,11 @@ func (m *Manager) Campaign(ctx context.Context, name, value string) (*Leadership
 		defer rcancel()
 		_ = l.Release(rctx)
 		cancel(err)
+		if ctx.Err() != nil && dcsync.CodeOf(err) == dcsync.Connection {
+			// ctx ended before Campaign could return a leadership: as when it ends
+			// while waiting (the lock is given up).
+			err = driver.Errorf(dcsync.LockUnavailable, "election.Campaign", "election %q: ctx ended while publishing the value; leadership given up: %w", name, err)
+		}
 		return nil, err
 	}
 	return ld, nil

@@ -128,6 +128,10 @@ func (l *Leadership) publish(ctx context.Context, op, value string, first bool) 
 		// The register is at another generation than gen: judge its record.
 		l.m.seen(l.key, reg.Gen)
 		cur, derr := decodeRecord(reg.Value)
+		if t, ok := recordToken(reg.Value); derr != nil && ok && t > token {
+			// A record of another version, of a newer leader: judged by its token.
+			cur, derr = record{token: t}, nil
+		}
 		switch {
 		case reg.Gen == 0 || derr != nil && first:
 			// Nothing to judge by (an unreadable record, which a Campaign replaces).
@@ -167,6 +171,11 @@ var errResigned = errors.New("election: resigned")
 // left as it is (the next leader overwrites it).
 func (l *Leadership) Resign(ctx context.Context) error {
 	l.cancel(errResigned)
+	// A publish in flight (Proclaim racing Resign) lands or fails before the lock is
+	// released: the write of a leadership never lands after its Resign returned, nor
+	// after the next leader took the lock. The cancel above ends its retries.
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	err := l.lock.Release(ctx)
 	if err != nil && dcsync.CodeOf(err) == dcsync.LockLost {
 		return driver.Errorf(dcsync.LockLost, "election.Resign", "leadership of election %q had been lost before Resign: %w", l.name, err)

@@ -46,3 +46,13 @@ func decodeRecord(b []byte) (record, error) {
 	}
 	return record{token: binary.BigEndian.Uint64(b[1:recordHeader]), value: string(b[recordHeader:])}, nil
 }
+
+// recordToken returns the token of a record of any version: every version keeps it at
+// bytes 1-8, big-endian, so that a Campaign of this version never replaces the record of
+// a newer leader that a newer dcsync wrote. ok is false when b is shorter than a header.
+func recordToken(b []byte) (token uint64, ok bool) {
+	if len(b) < recordHeader {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(b[1:recordHeader]), true
+}
