@@ -95,7 +95,9 @@ func (l *Leadership) publish(ctx context.Context, op, value string, first bool) 
 		l.m.published(l.key, l.name, g, token, value)
 	}
 	for {
-		if l.ctx.Err() != nil {
+		// Held, not only the context: a process resuming from a pause longer than its
+		// lease is past its deadline before its keep-alive has noticed.
+		if l.ctx.Err() != nil || !l.lock.Held() {
 			return l.ended(op)
 		}
 		if ctx.Err() != nil {
