@@ -39,7 +39,8 @@ func checkBench(t *testing.T, c *cli) benchRun {
 	if err := json.Unmarshal([]byte(out), &rs); err != nil {
 		t.Fatalf("bench --json printed %q: %v", out, err)
 	}
-	want := []string{"lock acquire+release", "latch count-down", "latch count",
+	want := []string{"lock acquire+release", "election campaign+resign", "semaphore acquire+release",
+		"rwlock read+release", "rwlock write+release", "latch count-down", "latch count",
 		fmt.Sprintf("enqueue (%d events)", benchBatch), fmt.Sprintf("receive+ack (%d events)", benchBatch), "await wake-up"}
 	if len(rs) != len(want) {
 		t.Fatalf("bench reported %d operations, want %d: %s", len(rs), len(want), out)

@@ -16,9 +16,12 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/election"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/lock"
 	"github.com/dcsync/dcsync/queue"
+	"github.com/dcsync/dcsync/rwlock"
+	"github.com/dcsync/dcsync/semaphore"
 )
 
 // The queue operations of 'bench': batches of benchBatch events of benchPayload bytes
@@ -28,6 +31,11 @@ const (
 	benchBatch   = 100
 	benchPayload = 1024
 )
+
+// benchPrimitive names the election, semaphore and read-write lock of 'bench'. They keep
+// a register each, which no store deletes (a register's generations never go back), so
+// their names are fixed, not the run's: every run of a client reuses the same three.
+const benchPrimitive = "dcsync-bench"
 
 // benchFlags are the flags of 'bench'.
 type benchFlags struct {
@@ -73,10 +81,14 @@ queue's floor is the raw write of the same rows in one batched call (enqueue), a
 read of the same rows plus one raw offset write per batch (receive+ack: the least a
 durable ack costs), on rows shaped as the queue's entries in its own table or set.
 
+It also times an election's campaign+resign, a semaphore permit's acquire+release and
+a read-write lock's read and write round trips, each next to the raw lock pair.
 It writes only records of its own, named for the run (client "dcsync-bench" unless
 --client is given; the queue "bench-<run id>"), and deletes them when it ends, also
-when it fails or is interrupted (the queue with queue.Delete). --duration is shared by
-the operations.`,
+when it fails or is interrupted (the queue with queue.Delete). The exception is the
+three small registers of its election, semaphore and read-write lock, all named
+"dcsync-bench": no store deletes a register, so every run reuses the same three.
+--duration is shared by the operations.`,
 		Args: cobra.NoArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			if f.duration <= 0 || f.duration > time.Hour {
@@ -200,6 +212,23 @@ func (a *app) bench(ctx context.Context, f *benchFlags) (err error) {
 		return nil
 	}
 
+	elections, err := election.New(s, client, a.farm, election.WithTTL(30*time.Second))
+	if err != nil {
+		return err
+	}
+	sems, err := semaphore.New(s, client, a.farm, semaphore.WithTTL(30*time.Second))
+	if err != nil {
+		return err
+	}
+	sem, err := sems.Open(ctx, benchPrimitive, 1)
+	if err != nil {
+		return fmt.Errorf("semaphore %q of 1 permit: %w", benchPrimitive, err)
+	}
+	rws, err := rwlock.New(s, client, a.farm, rwlock.WithTTL(30*time.Second))
+	if err != nil {
+		return err
+	}
+
 	desc := raw.Describe()
 	lockName := run + "-lock"
 	ops := []struct {
@@ -209,6 +238,34 @@ func (a *app) bench(ctx context.Context, f *benchFlags) (err error) {
 	}{
 		{"lock acquire+release", desc["lock"], func() error {
 			l, err := locks.TryAcquire(ctx, lockName)
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}, func() error { return raw.LockPair(ctx) }},
+		{"election campaign+resign", desc["lock"], func() error {
+			ld, err := elections.Campaign(ctx, benchPrimitive, run)
+			if err != nil {
+				return err
+			}
+			return ld.Resign(ctx)
+		}, func() error { return raw.LockPair(ctx) }},
+		{"semaphore acquire+release", desc["lock"], func() error {
+			p, err := sem.TryAcquire(ctx, 1)
+			if err != nil {
+				return err
+			}
+			return p.Release(ctx)
+		}, func() error { return raw.LockPair(ctx) }},
+		{"rwlock read+release", desc["lock"], func() error {
+			l, err := rws.AcquireRead(ctx, benchPrimitive, rwlock.Wait(0))
+			if err != nil {
+				return err
+			}
+			return l.Release(ctx)
+		}, func() error { return raw.LockPair(ctx) }},
+		{"rwlock write+release", desc["lock"], func() error {
+			l, err := rws.AcquireWrite(ctx, benchPrimitive, rwlock.Wait(0))
 			if err != nil {
 				return err
 			}
