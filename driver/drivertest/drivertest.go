@@ -34,28 +34,25 @@
 //	                 result that of ReadQueue (floors, holes, tombstones, empty
 //	                 partitions, Max, heads beyond what the store saw), bad input
 //	                 and an unknown queue failing the batch
-//	Registers        driver.RegisterStore, when the store implements it: create at
-//	                 generation 0, Conflict (returning the stored register, writing
+//	Registers        driver.RegisterStore: create at generation 0, Conflict (returning the stored register, writing
 //	                 nothing) at any other generation, values byte-exact up to
 //	                 driver.MaxRegisterValue, DC and XDC addressing, independence of
 //	                 the lock and latch of the same key, one winner per generation
 //	                 among racing swaps, ReadRegisters in key order, validation
 //	                 before any I/O
-//	Election         package election, when the store implements
-//	                 driver.RegisterStore: never two leaders (goroutines and OS
+//	Election         package election: never two leaders (goroutines and OS
 //	                 processes), tokens strictly increase, Proclaim visible to
 //	                 Leader, a stale leader's Proclaim refused and writing nothing,
 //	                 Resign handing over in arrival order, observers seeing every
 //	                 leader in order, 1,000 observers reading in one batched pair
-//	RWLock           package rwlock, when the store implements driver.RegisterStore:
-//	                 never a writer beside a reader nor two writers (goroutines and
-//	                 processes), readers overlap, writer tokens strictly increase, a
+//	RWLock           package rwlock: never a writer beside a reader nor two
+//	                 writers (goroutines and processes), readers overlap, writer tokens strictly increase, a
 //	                 writer is not starved by a stream of readers, a downgrade leaves
 //	                 no gap
 //	Queue            the driver.QueueStore contract (Queue/Spec, Queue/Append, ...),
 //	                 package queue on top of it (Queue/Front) and its exactly-once
 //	                 guarantees across owners (Queue/AcrossOwners)
-//	Semaphore        package semaphore on the store: never more than N permits granted
+//	Semaphore        package semaphore: never more than N permits granted
 //	                 (goroutines, OS processes, under a shrink), tokens strictly
 //	                 increasing per slot, all-or-nothing without deadlock, a
 //	                 crashed holder's permits back after the lease
@@ -205,7 +202,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Registers", func(t *testing.T) { runRegisters(t, h) })
 	t.Run("Queue", func(t *testing.T) { runQueue(t, h) })
 	t.Run("Election", func(t *testing.T) { runElection(t, h) })
-	t.Run("RWLock", func(t *testing.T) { runIfRegisters(t, h, runRWLock) })
+	t.Run("RWLock", func(t *testing.T) { runRWLock(t, h) })
 	t.Run("Semaphore", func(t *testing.T) { runSemaphore(t, h) })
 }
 

@@ -97,12 +97,8 @@ func next(t *testing.T, ch <-chan election.Leader, what string) election.Leader 
 	return election.Leader{}
 }
 
-// runElection checks package election on a store that keeps registers.
+// runElection checks package election on the store.
 func runElection(t *testing.T, h Harness) {
-	if _, err := driver.Registers(h.open(t), "drivertest"); err != nil {
-		t.Skip("store does not implement driver.RegisterStore")
-	}
-
 	t.Run("LeaderProclaimResign", func(t *testing.T) {
 		noLeaks(t)
 		s := h.open(t)

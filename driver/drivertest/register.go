@@ -26,10 +26,7 @@ import (
 
 func runRegisters(t *testing.T, h Harness) {
 	s := h.open(t)
-	r, err := driver.Registers(s, "drivertest.Registers")
-	if err != nil {
-		t.Skipf("store does not implement driver.RegisterStore: %v", err)
-	}
+	var r driver.RegisterStore = s
 	key := func(lv dcsync.Level, farm, name string) dcsync.Key {
 		return dcsync.Key{Level: lv, Client: client, Farm: farm, Name: name}
 	}

@@ -587,11 +587,3 @@ func rwDowngrade(t *testing.T, h Harness) {
 	must(t, cl.Release(ctx), "C release")
 	must(t, br.Release(ctx), "B release")
 }
-
-// runIfRegisters runs part on a store that keeps registers, and skips it on another.
-func runIfRegisters(t *testing.T, h Harness, part func(*testing.T, Harness)) {
-	if _, err := driver.Registers(h.open(t), "drivertest"); err != nil {
-		t.Skip("store does not implement driver.RegisterStore")
-	}
-	part(t, h)
-}
