@@ -82,7 +82,9 @@ func (w PrimitiveWorker) Run(ctx context.Context) int {
 		wg.Add(1)
 		go func() { defer wg.Done(); n := f(ctx); mu.Lock(); total += n; mu.Unlock() }()
 	}
-	em, err := election.New(w.Store, "chaos", "dc1", election.WithTTL(w.TTL), election.WithLogger(log))
+	// A yield after each leadership: without it a process with candidates waiting
+	// keeps leadership, and the child processes' candidates would never lead.
+	em, err := election.New(w.Store, "chaos", "dc1", election.WithTTL(w.TTL), election.WithLogger(log), election.WithYield(w.TTL/4))
 	if err == nil {
 		run(func(ctx context.Context) int { return w.candidate(ctx, em) })
 		run(func(ctx context.Context) int { w.reader(ctx, em); return 0 })
@@ -125,11 +127,12 @@ func claimWhile(ctx context.Context, slice time.Duration, end time.Time, deadlin
 	}
 }
 
-// holdEnd is how long a hold lasts at most: up to 1.2 TTLs (past the first lease, so
-// that renewals are tested too), a third of the holds short.
+// holdEnd is when a hold ends at the latest: half the holds are short (under a
+// quarter of the TTL), the others last up to 1.2 TTLs (past the first lease, so that
+// renewals are tested too).
 func holdEnd(ttl time.Duration) time.Time {
-	if rand.IntN(3) == 0 {
-		return time.Now().Add(rand.N(ttl / 3))
+	if rand.IntN(2) == 0 {
+		return time.Now().Add(rand.N(ttl / 4))
 	}
 	return time.Now().Add(ttl/5 + rand.N(ttl))
 }

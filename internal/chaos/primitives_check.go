@@ -106,6 +106,7 @@ func maxOverlap(holds []span) (n int, at int64) {
 // PrimitiveResult is what a check of one primitive found.
 type PrimitiveResult struct {
 	Holds  int    // holds that made at least one claim
+	By     int    // distinct workers (goroutines and processes) among the holders
 	Claims int    // claims
 	Ops    int    // acquisitions, campaigns, proclaims and reads called
 	OK     bool   // no violation
@@ -117,7 +118,7 @@ func (r PrimitiveResult) String() string {
 	if !r.OK {
 		v = "VIOLATION: " + r.Detail
 	}
-	return fmt.Sprintf("%d ops, %d holds, %d claims: %s", r.Ops, r.Holds, r.Claims, v)
+	return fmt.Sprintf("%d ops, %d holds by %d workers, %d claims: %s", r.Ops, r.Holds, r.By, r.Claims, v)
 }
 
 func countCalls(records []Record, kinds ...string) int {
@@ -132,19 +133,23 @@ func countCalls(records []Record, kinds ...string) int {
 	return n
 }
 
-func claimsOf(holds []span) int {
-	n := 0
+// summary returns a result for holds, with no violation yet.
+func summary(holds []span, ops int) PrimitiveResult {
+	res := PrimitiveResult{Holds: len(holds), Ops: ops, OK: true}
+	by := map[int]bool{}
 	for _, h := range holds {
-		n += h.claims
+		res.Claims += h.claims
+		by[h.client] = true
 	}
-	return n
+	res.By = len(by)
+	return res
 }
 
 // CheckElectionClaims checks the leaders' claims: never two leaders at once, and
 // leaders' tokens strictly increasing in the order they led.
 func CheckElectionClaims(records []Record) PrimitiveResult {
 	holds := spans(records, KindLead)
-	res := PrimitiveResult{Holds: len(holds), Claims: claimsOf(holds), Ops: countCalls(records, KindCampaign, KindProclaim, KindLeader), OK: true}
+	res := summary(holds, countCalls(records, KindCampaign, KindProclaim, KindLeader))
 	if d := exclusive(holds); d != "" {
 		res.OK, res.Detail = false, "election: "+d
 	}
@@ -156,7 +161,7 @@ func CheckElectionClaims(records []Record) PrimitiveResult {
 // two holders at once and tokens strictly increasing.
 func CheckSemaphore(records []Record, permits int) PrimitiveResult {
 	holds := spans(records, KindPermit)
-	res := PrimitiveResult{Holds: len(holds), Claims: claimsOf(holds), Ops: countCalls(records, KindSemAcquire), OK: true}
+	res := summary(holds, countCalls(records, KindSemAcquire))
 	bySlot := map[int][]span{}
 	for _, h := range holds {
 		if h.lock < 0 || h.lock >= permits {
@@ -182,7 +187,7 @@ func CheckSemaphore(records []Record, permits int) PrimitiveResult {
 // per reader slot never two readers at once and tokens strictly increasing.
 func CheckRWLock(records []Record) PrimitiveResult {
 	holds := spans(records, KindReadHold, KindWriteHold)
-	res := PrimitiveResult{Holds: len(holds), Claims: claimsOf(holds), Ops: countCalls(records, KindRWAcquire), OK: true}
+	res := summary(holds, countCalls(records, KindRWAcquire))
 	var writes []span
 	bySlot := map[int][]span{}
 	for _, h := range holds {
