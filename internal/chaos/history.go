@@ -8,6 +8,11 @@
 //   - Latches: a counter in which every acknowledged update is applied exactly once and
 //     every update whose outcome is unknown (a dropped reply, a killed process) at most
 //     once, and every read returns the count at some instant within its call.
+//   - Election, semaphore, read-write lock (Scenario.Primitives; CheckPrimitives):
+//     from their holders' claims, never two leaders, never more than N permits, no
+//     writer beside any other holder, and tokens strictly increasing; and every Leader
+//     read returns a {token, value} the election's register held within the read's call
+//     (a porcupine model of the register).
 //
 // A worker writes one Record at an operation's call and one at its return, so an
 // operation cut off by SIGKILL still appears (as a call without a return, whose effect is
