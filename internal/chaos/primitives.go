@@ -211,6 +211,9 @@ func (w PrimitiveWorker) semaphore(ctx context.Context, m *semaphore.Manager) in
 			sleep(ctx, 200*time.Millisecond)
 		}
 	}
+	if s == nil {
+		return 0
+	}
 	held := 0
 	for sleep(ctx, rand.N(w.Pause)) {
 		n := 1 + rand.IntN(2)
