@@ -76,6 +76,9 @@ type Log struct {
 	mu      sync.Mutex
 	records []Record
 	holds   int // successful lock acquisitions recorded
+	// claimed records which primitives' holders claimed: a leader, a permit, a
+	// read-write hold.
+	claimed [3]bool
 }
 
 // Add appends r.
@@ -85,6 +88,14 @@ func (l *Log) Add(r Record) {
 	if r.Kind == KindEnter && r.Phase == PhaseReturn && r.Outcome == OK {
 		l.holds++
 	}
+	switch r.Kind {
+	case KindLead:
+		l.claimed[0] = true
+	case KindPermit:
+		l.claimed[1] = true
+	case KindReadHold, KindWriteHold:
+		l.claimed[2] = true
+	}
 	l.mu.Unlock()
 }
 
@@ -93,6 +104,14 @@ func (l *Log) Holds() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.holds
+}
+
+// primitivesHeld reports whether a leader, a permit holder and a read-write holder
+// have each claimed at least once.
+func (l *Log) primitivesHeld() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.claimed == [3]bool{true, true, true}
 }
 
 // Records returns a copy of everything recorded.

@@ -58,7 +58,8 @@ type Scenario struct {
 	Settle func()
 	// Primitives adds, in each goroutine worker and as child processes of their own
 	// (Processes of them), a PrimitiveWorker on one election, one semaphore and one
-	// read-write lock, checked by CheckPrimitives.
+	// read-write lock, checked by CheckPrimitives. The run goes on past Duration (up
+	// to MaxDuration) until each of the three has been held once.
 	Primitives bool
 	// Name prefixes the lock and latch names (unique per run).
 	Name string
@@ -260,7 +261,8 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	started := time.Now()
 	go func() {
 		// The run ends after Duration, or later (up to MaxDuration) while too few
-		// acquisitions were made for MinLockOps.
+		// acquisitions were made for MinLockOps, or (Primitives) one of the
+		// primitives was never held.
 		maxDur := sc.MaxDuration
 		if maxDur == 0 {
 			maxDur = 3 * sc.Duration
@@ -269,7 +271,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		if !sleep(runCtx, sc.Duration) {
 			return
 		}
-		for 2*log.Holds() < sc.MinLockOps && time.Since(start) < maxDur && sleep(runCtx, 250*time.Millisecond) {
+		for (2*log.Holds() < sc.MinLockOps || sc.Primitives && !log.primitivesHeld()) && time.Since(start) < maxDur && sleep(runCtx, 250*time.Millisecond) {
 		}
 		stop()
 	}()
