@@ -292,6 +292,7 @@ func TestChaosMemory(t *testing.T) {
 		Open:       func(context.Context) (driver.Store, error) { return s, nil },
 		Goroutine:  4,
 		MinLockOps: minLockOps, MaxDuration: 90 * time.Second,
+		Primitives: true,
 	})
 }
 
@@ -301,6 +302,7 @@ func TestChaosSQLite(t *testing.T) {
 		Open:      func(ctx context.Context) (driver.Store, error) { return storeurl.Open(ctx, url) },
 		StoreURL:  url,
 		Goroutine: 2, Processes: 2, Pause: true, Kill: true,
+		Primitives: true,
 		// SQLite's writers in five processes share one file: more time for the same
 		// number of lock operations as the other stores (about 36 acquisitions a
 		// second with 4 CPU burners beside a CI run on 2 cores: 1,454 operations in
@@ -321,6 +323,7 @@ func TestChaosAerospike(t *testing.T) {
 		Open:      func(ctx context.Context) (driver.Store, error) { return storeurl.Open(ctx, url) },
 		StoreURL:  url,
 		Goroutine: 2, Processes: 2, Pause: true, Kill: true,
+		Primitives: true,
 		MinLockOps: minLockOps, MaxDuration: 90 * time.Second,
 	})
 }
@@ -343,6 +346,7 @@ func TestChaosAerospikeDroppedReplies(t *testing.T) {
 		Open:      func(ctx context.Context) (driver.Store, error) { return storeurl.Open(ctx, url) },
 		StoreURL:  url,
 		Goroutine: 3, Processes: 1, Pause: true, Kill: true,
+		Primitives: true,
 		Locks:      lockFaultLocks,
 		MinLockOps: FaultMinLockOps, MaxDuration: FaultMaxDuration,
 		Fault:      p.Inject,
@@ -364,7 +368,8 @@ func TestChaosHBase(t *testing.T) {
 		Open:      func(ctx context.Context) (driver.Store, error) { return storeurl.Open(ctx, url) },
 		StoreURL:  url,
 		Goroutine: 2, Processes: 2, Pause: true, Kill: true,
-		Duration: 10 * time.Second, MinLockOps: minLockOps, MaxDuration: 90 * time.Second,
+		Primitives: true,
+		Duration:   10 * time.Second, MinLockOps: minLockOps, MaxDuration: 90 * time.Second,
 	})
 }
 

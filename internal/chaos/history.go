@@ -8,6 +8,11 @@
 //   - Latches: a counter in which every acknowledged update is applied exactly once and
 //     every update whose outcome is unknown (a dropped reply, a killed process) at most
 //     once, and every read returns the count at some instant within its call.
+//   - Election, semaphore, read-write lock (Scenario.Primitives; CheckPrimitives):
+//     from their holders' claims, never two leaders, never more than N permits, no
+//     writer beside any other holder, and tokens strictly increasing; and every Leader
+//     read returns a {token, value} the election's register held within the read's call
+//     (a porcupine model of the register).
 //
 // A worker writes one Record at an operation's call and one at its return, so an
 // operation cut off by SIGKILL still appears (as a call without a return, whose effect is
@@ -71,6 +76,9 @@ type Log struct {
 	mu      sync.Mutex
 	records []Record
 	holds   int // successful lock acquisitions recorded
+	// claimed records which primitives' holders claimed: a leader, a permit, a
+	// read-write hold.
+	claimed [3]bool
 }
 
 // Add appends r.
@@ -80,6 +88,14 @@ func (l *Log) Add(r Record) {
 	if r.Kind == KindEnter && r.Phase == PhaseReturn && r.Outcome == OK {
 		l.holds++
 	}
+	switch r.Kind {
+	case KindLead:
+		l.claimed[0] = true
+	case KindPermit:
+		l.claimed[1] = true
+	case KindReadHold, KindWriteHold:
+		l.claimed[2] = true
+	}
 	l.mu.Unlock()
 }
 
@@ -88,6 +104,14 @@ func (l *Log) Holds() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.holds
+}
+
+// primitivesHeld reports whether a leader, a permit holder and a read-write holder
+// have each claimed at least once.
+func (l *Log) primitivesHeld() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.claimed == [3]bool{true, true, true}
 }
 
 // Records returns a copy of everything recorded.

@@ -56,6 +56,11 @@ type Scenario struct {
 	// pending dropped replies and holds would otherwise fall on the final read's
 	// traffic, the client's own cluster tending included, for as long as they last).
 	Settle func()
+	// Primitives adds, in each goroutine worker and as child processes of their own
+	// (Processes of them), a PrimitiveWorker on one election, one semaphore and one
+	// read-write lock, checked by CheckPrimitives. The run goes on past Duration (up
+	// to MaxDuration) until each of the three has been held once.
+	Primitives bool
 	// Name prefixes the lock and latch names (unique per run).
 	Name string
 	// Child is the command that runs ChildMain (normally the test binary itself).
@@ -74,12 +79,16 @@ type Report struct {
 	InitialCount   int64
 	ProcessesStart int
 	Ran            time.Duration // how long the workers ran (Duration, or more for MinLockOps)
+	// Primitives is what the checks of the primitives found (nil unless
+	// Scenario.Primitives).
+	Primitives *PrimitivesReport
 	// FailedLock is the history of the lock the checker found not linearizable,
 	// in time order (nil if none).
 	FailedLock []Record
 }
 
-// Violations is the number of histories that are not linearizable (0, 1 or 2).
+// Violations is the number of histories that are not linearizable, or checks of the
+// primitives that failed (0 to 6).
 func (r Report) Violations() int {
 	n := 0
 	if !r.Lock.OK {
@@ -88,10 +97,20 @@ func (r Report) Violations() int {
 	if !r.Latch.OK {
 		n++
 	}
+	if r.Primitives != nil {
+		n += r.Primitives.Violations()
+	}
 	return n
 }
 
 func (r Report) String() string {
+	if r.Primitives != nil {
+		return r.lockLatchString() + "\n" + r.Primitives.String()
+	}
+	return r.lockLatchString()
+}
+
+func (r Report) lockLatchString() string {
 	return fmt.Sprintf("ran=%v acquisitions=%d latch_ops=%d records=%d faults=%v processes=%d\n  lock:  %s\n  latch: %s (count %d -> %d)",
 		r.Ran.Round(100*time.Millisecond), r.Acquisitions, r.LatchOps, r.Records, r.Faults, r.ProcessesStart, r.Lock, r.Latch, r.InitialCount, r.FinalCount)
 }
@@ -201,6 +220,8 @@ func ChildMain(open func(ctx context.Context, url string) (driver.Store, error))
 			os.Exit(1)
 		}
 		LatchWorker{Client: client, Latches: m, Name: os.Getenv(envName), Level: level, Out: out, Pause: latchPause}.Run(ctx)
+	case "prim":
+		PrimitiveWorker{First: client, Store: store, Names: primitiveNames(os.Getenv(envName)), TTL: ttl, Out: out}.Run(ctx)
 	}
 	os.Exit(0)
 }
@@ -240,7 +261,8 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	started := time.Now()
 	go func() {
 		// The run ends after Duration, or later (up to MaxDuration) while too few
-		// acquisitions were made for MinLockOps.
+		// acquisitions were made for MinLockOps, or (Primitives) one of the
+		// primitives was never held.
 		maxDur := sc.MaxDuration
 		if maxDur == 0 {
 			maxDur = 3 * sc.Duration
@@ -249,7 +271,7 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		if !sleep(runCtx, sc.Duration) {
 			return
 		}
-		for 2*log.Holds() < sc.MinLockOps && time.Since(start) < maxDur && sleep(runCtx, 250*time.Millisecond) {
+		for (2*log.Holds() < sc.MinLockOps || sc.Primitives && !log.primitivesHeld()) && time.Since(start) < maxDur && sleep(runCtx, 250*time.Millisecond) {
 		}
 		stop()
 	}()
@@ -274,21 +296,32 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		wg.Add(2)
 		go func() { defer wg.Done(); runHolders(runCtx, first, holders, lm, locks, sc.TTL, log.Add) }()
 		go func() { defer wg.Done(); tw.Run(runCtx) }()
+		if sc.Primitives {
+			pw := PrimitiveWorker{First: nextClients(primitiveClients), Store: store, Names: primitiveNames(sc.Name), TTL: sc.TTL, Out: log.Add}
+			wg.Add(1)
+			go func() { defer wg.Done(); pw.Run(runCtx) }()
+		}
 	}
 
 	var children []*child
 	start := func(kind string) (*child, error) {
 		cmd := sc.Child()
 		ids := 1
-		if kind == "lock" {
+		switch kind {
+		case "lock":
 			ids = holders
+		case "prim":
+			ids = primitiveClients
 		}
 		cmd.Env = append(os.Environ(), envChild+"="+kind, envURL+"="+sc.StoreURL, envClient+"="+strconv.Itoa(nextClients(ids)),
 			envTTL+"="+sc.TTL.String(), envLevel+"="+sc.Level.String(),
 			envLocks+"="+strconv.Itoa(sc.Locks), envHolds+"="+strconv.Itoa(holders))
 		name := lockName
-		if kind == "latch" {
+		switch kind {
+		case "latch":
 			name = latchName
+		case "prim":
+			name = sc.Name
 		}
 		cmd.Env = append(cmd.Env, envName+"="+name)
 		cmd.Stderr = os.Stderr
@@ -313,7 +346,11 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 	}
 	if sc.StoreURL != "" {
 		for i := 0; i < sc.Processes; i++ {
-			for _, kind := range []string{"lock", "latch"} {
+			kinds := []string{"lock", "latch"}
+			if sc.Primitives {
+				kinds = append(kinds, "prim")
+			}
+			for _, kind := range kinds {
 				if _, err := start(kind); err != nil {
 					return rep, err
 				}
@@ -417,5 +454,9 @@ func (sc Scenario) Run(ctx context.Context) (Report, error) {
 		sort.SliceStable(rep.FailedLock, func(i, j int) bool { return rep.FailedLock[i].At < rep.FailedLock[j].At })
 	}
 	rep.Latch = CheckLatch(records, initialCount, time.Minute)
+	if sc.Primitives {
+		p := CheckPrimitives(records, time.Minute)
+		rep.Primitives = &p
+	}
 	return rep, nil
 }

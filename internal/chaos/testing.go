@@ -45,6 +45,9 @@ func RunT(t testing.TB, sc Scenario) Report {
 	if rep.Acquisitions == 0 || rep.LatchOps == 0 {
 		t.Fatalf("the run did nothing: %v", rep)
 	}
+	if p := rep.Primitives; p != nil && (p.Election.Holds == 0 || p.Semaphore.Holds == 0 || p.RWLock.Holds == 0) {
+		t.Fatalf("the primitives' workers held nothing of one of them: %v", rep)
+	}
 	// A run asked for a volume must check it: a checker that saw a few hundred
 	// operations proves less than the figures in docs/reliability.md say.
 	if checked := 2 * rep.Lock.Holds; sc.MinLockOps > 0 && checked < sc.MinLockOps {

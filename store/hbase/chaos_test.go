@@ -91,10 +91,13 @@ func TestChaosFaultProxy(t *testing.T) {
 				Goroutine:  4,
 				Duration:   proxyChaosDuration(t),
 				MinLockOps: chaos.FaultMinLockOps, MaxDuration: max(chaos.FaultMaxDuration, proxyChaosDuration(t)),
-				Level:  level,
-				Name:   fmt.Sprintf("chaosfp-%s-%d", level, time.Now().UnixNano()),
-				Fault:  p.Inject,
-				Settle: func() { p.Disarm(); p.ReleaseHeld() },
+				Level: level,
+				// The election, semaphore and read-write lock too, at one level (their
+				// traffic shares the one connection the faults stall).
+				Primitives: level == dcsync.DC,
+				Name:       fmt.Sprintf("chaosfp-%s-%d", level, time.Now().UnixNano()),
+				Fault:      p.Inject,
+				Settle:     func() { p.Disarm(); p.ReleaseHeld() },
 				// A fault stalls the one connection every call shares until the
 				// client's RPC timeout: one a second leaves time for work between.
 				FaultEvery: time.Second,
