@@ -124,7 +124,8 @@ func newElectionListCmd(a *app) *cobra.Command {
 		Use:   "list [--json]",
 		Short: "List the client's elections that have a leader: token, owner, value, time left",
 		Long: `List the client's elections that have a leader (every level and farm), one per line:
-  NAME LEVEL FARM token=N owner=ID expires_in=D value="V"
+  NAME LEVEL FARM owner=ID token=N expires_in=D value="V"
+(token: the leader's fencing token)
 value is quoted as Go quotes strings, or (pending) when the lock's holder has not
 published its value yet. With --json, a JSON array of {"name","level","farm",
 "published","value","owner","token","expires_at","expires_in_ms"} (value null when
@@ -153,8 +154,8 @@ pending, "error" when the election's register could not be read).` + listHelpTai
 				if e.Published {
 					value = strconv.Quote(e.Value)
 				}
-				fmt.Fprintf(a.stdout, "%s %s %s token=%d owner=%s expires_in=%s value=%s", e.Key.Name, e.Key.Level,
-					farmText(e.Key.Farm), e.Leader.Token, ownerText(e.Leader.Owner), remaining(e.Leader.Expires), value)
+				fmt.Fprintf(a.stdout, "%s %s %s owner=%s token=%d expires_in=%s value=%s", e.Key.Name, e.Key.Level,
+					farmText(e.Key.Farm), ownerText(e.Leader.Owner), e.Leader.Token, remaining(e.Leader.Expires), value)
 				if e.Err != nil {
 					fmt.Fprintf(a.stdout, " error=%q", e.Err.Error())
 				}
