@@ -10,14 +10,14 @@ func TestSplit(t *testing.T) {
 		{"election:3:abc", "abc", "", true},
 		{"semaphore:3:a/b/7", "a/b", "/7", true},
 		{"rwlock:5:x:1:y/w", "x:1:y", "/w", true},
-		{"election:3:ab", "", "", false},      // shorter than LEN
-		{"election:03:abc", "", "", false},    // leading zero
-		{"election:+3:abc", "", "", false},    // sign
-		{"election:0:", "", "", false},        // empty name
-		{"election::abc", "", "", false},      // no LEN
-		{"election3:abc", "", "", false},      // no colon after the prefix
-		{"elect:3:abc", "", "", false},        // another prefix
-		{"electionx:3:abc", "", "", false},    // another prefix
+		{"election:3:ab", "", "", false},   // shorter than LEN
+		{"election:03:abc", "", "", false}, // leading zero
+		{"election:+3:abc", "", "", false}, // sign
+		{"election:0:", "", "", false},     // empty name
+		{"election::abc", "", "", false},   // no LEN
+		{"election3:abc", "", "", false},   // no colon after the prefix
+		{"elect:3:abc", "", "", false},     // another prefix
+		{"electionx:3:abc", "", "", false}, // another prefix
 		{"election:99999999999999999999:a", "", "", false},
 	} {
 		name, suffix, ok := Split(c.in, c.in[:min(len(c.in), len(prefixOf(c.in)))])
