@@ -25,8 +25,9 @@ import (
 // writer waiting: W taken by hand) and wr (a writer holding), of 4 reader slots each,
 // and the plain locks plain and "election:3:abcd" (a name no election has: LEN is 3).
 // Every lease is an hour; nothing is kept alive. It returns the slots of pool's
-// permits, in order (the semaphore picks them).
-func primState(t *testing.T, c *cli) (poolSlots [2]int) {
+// permits and of rd's readers, each in order (the semaphore and the read-write lock pick
+// them).
+func primState(t *testing.T, c *cli) (poolSlots, rdSlots [2]int) {
 	t.Helper()
 	ctx := context.Background()
 	s, err := storeurl.Open(ctx, c.store)
@@ -80,10 +81,15 @@ func primState(t *testing.T, c *cli) (poolSlots [2]int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for range 2 {
-		if _, err := rm.AcquireRead(ctx, "rd"); err != nil {
+	for i := range rdSlots {
+		r, err := rm.AcquireRead(ctx, "rd")
+		if err != nil {
 			t.Fatal(err)
 		}
+		rdSlots[i] = r.Slot()
+	}
+	if rdSlots[0] > rdSlots[1] {
+		rdSlots[0], rdSlots[1] = rdSlots[1], rdSlots[0]
 	}
 	// A writer that waits for rd's readers holds rd's W: taken here by hand, as
 	// rwlock's AcquireWrite would block.
@@ -93,7 +99,7 @@ func primState(t *testing.T, c *cli) (poolSlots [2]int) {
 	if _, err := rm.AcquireWrite(ctx, "wr"); err != nil {
 		t.Fatal(err)
 	}
-	return poolSlots
+	return poolSlots, rdSlots
 }
 
 var holderRE = regexp.MustCompile(`owner=[0-9a-z-]+ token=1 expires_in=59m[0-9.]+s`)
@@ -118,7 +124,7 @@ func TestPrimitiveListCommands(t *testing.T) {
 			t.Fatalf("%s list --json with nothing held printed %q", kind, out)
 		}
 	}
-	ps := primState(t, c)
+	ps, rs := primState(t, c)
 
 	wantLines(t, "election list", c.want(0, "election", "list"),
 		`pend DC dc1 HOLDER value=(pending)`,
@@ -131,8 +137,8 @@ func TestPrimitiveListCommands(t *testing.T) {
 	wantLines(t, "rwlock list", c.want(0, "rwlock", "list"),
 		`rd DC dc1 writer=waiting readers=2 slots=4`,
 		`  writer HOLDER`,
-		`  reader slot=0 HOLDER`,
-		`  reader slot=1 HOLDER`,
+		fmt.Sprintf(`  reader slot=%d HOLDER`, rs[0]),
+		fmt.Sprintf(`  reader slot=%d HOLDER`, rs[1]),
 		`wr DC dc1 writer=holding readers=0 slots=4`,
 		`  writer HOLDER`)
 
@@ -142,8 +148,8 @@ func TestPrimitiveListCommands(t *testing.T) {
 		`election:4:pend DC dc1 HOLDER kind=election`,
 		`election:5:sched DC dc1 HOLDER kind=election`,
 		`plain DC dc1 HOLDER`,
-		`rwlock:2:rd/r0 DC dc1 HOLDER kind=rwlock`,
-		`rwlock:2:rd/r1 DC dc1 HOLDER kind=rwlock`,
+		fmt.Sprintf(`rwlock:2:rd/r%d DC dc1 HOLDER kind=rwlock`, rs[0]),
+		fmt.Sprintf(`rwlock:2:rd/r%d DC dc1 HOLDER kind=rwlock`, rs[1]),
 		`rwlock:2:rd/w DC dc1 HOLDER kind=rwlock`,
 		`rwlock:2:wr/w DC dc1 HOLDER kind=rwlock`,
 		fmt.Sprintf(`semaphore:4:pool/%d DC dc1 HOLDER kind=semaphore`, ps[0]),
@@ -187,7 +193,7 @@ func TestPrimitiveListCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(rws) != 2 || rws[0].Name != "rd" || rws[0].Slots != 4 || !rws[0].WriterWaiting || rws[0].ReadersHeld != 2 ||
-		rws[0].Writer == nil || rws[0].Writer.Owner != "waiting-writer" || *rws[0].Readers[1].Slot != 1 ||
+		rws[0].Writer == nil || rws[0].Writer.Owner != "waiting-writer" || *rws[0].Readers[0].Slot != rs[0] || *rws[0].Readers[1].Slot != rs[1] ||
 		rws[1].Name != "wr" || rws[1].WriterWaiting || rws[1].Writer == nil || rws[1].ReadersHeld != 0 || len(rws[1].Readers) != 0 {
 		t.Fatalf("rwlock list --json = %+v", rws)
 	}
