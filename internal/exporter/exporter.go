@@ -51,8 +51,9 @@ const DefaultTimeout = 10 * time.Second
 type Config struct {
 	// Store is the store read at each scrape.
 	Store driver.Store
-	// Clients are the client ids whose locks and latches are reported (the stores
-	// list by client). None: no lock or latch metrics.
+	// Clients are the client ids whose locks, latches, elections, semaphores and
+	// read-write locks are reported (the stores list by client). None: no metrics of
+	// those.
 	Clients []string
 	// Timeout bounds one scrape's reads (DefaultTimeout if zero).
 	Timeout time.Duration
