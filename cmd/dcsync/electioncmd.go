@@ -213,5 +213,6 @@ missed. Runs until interrupted (exit 130 on SIGINT), or until --count changes.`,
 		addLevelFlag(c, a)
 		cmd.AddCommand(c)
 	}
+	cmd.AddCommand(newElectionListCmd(a))
 	return cmd
 }

@@ -26,12 +26,16 @@ func newExporterCmd(a *app) *cobra.Command {
 	var timeout time.Duration
 	c := &cobra.Command{
 		Use:   "exporter [--listen ADDR] [--clients C1,C2]",
-		Short: "Serve the store's state (queue lag, dead letters, held locks, latch counts) to Prometheus",
+		Short: "Serve the store's state (queue lag, dead letters, held locks, latch counts, elections, semaphores, rwlocks) to Prometheus",
 		Long: `Serve the state of the store to Prometheus on http://ADDR/metrics: every queue's lag
 per consumer group and partition and its dead letters, and the held locks (time left,
-token) and latch counts of the clients named by --clients (default: --client). Each
-scrape reads the store (queues: one listing, then one batched read of bounds and of
-offsets per group), within --timeout; dcsync_exporter_up is 0 when a read failed.
+token), latch counts, elections (leader token, value published), semaphores (N,
+permits held) and read-write locks (writer held or waiting, readers held, M) of the
+clients named by --clients (default: --client). Each scrape reads the store (queues:
+one listing, then one batched read of bounds and of offsets per group; locks and
+latches: one listing each per client; elections, semaphores and read-write locks: the
+same lock listing plus one batched register read), within --timeout;
+dcsync_exporter_up is 0 when a read failed.
 Kafka users run Burrow or a lag exporter for this; alerts hang on dcsync_queue_lag,
 dcsync_queue_group_lag and dcsync_queue_dead_letters. The metric list is in
 docs/operations.md. It listens on loopback unless --listen names another address, and

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/internal/primlist"
 	"github.com/dcsync/dcsync/lock"
 )
 
@@ -32,6 +33,10 @@ type lockJSON struct {
 	Token       uint64  `json:"token,omitempty"`
 	ExpiresAt   *string `json:"expires_at"`
 	ExpiresInMS *int64  `json:"expires_in_ms"`
+	// Kind is set by 'lock list' on the locks of an election, semaphore or read-write
+	// lock ("election", "semaphore", "rwlock"): they are parts of those, not locks of
+	// their own. Absent on a plain lock.
+	Kind string `json:"kind,omitempty"`
 }
 
 // latchJSON is one latch: the object of 'latch count --json' and an element of
@@ -98,8 +103,13 @@ func newLockListCmd(a *app, asJSON *bool) *cobra.Command {
 		Short: "List the client's held locks (every level and farm): name, level, farm, owner, token, time left",
 		Long: `List the client's held locks, at every level and farm, one per line:
   NAME LEVEL FARM owner=ID token=N expires_in=D
-An XDC lock has farm '-' (the store keeps one lock for all farms). With --json, a JSON
-array of {"name","level","farm","held","owner","token","expires_at","expires_in_ms"}.
+An XDC lock has farm '-' (the store keeps one lock for all farms). The locks that an
+election, a semaphore or a read-write lock is made of are listed with their store names
+(election:LEN:NAME, semaphore:LEN:NAME/I, rwlock:LEN:NAME/w and /rI) and marked: the line
+ends with kind=election, kind=semaphore or kind=rwlock ('election list', 'semaphore
+list' and 'rwlock list' show them by name). With --json, a JSON array of {"name",
+"level","farm","held","owner","token","expires_at","expires_in_ms"}, and "kind" on those
+marked.
 On HBase and Aerospike this scans the whole lock table or set: an operator's command.
 Stores that cannot list exit 1 ("not supported by this store").`,
 		Args: cobra.NoArgs,
@@ -120,6 +130,9 @@ Stores that cannot list exit 1 ("not supported by this store").`,
 				out := make([]lockJSON, 0, len(locks))
 				for _, l := range locks {
 					j := lockJSON{Name: l.Key.Name, Level: l.Key.Level.String(), Farm: l.Key.Farm, Held: true, Owner: l.Owner, Token: l.Token}
+					if kind, _ := primlist.KindOf(l.Key.Name); kind != primlist.KindLock {
+						j.Kind = string(kind)
+					}
 					j.ExpiresAt, j.ExpiresInMS = expiry(l.Expires)
 					out = append(out, j)
 				}
@@ -130,8 +143,12 @@ Stores that cannot list exit 1 ("not supported by this store").`,
 				if farm == "" {
 					farm = "-"
 				}
-				fmt.Fprintf(a.stdout, "%s %s %s owner=%s token=%d expires_in=%s\n",
-					l.Key.Name, l.Key.Level, farm, ownerText(l.Owner), l.Token, remaining(l.Expires))
+				mark := ""
+				if kind, _ := primlist.KindOf(l.Key.Name); kind != primlist.KindLock {
+					mark = " kind=" + string(kind)
+				}
+				fmt.Fprintf(a.stdout, "%s %s %s owner=%s token=%d expires_in=%s%s\n",
+					l.Key.Name, l.Key.Level, farm, ownerText(l.Owner), l.Token, remaining(l.Expires), mark)
 			}
 			return nil
 		},

@@ -9,6 +9,7 @@
 //	dcsync lock run NAME [--ttl D] [--wait D] [--fair] [--kill-after D] [--conflict-exit-code N] -- CMD ARGS...
 //	dcsync rwlock run NAME (--read | --write) [--ttl D] [--wait D] [--readers N] [--kill-after D] [--conflict-exit-code N] -- CMD ARGS...
 //	dcsync rwlock status NAME [--json]
+//	dcsync rwlock list [--json]
 //	dcsync latch create NAME --count N [--ttl D]
 //	dcsync latch countdown|countup NAME [--json]
 //	dcsync latch count NAME [--json]
@@ -18,9 +19,11 @@
 //	dcsync election campaign NAME --value V [--level dc|xdc] [--ttl D] [--kill-after D] -- CMD ARGS...
 //	dcsync election leader NAME [--level dc|xdc] [--json]
 //	dcsync election observe NAME [--level dc|xdc] [--poll D] [--count N] [--json]
+//	dcsync election list [--json]
 //	dcsync semaphore acquire NAME --permits N [-n K] [--level dc|xdc] [--ttl D] [--wait D] [--json]
 //	dcsync semaphore release NAME --owner ID [--owner ID ...]
 //	dcsync semaphore status NAME [--json]
+//	dcsync semaphore list [--json]
 //	dcsync semaphore resize NAME --permits N [--timeout D]
 //	dcsync semaphore run NAME --permits N [-n K] [--ttl D] [--wait D] [--kill-after D] [--conflict-exit-code N] -- CMD ARGS...
 //	dcsync queue create NAME --partitions N --group G [--group G2 ...] [--dedup D]

@@ -212,5 +212,6 @@ M is 0 for a read-write lock never used. --json prints one object
 		addLevelFlag(c, a)
 		cmd.AddCommand(c)
 	}
+	cmd.AddCommand(newRWLockListCmd(a))
 	return cmd
 }

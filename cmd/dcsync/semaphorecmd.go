@@ -318,5 +318,6 @@ Exit codes: CMD's own; 3 fewer than K permits free, 4 --wait ran out (both
 		addLevelFlag(c, a)
 		cmd.AddCommand(c)
 	}
+	cmd.AddCommand(newSemaphoreListCmd(a))
 	return cmd
 }

@@ -11,11 +11,24 @@
 //	dcsync_lock_token{client,name,level,farm}                its holder's fencing token
 //	dcsync_latch_count{client,name,farm}                     a latch's count in one farm's cell
 //	dcsync_latch_expires_in_seconds{client,name,farm}        time left of that cell
+//	dcsync_election_leader_token{client,name,level,farm}     token of an election's leader (its lock's holder)
+//	dcsync_election_leader_published{client,name,level,farm} 1 when that leader's value is published, 0 while pending
+//	dcsync_semaphore_permits{client,name,level,farm}         N, a semaphore's number of permits
+//	dcsync_semaphore_permits_held{client,name,level,farm}    its permit slots held
+//	dcsync_rwlock_writer_held{client,name,level,farm}        1 when a read-write lock's writer lock is held (writing or waiting)
+//	dcsync_rwlock_writer_waiting{client,name,level,farm}     1 when that writer waits for readers to leave
+//	dcsync_rwlock_readers_held{client,name,level,farm}       its reader slots held
+//	dcsync_rwlock_reader_slots{client,name,level,farm}       M, its number of reader slots
 //	dcsync_exporter_up                                       1 when every read of the last scrape succeeded
 //	dcsync_exporter_scrape_duration_seconds                  how long the last scrape's reads took
 //	dcsync_exporter_read_errors_total{what}                  failed reads, by what was read (counter)
 //
-// and the queue metrics of queueMetrics. Lock owners are not labels: an owner id is new
+// and the queue metrics of queueMetrics. The election, semaphore and read-write lock
+// gauges come from the same lock listing (internal/primlist parses the names), plus ONE
+// batched register read per scrape for all clients (values, N, M); they cover what
+// holds a lock (an election with a leader, a semaphore with a permit held, a read-write
+// lock held or waited for), and the locks they are made of keep their dcsync_lock_*
+// series under their store names too. Lock owners are not labels: an owner id is new
 // at every acquisition, and a label per owner would grow without bound.
 package exporter
 
@@ -38,8 +51,9 @@ const DefaultTimeout = 10 * time.Second
 type Config struct {
 	// Store is the store read at each scrape.
 	Store driver.Store
-	// Clients are the client ids whose locks and latches are reported (the stores
-	// list by client). None: no lock or latch metrics.
+	// Clients are the client ids whose locks, latches, elections, semaphores and
+	// read-write locks are reported (the stores list by client). None: no metrics of
+	// those.
 	Clients []string
 	// Timeout bounds one scrape's reads (DefaultTimeout if zero).
 	Timeout time.Duration
@@ -52,6 +66,7 @@ type Collector struct {
 	cfg Config
 
 	lockLeft, lockToken, latchCount, latchLeft *prometheus.Desc
+	prim                                       primDescs
 	up, duration                               *prometheus.Desc
 	readErrors                                 *prometheus.CounterVec
 	queue                                      queueDescs
@@ -80,6 +95,7 @@ func New(cfg Config) *Collector {
 		readErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "dcsync_exporter_read_errors_total",
 			Help: "Store reads of a scrape that failed, by what was read."}, []string{"what"}),
 		queue: newQueueDescs(),
+		prim:  newPrimDescs(lockLabels),
 	}
 }
 
@@ -90,6 +106,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	c.readErrors.Describe(ch)
 	c.queue.describe(ch)
+	c.prim.describe(ch)
 }
 
 // Collect reads the store and sends the metrics.
@@ -107,6 +124,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	secondsLeft := func(t time.Time) float64 { return time.Until(t).Seconds() }
 	if ll, can := c.cfg.Store.(driver.LockLister); can {
+		var all []driver.LockInfo
 		for _, client := range c.cfg.Clients {
 			locks, err := ll.ListLocks(ctx, client)
 			if err != nil {
@@ -114,6 +132,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			for _, l := range locks {
+				l.Key.Client = client
+				all = append(all, l)
 				farm := l.Key.Farm
 				labels := []string{client, l.Key.Name, l.Key.Level.String(), farm}
 				if !l.Expires.IsZero() {
@@ -122,6 +142,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(c.lockToken, prometheus.GaugeValue, float64(l.Token), labels...)
 			}
 		}
+		c.collectPrimitives(ctx, ch, all, failed)
 	}
 	if ll, can := c.cfg.Store.(driver.LatchLister); can {
 		for _, client := range c.cfg.Clients {
