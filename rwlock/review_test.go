@@ -137,6 +137,7 @@ func TestReviewWaitingReadersDoNotSpin(t *testing.T) {
 	}
 	wg.Wait()
 	must(t, held.Release(ctx), "release")
+	t.Logf("%d store calls", d.calls.Load())
 	// Per reader at most 2 s / 200 ms + 1 = 11 rounds of a slot take and a read of W
 	// (the slot reads go through InspectLock too, M = 1): 3 calls a round.
 	if n := d.calls.Load(); n > 2*11*3 {
