@@ -174,3 +174,48 @@ func TestReviewLongNameSmallStoredM(t *testing.T) {
 		must(t, w.Release(ctx), "release")
 	}
 }
+
+// regDoubt wraps a store: its first SwapRegister lands and then reports a Connection
+// error (the reply was lost).
+type regDoubt struct {
+	driver.Store
+	done atomic.Bool
+}
+
+func (d *regDoubt) SwapRegister(ctx context.Context, k dcsync.Key, gen uint64, v []byte) (driver.Register, error) {
+	r, err := d.Store.(driver.RegisterStore).SwapRegister(ctx, k, gen, v)
+	if err == nil && d.done.CompareAndSwap(false, true) {
+		return driver.Register{}, driver.Errorf(dcsync.Connection, "test", "reply lost (the write landed)")
+	}
+	return r, err
+}
+
+func (d *regDoubt) ReadRegisters(ctx context.Context, keys []dcsync.Key) ([]driver.RegisterResult, error) {
+	return d.Store.(driver.RegisterStore).ReadRegisters(ctx, keys)
+}
+
+// TestReviewRegisterCreationInDoubt: the creation of M's register lands but is reported
+// failed (Connection). Another process, with another WithReaders, must use the stored
+// M; and the acquisition that created it, waiting up to 5 s, must not fail on a passing
+// store error that its own slot take would have retried (Connection is retried there).
+func TestReviewRegisterCreationInDoubt(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	defer s.Close()
+	m2 := newManager(t, &regDoubt{Store: s}, rwlock.WithReaders(2))
+	r, err := m2.AcquireRead(ctx, "reg", rwlock.Wait(5*time.Second))
+	if err != nil {
+		t.Errorf("read whose register creation was in doubt, waiting 5 s: %v", err)
+	} else {
+		defer r.Release(ctx)
+	}
+	m9 := newManager(t, &scoped{Store: s}, rwlock.WithReaders(9))
+	st, err := m9.Inspect(ctx, "reg")
+	must(t, err, "inspect")
+	if st.Slots != 2 {
+		t.Fatalf("stored M %d, want 2 (the creation in doubt landed)", st.Slots)
+	}
+	r2, err := m2.AcquireRead(ctx, "reg", rwlock.Wait(0))
+	must(t, err, "read again")
+	must(t, r2.Release(ctx), "release")
+}
