@@ -299,15 +299,19 @@ func (m *Manager) size(ctx context.Context, op string, s spec) (int, error) {
 		return n, nil
 	}
 	k := m.key(s, base(s.name))
-	rs, err := m.regs.ReadRegisters(ctx, []dcsync.Key{k})
-	if err != nil {
-		return 0, driver.Wrap(err, dcsync.Internal, op)
-	}
-	if rs[0].Err != nil {
-		return 0, driver.Wrap(rs[0].Err, dcsync.Internal, op)
-	}
-	reg := rs[0].Register
-	if reg.Gen == 0 {
+	var reg driver.Register
+	for try := 1; ; try++ {
+		rs, err := m.regs.ReadRegisters(ctx, []dcsync.Key{k})
+		if err == nil {
+			err = rs[0].Err
+		}
+		if err != nil {
+			return 0, driver.Wrap(err, dcsync.Internal, op)
+		}
+		reg = rs[0].Register
+		if reg.Gen != 0 {
+			break
+		}
 		if err := fits(op, s.name, m.readers); err != nil {
 			return 0, err // nothing written
 		}
@@ -318,12 +322,18 @@ func (m *Manager) size(ctx context.Context, op string, s spec) (int, error) {
 			m.log.Debug("rwlock: created", "key", k.String(), "readers", m.readers)
 		case dcsync.CodeOf(err) == dcsync.Conflict && r.Gen > 0:
 			// Another process created it first: its M is the one.
+		case dcsync.CodeOf(err) == dcsync.Connection && try < 3 && ctx.Err() == nil:
+			// In doubt: the creation may have landed. Read again: the register
+			// found is the one (this creation's or another's); none, create again
+			// (a compare-and-set on generation 0 all the same).
+			continue
 		default:
 			return 0, driver.Wrap(err, dcsync.Internal, op)
 		}
 		reg = r
+		break
 	}
-	n, err = decodeSize(reg.Value)
+	n, err := decodeSize(reg.Value)
 	if err != nil {
 		return 0, driver.Errorf(dcsync.Internal, op, "register %s: %v", k, err)
 	}
