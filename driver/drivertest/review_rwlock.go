@@ -59,3 +59,32 @@ func rwMaxReaders(t *testing.T, h Harness) {
 	}
 	must(t, r.Release(context.Background()), "release the downgraded hold")
 }
+
+// rwCrashedHolders: a holder that stops renewing and never releases (a crashed
+// process) keeps the other side out until its lease ends and no longer: a writer waiting
+// for a crashed reader gets in, and only after that reader's deadline; a reader waiting
+// for a crashed writer likewise. (Leases of 10 s; no assertion on how soon.)
+func rwCrashedHolders(t *testing.T, h Harness) {
+	noLeaks(t)
+	ctx := ctxT(t, 2*time.Minute)
+	s := h.open(t)
+	crashed := rwManager(t, s, h.Farm, rwlock.WithReaders(2), rwlock.WithTTL(10*time.Second))
+	m := rwManager(t, h.open(t), h.Farm, rwlock.WithReaders(2))
+	name := unique(t)
+	r, err := crashed.AcquireRead(ctx, name)
+	must(t, err, "the reader that crashes")
+	w, err := m.AcquireWrite(ctx, name)
+	must(t, err, "writer waiting for a crashed reader")
+	if now := time.Now(); now.Before(r.Deadline()) {
+		t.Fatalf("the writer got in at %v, before the crashed reader's deadline %v", now, r.Deadline())
+	}
+	must(t, w.Release(ctx), "release the writer")
+	w2, err := crashed.AcquireWrite(ctx, name)
+	must(t, err, "the writer that crashes")
+	r2, err := m.AcquireRead(ctx, name)
+	must(t, err, "reader waiting for a crashed writer")
+	if now := time.Now(); now.Before(w2.Deadline()) {
+		t.Fatalf("the reader got in at %v, before the crashed writer's deadline %v", now, w2.Deadline())
+	}
+	must(t, r2.Release(ctx), "release the reader")
+}
