@@ -219,3 +219,49 @@ func TestReviewRegisterCreationInDoubt(t *testing.T) {
 	must(t, err, "read again")
 	must(t, r2.Release(ctx), "release")
 }
+
+// relFail wraps a store: the first ReleaseLock of a key ending with "/w" fails with a
+// Connection error without landing.
+type relFail struct {
+	driver.Store
+	done atomic.Bool
+}
+
+func (d *relFail) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
+	if strings.HasSuffix(k.Name, "/w") && d.done.CompareAndSwap(false, true) {
+		return driver.Errorf(dcsync.Connection, "test", "store unreachable")
+	}
+	return d.Store.ReleaseLock(ctx, k, owner)
+}
+
+func (d *relFail) SwapRegister(ctx context.Context, k dcsync.Key, gen uint64, v []byte) (driver.Register, error) {
+	return d.Store.(driver.RegisterStore).SwapRegister(ctx, k, gen, v)
+}
+
+func (d *relFail) ReadRegisters(ctx context.Context, keys []dcsync.Key) ([]driver.RegisterResult, error) {
+	return d.Store.(driver.RegisterStore).ReadRegisters(ctx, keys)
+}
+
+// TestReviewDowngradeReleaseFails: a downgrade whose release of W fails (Connection,
+// not landed) returns the error holding no read lock (its slot given back), and the
+// write hold's Release, called again, frees W: nobody waits for W's lease.
+func TestReviewDowngradeReleaseFails(t *testing.T) {
+	ctx := context.Background()
+	s := memory.New()
+	defer s.Close()
+	m := newManager(t, &relFail{Store: s})
+	w, err := m.AcquireWrite(ctx, "down")
+	must(t, err, "write")
+	if _, err := w.Downgrade(ctx); dcsync.CodeOf(err) != dcsync.Connection {
+		t.Fatalf("downgrade whose W release fails: %v, want Connection", err)
+	}
+	st, err := m.Inspect(ctx, "down")
+	must(t, err, "inspect")
+	if len(st.Readers) != 0 || st.Writer == nil {
+		t.Fatalf("after the failed downgrade: writer %v, %d readers; want W still held and no reader", st.Writer, len(st.Readers))
+	}
+	must(t, w.Release(ctx), "release the write hold again")
+	r, err := m.AcquireRead(ctx, "down", rwlock.Wait(0))
+	must(t, err, "reader once W is released")
+	must(t, r.Release(ctx), "release")
+}
