@@ -341,6 +341,12 @@ func (m *Manager) try(ctx context.Context, k dcsync.Key, ttl time.Duration) (*Lo
 	st, err := m.store.AcquireLock(ctx, k, owner, ttl)
 	m.tel.StoreCall(ctx, "acquire_lock", start, err)
 	if err != nil {
+		if dcsync.CodeOf(err) == dcsync.Connection {
+			// The take may have landed and its reply been lost: give it back under
+			// the owner id it was sent with, as TryAcquireMany does, so that it does
+			// not stay held by an owner nobody knows until its lease ends.
+			m.giveBack([]driver.LockAcquire{{Key: k, Owner: owner, TTL: ttl}})
+		}
 		return nil, driver.Wrap(err, dcsync.Internal, "lock.Acquire")
 	}
 	return newLock(m, k, ttl, st, sent), nil
@@ -350,7 +356,9 @@ func (m *Manager) try(ctx context.Context, k dcsync.Key, ttl time.Duration) (*Lo
 // when someone holds it. It ignores fairness: like tryLock on a fair
 // java.util.concurrent.locks.ReentrantLock, it takes a free lock even while fair
 // acquirers wait for it. Acquire with Wait(0) and Fair(true) tries once and honours
-// their order.
+// their order. A take whose outcome is unknown (a Connection error) is given back, under
+// the owner id it was sent with, before TryAcquire (or Acquire) returns, as
+// TryAcquireMany's are.
 func (m *Manager) TryAcquire(ctx context.Context, name string, opts ...CallOption) (l *Lock, err error) {
 	start := time.Now()
 	k, s, err := m.spec(name, opts)

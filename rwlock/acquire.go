@@ -165,7 +165,7 @@ func (m *Manager) grab(ctx context.Context, s spec, n int, e *local) (int, *lock
 		if err == nil {
 			return i, l, nil
 		}
-		e.unmark(i)
+		e.forget(i) // held elsewhere, or the try failed: nothing was freed
 		if !errors.Is(err, dcsync.ErrLockUnavailable) {
 			return -1, nil, err
 		}

@@ -51,6 +51,9 @@ func (m *Manager) Inspect(ctx context.Context, name string, opts ...CallOption) 
 	if st.Slots, err = decodeSize(rs[0].Register.Value); err != nil {
 		return State{}, driver.Errorf(dcsync.Internal, op, "register %s: %v", k, err)
 	}
+	if err := fits(op, s.name, st.Slots); err != nil {
+		return State{}, err
+	}
 	keys := append([]dcsync.Key{m.key(s, writerName(s.name))}, m.slotKeys(s, st.Slots)...)
 	res, err := driver.InspectLocks(ctx, m.store, keys)
 	if err != nil {

@@ -131,6 +131,15 @@ func (e *local) unmark(i int) {
 	e.notifyLocked()
 }
 
+// forget forgets slot i after a try of it failed (someone else holds it), without waking
+// the waiters: nothing was freed, and waking them would make waiters of this process
+// wake each other in a loop, each failed try waking the next, with no backoff.
+func (e *local) forget(i int) {
+	locals.Lock()
+	defer locals.Unlock()
+	delete(e.slots, i)
+}
+
 // writer counts a write hold of this process in (d = 1) or out (d = -1); out wakes the
 // waiters.
 func (e *local) writer(d int) {

@@ -261,11 +261,22 @@ func (m *Manager) spec(op, name string, opts []CallOption) (spec, error) {
 	if err := driver.ValidateKey("rwlock", dcsync.Key{Level: s.level, Client: m.client, Farm: m.farm, Name: name}); err != nil {
 		return s, err
 	}
-	// Every key must fit, the last slot's included, before anything is written.
-	if long := slotName(name, m.readers-1); len(long) > dcsync.MaxNameLen {
-		return s, driver.Errorf(dcsync.InvalidArgument, op, "name of %d bytes is too long: its key %.40q... is %d bytes, longer than %d", len(name), long, len(long), dcsync.MaxNameLen)
+	// Every key must fit, the last slot's included, before anything is written. The
+	// stored M (read later) may be smaller than this Manager's: here the name must fit
+	// with one slot; size checks it against the M it creates or finds.
+	if err := fits(op, name, 1); err != nil {
+		return s, err
 	}
 	return s, nil
+}
+
+// fits returns InvalidArgument when the key of the last of n reader slots of name would
+// be longer than dcsync.MaxNameLen.
+func fits(op, name string, n int) error {
+	if long := slotName(name, n-1); len(long) > dcsync.MaxNameLen {
+		return driver.Errorf(dcsync.InvalidArgument, op, "name of %d bytes is too long for %d reader slots: its key %.40q... is %d bytes, longer than %d", len(name), n, long, len(long), dcsync.MaxNameLen)
+	}
+	return nil
 }
 
 // key returns the store key of the lock or register n of s.
@@ -288,15 +299,22 @@ func (m *Manager) size(ctx context.Context, op string, s spec) (int, error) {
 		return n, nil
 	}
 	k := m.key(s, base(s.name))
-	rs, err := m.regs.ReadRegisters(ctx, []dcsync.Key{k})
-	if err != nil {
-		return 0, driver.Wrap(err, dcsync.Internal, op)
-	}
-	if rs[0].Err != nil {
-		return 0, driver.Wrap(rs[0].Err, dcsync.Internal, op)
-	}
-	reg := rs[0].Register
-	if reg.Gen == 0 {
+	var reg driver.Register
+	for try := 1; ; try++ {
+		rs, err := m.regs.ReadRegisters(ctx, []dcsync.Key{k})
+		if err == nil {
+			err = rs[0].Err
+		}
+		if err != nil {
+			return 0, driver.Wrap(err, dcsync.Internal, op)
+		}
+		reg = rs[0].Register
+		if reg.Gen != 0 {
+			break
+		}
+		if err := fits(op, s.name, m.readers); err != nil {
+			return 0, err // nothing written
+		}
 		v, _ := json.Marshal(sizeValue{Readers: m.readers})
 		r, err := m.regs.SwapRegister(ctx, k, 0, v)
 		switch {
@@ -304,20 +322,26 @@ func (m *Manager) size(ctx context.Context, op string, s spec) (int, error) {
 			m.log.Debug("rwlock: created", "key", k.String(), "readers", m.readers)
 		case dcsync.CodeOf(err) == dcsync.Conflict && r.Gen > 0:
 			// Another process created it first: its M is the one.
+		case dcsync.CodeOf(err) == dcsync.Connection && try < 3 && ctx.Err() == nil:
+			// In doubt: the creation may have landed. Read again: the register
+			// found is the one (this creation's or another's); none, create again
+			// (a compare-and-set on generation 0 all the same).
+			continue
 		default:
 			return 0, driver.Wrap(err, dcsync.Internal, op)
 		}
 		reg = r
+		break
 	}
-	n, err = decodeSize(reg.Value)
+	n, err := decodeSize(reg.Value)
 	if err != nil {
 		return 0, driver.Errorf(dcsync.Internal, op, "register %s: %v", k, err)
 	}
 	if n != m.readers {
 		m.log.Debug("rwlock: stored reader slots differ from WithReaders; using the stored", "key", k.String(), "stored", n, "option", m.readers)
 	}
-	if long := slotName(s.name, n-1); len(long) > dcsync.MaxNameLen {
-		return 0, driver.Errorf(dcsync.InvalidArgument, op, "name of %d bytes is too long for the stored %d reader slots: key %d bytes, longer than %d", len(s.name), n, len(long), dcsync.MaxNameLen)
+	if err := fits(op, s.name, n); err != nil {
+		return 0, err
 	}
 	m.mu.Lock()
 	if len(m.sizes) >= 4096 {

@@ -169,7 +169,9 @@ func TestInvalidNameWritesNothing(t *testing.T) {
 	defer c.Close()
 	m := newManager(t, c, rwlock.WithReaders(rwlock.MaxReaders))
 	long := strings.Repeat("x", dcsync.MaxNameLen-len("rwlock:512:/r1023")+1)
-	for _, name := range []string{"", long} {
+	// Too long for any M (its key of slot 0 is over the limit): no store call at all.
+	tooLong := strings.Repeat("x", dcsync.MaxNameLen-len("rwlock:512:/r0")+1)
+	for _, name := range []string{"", tooLong} {
 		if _, err := m.AcquireRead(ctx, name); dcsync.CodeOf(err) != dcsync.InvalidArgument {
 			t.Fatalf("read %d bytes: %v, want InvalidArgument", len(name), err)
 		}
@@ -179,6 +181,20 @@ func TestInvalidNameWritesNothing(t *testing.T) {
 	}
 	if n := c.calls.Load(); n != 0 {
 		t.Fatalf("%d store calls for invalid names, want 0", n)
+	}
+	// Too long for this Manager's M = 1024 but not for a smaller stored M: refused after
+	// the register read (one a call), before any write: nothing is stored.
+	if _, err := m.AcquireRead(ctx, long); dcsync.CodeOf(err) != dcsync.InvalidArgument {
+		t.Fatalf("read %d bytes: %v, want InvalidArgument", len(long), err)
+	}
+	if _, err := m.AcquireWrite(ctx, long); dcsync.CodeOf(err) != dcsync.InvalidArgument {
+		t.Fatalf("write %d bytes: %v, want InvalidArgument", len(long), err)
+	}
+	if n := c.calls.Load(); n != 2 {
+		t.Fatalf("%d store calls for a name too long for M = 1024, want 2 (the register reads)", n)
+	}
+	if st, err := m.Inspect(ctx, long); err != nil || st.Slots != 0 {
+		t.Fatalf("inspect after the refusals: %+v, %v; want nothing stored", st, err)
 	}
 	// One byte shorter fits.
 	r, err := m.AcquireRead(ctx, long[1:])

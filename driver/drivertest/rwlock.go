@@ -208,6 +208,8 @@ func runRWLock(t *testing.T, h Harness) {
 
 	t.Run("WriterNotStarved", func(t *testing.T) { rwWriterNotStarved(t, h) })
 	t.Run("DowngradeLeavesNoGap", func(t *testing.T) { rwDowngrade(t, h) })
+	t.Run("MaxReadersLongestName", func(t *testing.T) { rwMaxReaders(t, h) })
+	t.Run("CrashedHolders", func(t *testing.T) { rwCrashedHolders(t, h) })
 
 	t.Run("Processes", func(t *testing.T) {
 		if h.ProcessEnv == nil {
