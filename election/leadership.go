@@ -66,9 +66,13 @@ func (l *Leadership) lost(err error) {
 }
 
 // Proclaim publishes value as the leader's value without giving up leadership. It
-// returns LockLost, and changes nothing, when leadership has ended or the register
-// holds a newer leader's record (leadership is then ended too). A try that fails for
-// a passing reason (a store outage) is retried while ctx and the leadership last.
+// returns LockLost when leadership has ended or the register holds a newer leader's
+// record (leadership is then ended too): it never writes over a newer leader's record.
+// Like any write whose reply was lost, an earlier try of this call may still have
+// landed over this leader's own record before LockLost is returned (internal/chaos
+// counts such a Proclaim as of unknown outcome): a later leader's publish replaces it.
+// A try that fails for a passing reason (a store outage) is retried while ctx and the
+// leadership last.
 func (l *Leadership) Proclaim(ctx context.Context, value string) error {
 	if len(value) > MaxValue {
 		return driver.Errorf(dcsync.InvalidArgument, "election.Proclaim", "value is %d bytes, more than %d", len(value), MaxValue)
