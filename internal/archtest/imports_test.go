@@ -26,12 +26,13 @@ const (
 	contract    layer = "contract (driver)"
 	telemetry   layer = "shared library telemetry"
 	layoutLib   layer = "shared library layout"
+	keyNames    layer = "shared library internal/keyname (the primitives' key-name format)"
 	secureLib   layer = "shared library internal/secure (credentials and TLS of store URLs)"
 	wire        layer = "HBase wire client (internal/hbaserpc)"
 	store       layer = "store (store/...)"
 	frontEnd    layer = "front end (lock, latch, queue, election, semaphore, rwlock)"
 	opener      layer = "store opener (storeurl)"
-	operations  layer = "operator tools (internal/exporter)"
+	operations  layer = "operator tools (internal/exporter, internal/primlist)"
 	command     layer = "command (cmd/...)"
 	testSupport layer = "test support (conformance suites, internal test harnesses)"
 )
@@ -59,6 +60,8 @@ func layerOf(rel string) (l layer, ok bool) {
 		return telemetry, true
 	case rel == "layout":
 		return layoutLib, true
+	case rel == "internal/keyname":
+		return keyNames, true
 	case rel == "internal/secure":
 		return secureLib, true
 	case rel == "internal/hbaserpc" || strings.HasPrefix(rel, "internal/hbaserpc/"):
@@ -71,7 +74,7 @@ func layerOf(rel string) (l layer, ok bool) {
 		return store, true
 	case rel == "storeurl":
 		return opener, true
-	case rel == "internal/exporter":
+	case rel == "internal/exporter" || rel == "internal/primlist":
 		return operations, true
 	case first == "cmd":
 		return command, true
@@ -92,11 +95,12 @@ var allowed = map[layer][]layer{
 	secureLib:   {vocabulary, contract},
 	wire:        {vocabulary, contract, secureLib, wire},
 	store:       {vocabulary, contract, layoutLib, secureLib, telemetry, wire, store},
-	frontEnd:    {vocabulary, contract, telemetry, frontEnd},
+	keyNames:    {},
+	frontEnd:    {vocabulary, contract, telemetry, keyNames, frontEnd},
 	opener:      {vocabulary, contract, secureLib, store},
-	operations:  {vocabulary, contract, telemetry, frontEnd},
-	command:     {vocabulary, contract, telemetry, layoutLib, secureLib, frontEnd, opener, operations},
-	testSupport: {vocabulary, contract, telemetry, layoutLib, secureLib, wire, frontEnd, testSupport},
+	operations:  {vocabulary, contract, telemetry, keyNames, frontEnd, operations},
+	command:     {vocabulary, contract, telemetry, layoutLib, keyNames, secureLib, frontEnd, opener, operations},
+	testSupport: {vocabulary, contract, telemetry, layoutLib, keyNames, secureLib, wire, frontEnd, testSupport},
 }
 
 // testsChecked are the layers whose test files are held to their layer's rules as well
