@@ -3,7 +3,6 @@ package election_test
 import (
 	"context"
 	"path/filepath"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
 	"github.com/dcsync/dcsync/election"
+	"github.com/dcsync/dcsync/internal/benchratio"
 	"github.com/dcsync/dcsync/store/memory"
 	"github.com/dcsync/dcsync/store/sqlite"
 )
@@ -75,51 +75,18 @@ func BenchmarkRatio(b *testing.B) {
 			}
 			ctx := context.Background()
 			key := dcsync.Key{Level: dcsync.DC, Client: "bench", Farm: "dc1", Name: "raw-lock"}
-			ld := make([]time.Duration, 0, b.N)
-			lr := make([]time.Duration, 0, b.N)
-			var dcsyncCalls, rawCalls int64
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				n0 := c.calls.Load()
-				t0 := time.Now()
+			benchratio.Run(b, benchratio.Default, c.calls.Load, func() error {
 				l, err := m.Campaign(ctx, "bench", "v")
 				if err != nil {
-					b.Fatal(err)
+					return err
 				}
-				if err := l.Resign(ctx); err != nil {
-					b.Fatal(err)
-				}
-				t1 := time.Now()
-				n1 := c.calls.Load()
+				return l.Resign(ctx)
+			}, func() error {
 				if _, err := c.AcquireLock(ctx, key, "bench-owner", time.Minute); err != nil {
-					b.Fatal(err)
+					return err
 				}
-				if err := c.ReleaseLock(ctx, key, "bench-owner"); err != nil {
-					b.Fatal(err)
-				}
-				ld, lr = append(ld, t1.Sub(t0)), append(lr, time.Since(t1))
-				dcsyncCalls += n1 - n0
-				rawCalls += c.calls.Load() - n1
-			}
-			b.StopTimer()
-			med := func(l []time.Duration) float64 {
-				l = slices.Clone(l)
-				slices.Sort(l)
-				return float64(l[len(l)/2])
-			}
-			mean := func(l []time.Duration) float64 {
-				var sum time.Duration
-				for _, d := range l {
-					sum += d
-				}
-				return float64(sum) / float64(len(l))
-			}
-			b.ReportMetric(med(ld), "dcsync-p50-ns")
-			b.ReportMetric(med(lr), "raw-p50-ns")
-			b.ReportMetric(med(ld)/med(lr), "ratio-p50")
-			b.ReportMetric(mean(ld)/mean(lr), "ratio-mean")
-			b.ReportMetric(float64(dcsyncCalls)/float64(b.N), "dcsync-calls/op")
-			b.ReportMetric(float64(rawCalls)/float64(b.N), "raw-calls/op")
+				return c.ReleaseLock(ctx, key, "bench-owner")
+			})
 		})
 	}
 }

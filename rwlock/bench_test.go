@@ -3,12 +3,12 @@ package rwlock_test
 import (
 	"context"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/internal/benchratio"
 	"github.com/dcsync/dcsync/rwlock"
 	"github.com/dcsync/dcsync/store/memory"
 	"github.com/dcsync/dcsync/store/sqlite"
@@ -81,44 +81,8 @@ func BenchmarkRatio(b *testing.B) {
 					if err := p.op(); err != nil { // creates the register, reads M once
 						b.Fatal(err)
 					}
-					ld := make([]time.Duration, 0, b.N)
-					lr := make([]time.Duration, 0, b.N)
-					var calls, rawCalls int64
-					b.ResetTimer()
-					for i := 0; i < b.N; i++ {
-						n0 := c.calls.Load()
-						t0 := time.Now()
-						if err := p.op(); err != nil {
-							b.Fatal(err)
-						}
-						t1 := time.Now()
-						n1 := c.calls.Load()
-						if err := rawOp(); err != nil {
-							b.Fatal(err)
-						}
-						ld, lr = append(ld, t1.Sub(t0)), append(lr, time.Since(t1))
-						calls += n1 - n0
-						rawCalls += c.calls.Load() - n1
-					}
-					b.StopTimer()
-					med := func(l []time.Duration) float64 {
-						l = slices.Clone(l)
-						slices.Sort(l)
-						return float64(l[len(l)/2])
-					}
-					mean := func(l []time.Duration) float64 {
-						var sum time.Duration
-						for _, d := range l {
-							sum += d
-						}
-						return float64(sum) / float64(len(l))
-					}
-					b.ReportMetric(med(ld), "rwlock-p50-ns")
-					b.ReportMetric(med(lr), "raw-p50-ns")
-					b.ReportMetric(med(ld)/med(lr), "ratio-p50")
-					b.ReportMetric(mean(ld)/mean(lr), "ratio-mean")
-					b.ReportMetric(float64(calls)/float64(b.N), "calls/op")
-					b.ReportMetric(float64(rawCalls)/float64(b.N), "raw-calls/op")
+					benchratio.Run(b, benchratio.Names{P50: "rwlock-p50-ns", RawP50: "raw-p50-ns", Calls: "calls/op", RawCalls: "raw-calls/op"},
+						c.calls.Load, p.op, rawOp)
 				})
 			}
 		})

@@ -3,13 +3,13 @@ package semaphore_test
 import (
 	"context"
 	"path/filepath"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
+	"github.com/dcsync/dcsync/internal/benchratio"
 	"github.com/dcsync/dcsync/lock"
 	"github.com/dcsync/dcsync/semaphore"
 	"github.com/dcsync/dcsync/store/memory"
@@ -145,44 +145,8 @@ func BenchmarkRatio(b *testing.B) {
 			if err := permit(); err != nil { // untimed: the first round reads the count
 				b.Fatal(err)
 			}
-			ld := make([]time.Duration, 0, b.N)
-			lr := make([]time.Duration, 0, b.N)
-			var semCalls, lockCalls int64
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				c0 := c.calls.Load()
-				t0 := time.Now()
-				if err := permit(); err != nil {
-					b.Fatal(err)
-				}
-				t1 := time.Now()
-				c1 := c.calls.Load()
-				if err := raw(); err != nil {
-					b.Fatal(err)
-				}
-				ld, lr = append(ld, t1.Sub(t0)), append(lr, time.Since(t1))
-				semCalls += c1 - c0
-				lockCalls += c.calls.Load() - c1
-			}
-			b.StopTimer()
-			med := func(l []time.Duration) float64 {
-				l = slices.Clone(l)
-				slices.Sort(l)
-				return float64(l[len(l)/2])
-			}
-			mean := func(l []time.Duration) float64 {
-				var sum time.Duration
-				for _, d := range l {
-					sum += d
-				}
-				return float64(sum) / float64(len(l))
-			}
-			b.ReportMetric(med(ld), "sem-p50-ns")
-			b.ReportMetric(med(lr), "lock-p50-ns")
-			b.ReportMetric(med(ld)/med(lr), "ratio-p50")
-			b.ReportMetric(mean(ld)/mean(lr), "ratio-mean")
-			b.ReportMetric(float64(semCalls)/float64(b.N), "sem-calls/op")
-			b.ReportMetric(float64(lockCalls)/float64(b.N), "lock-calls/op")
+			benchratio.Run(b, benchratio.Names{P50: "sem-p50-ns", RawP50: "lock-p50-ns", Calls: "sem-calls/op", RawCalls: "lock-calls/op"},
+				c.calls.Load, permit, raw)
 		})
 	}
 }

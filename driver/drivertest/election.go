@@ -1,7 +1,6 @@
 package drivertest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -471,32 +470,7 @@ func runElection(t *testing.T, h Harness) {
 		file := filepath.Join(t.TempDir(), "leaders.log")
 		must(t, os.WriteFile(file, nil, 0o644), "create log")
 		spawn(t, h, procs, "elect", unique(t), each, file)
-		f, err := os.Open(file)
-		must(t, err, "open log")
-		defer f.Close()
-		var lines []string
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			lines = append(lines, sc.Text())
-		}
-		if len(lines) != 2*procs*each {
-			t.Fatalf("log has %d lines, want %d", len(lines), 2*procs*each)
-		}
-		var last uint64
-		for i := 0; i < len(lines); i += 2 {
-			var pid1, pid2 int
-			var tok1, tok2 uint64
-			if _, err := fmt.Sscanf(lines[i], "start %d %d", &pid1, &tok1); err != nil {
-				t.Fatalf("line %d %q: %v (two leaders at once?)", i, lines[i], err)
-			}
-			if _, err := fmt.Sscanf(lines[i+1], "end %d %d", &pid2, &tok2); err != nil || pid1 != pid2 || tok1 != tok2 {
-				t.Fatalf("lines %d-%d interleave: %q then %q: two leaders at once", i, i+1, lines[i], lines[i+1])
-			}
-			if tok1 <= last {
-				t.Fatalf("token %d after %d: not strictly increasing across processes", tok1, last)
-			}
-			last = tok1
-		}
+		checkExclusiveLog(t, readLines(t, file), 2*procs*each, "leaders")
 	})
 }
 

@@ -1,7 +1,6 @@
 package drivertest
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -91,31 +90,32 @@ func runProcesses(t *testing.T, h Harness) {
 		must(t, os.WriteFile(file, nil, 0o644), "create log")
 		const each = 10
 		spawn(t, h, procs, "lock", unique(t), each, file)
-		f, err := os.Open(file)
-		must(t, err, "open log")
-		defer f.Close()
-		var lines []string
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			lines = append(lines, sc.Text())
-		}
-		if len(lines) != 2*procs*each {
-			t.Fatalf("log has %d lines, want %d", len(lines), 2*procs*each)
-		}
-		var last uint64
-		for i := 0; i < len(lines); i += 2 {
-			var pid1, pid2 int
-			var tok1, tok2 uint64
-			if _, err := fmt.Sscanf(lines[i], "start %d %d", &pid1, &tok1); err != nil {
-				t.Fatalf("line %d %q: %v (two holders at once?)", i, lines[i], err)
-			}
-			if _, err := fmt.Sscanf(lines[i+1], "end %d %d", &pid2, &tok2); err != nil || pid1 != pid2 || tok1 != tok2 {
-				t.Fatalf("lines %d-%d interleave: %q then %q: two holders at once", i, i+1, lines[i], lines[i+1])
-			}
-			if tok1 <= last {
-				t.Fatalf("token %d after %d: not strictly increasing across processes", tok1, last)
-			}
-			last = tok1
-		}
+		checkExclusiveLog(t, readLines(t, file), 2*procs*each, "holders")
 	})
+}
+
+// checkExclusiveLog checks the lines that processes holding an exclusive thing (a lock,
+// a leadership) appended under it, "start PID TOKEN" then "end PID TOKEN": want lines,
+// no two start/end pairs interleaving (else two whose, e.g. "holders", at once), tokens
+// strictly increasing down the file.
+func checkExclusiveLog(t *testing.T, lines []string, want int, whose string) {
+	t.Helper()
+	if len(lines) != want {
+		t.Fatalf("log has %d lines, want %d", len(lines), want)
+	}
+	var last uint64
+	for i := 0; i+1 < len(lines); i += 2 {
+		var pid1, pid2 int
+		var tok1, tok2 uint64
+		if _, err := fmt.Sscanf(lines[i], "start %d %d", &pid1, &tok1); err != nil {
+			t.Fatalf("line %d %q: %v (two %s at once?)", i, lines[i], err, whose)
+		}
+		if _, err := fmt.Sscanf(lines[i+1], "end %d %d", &pid2, &tok2); err != nil || pid1 != pid2 || tok1 != tok2 {
+			t.Fatalf("lines %d-%d interleave: %q then %q: two %s at once", i, i+1, lines[i], lines[i+1], whose)
+		}
+		if tok1 <= last {
+			t.Fatalf("token %d after %d: not strictly increasing across processes", tok1, last)
+		}
+		last = tok1
+	}
 }

@@ -244,6 +244,7 @@ func runRWLock(t *testing.T, h Harness) {
 	})
 }
 
+// readLines returns the lines of file.
 func readLines(t *testing.T, file string) []string {
 	t.Helper()
 	f, err := os.Open(file)

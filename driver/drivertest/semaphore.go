@@ -291,14 +291,7 @@ func runSemaphore(t *testing.T, h Harness) {
 		if _, err := sem.Acquire(ctx, N, semaphore.TTL(10*time.Second)); err != nil {
 			t.Fatal(err)
 		}
-		m := semaphores(t, s, h.OtherFarm)
-		sem2, err := m.Open(ctx, name, N)
-		must(t, err, "Open")
-		_, err = sem2.TryAcquire(ctx, 1)
-		wantCode(t, err, dcsync.LockUnavailable, "TryAcquire while a stopped holder's leases run")
-		p, err := sem2.Acquire(ctx, N, semaphore.Wait(2*time.Minute))
-		must(t, err, "Acquire after the stopped holder's leases")
-		must(t, p.Release(ctx), "Release")
+		checkPermitsReturn(t, ctx, semaphores(t, s, h.OtherFarm), name, N, "a stopped holder")
 	})
 
 	t.Run("Processes", func(t *testing.T) {
@@ -404,14 +397,7 @@ func runSemaphoreProcesses(t *testing.T, h Harness) {
 		c := startChild(t, h, "semhold", name, 0, 0, strconv.Itoa(N))
 		waitOutput(t, ctx, c, "held")
 		must(t, c.cmd.Process.Kill(), "kill child")
-		m := semaphores(t, s, h.OtherFarm)
-		sem, err := m.Open(ctx, name, N)
-		must(t, err, "Open")
-		_, err = sem.TryAcquire(ctx, 1)
-		wantCode(t, err, dcsync.LockUnavailable, "TryAcquire while the killed holder's leases run")
-		p, err := sem.Acquire(ctx, N, semaphore.Wait(2*time.Minute))
-		must(t, err, "Acquire after the killed holder's leases")
-		must(t, p.Release(ctx), "Release")
+		checkPermitsReturn(t, ctx, semaphores(t, s, h.OtherFarm), name, N, "the killed holder")
 	})
 }
 
@@ -479,4 +465,18 @@ func checkPermitLog(t *testing.T, file string, N, holds int) {
 	if starts != holds || granted != 0 {
 		t.Fatalf("log has %d holds (%d permits still open), want %d", starts, granted, holds)
 	}
+}
+
+// checkPermitsReturn checks, from m, that all N permits of semaphore name, held by
+// holder (which will neither renew nor release them), are refused while its leases run
+// and granted once they end.
+func checkPermitsReturn(t *testing.T, ctx context.Context, m *semaphore.Manager, name string, N int, holder string) {
+	t.Helper()
+	sem, err := m.Open(ctx, name, N)
+	must(t, err, "Open")
+	_, err = sem.TryAcquire(ctx, 1)
+	wantCode(t, err, dcsync.LockUnavailable, "TryAcquire while "+holder+"'s leases run")
+	p, err := sem.Acquire(ctx, N, semaphore.Wait(2*time.Minute))
+	must(t, err, "Acquire after "+holder+"'s leases")
+	must(t, p.Release(ctx), "Release")
 }

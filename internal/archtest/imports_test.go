@@ -45,6 +45,7 @@ var testHarnesses = []string{
 	"internal/javaclients",
 	"internal/queuebench",
 	"internal/clusterprobe",
+	"internal/benchratio",
 }
 
 // layerOf puts a package, named by its path inside the module ("" for the root), in

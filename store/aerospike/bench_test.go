@@ -2,7 +2,6 @@ package aerospike_test
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver/drivertest"
+	"github.com/dcsync/dcsync/internal/benchratio"
 	"github.com/dcsync/dcsync/latch"
 	"github.com/dcsync/dcsync/layout"
 	"github.com/dcsync/dcsync/lock"
@@ -233,37 +233,7 @@ func BenchmarkRatio(b *testing.B) {
 	}
 	for _, p := range pairs {
 		b.Run(p.name, func(b *testing.B) {
-			ld := make([]time.Duration, 0, b.N)
-			lr := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				t0 := time.Now()
-				if err := p.dcsync(); err != nil {
-					b.Fatal(err)
-				}
-				t1 := time.Now()
-				if err := p.raw(); err != nil {
-					b.Fatal(err)
-				}
-				ld, lr = append(ld, t1.Sub(t0)), append(lr, time.Since(t1))
-			}
-			b.StopTimer()
-			med := func(l []time.Duration) float64 {
-				l = slices.Clone(l)
-				slices.Sort(l)
-				return float64(l[len(l)/2])
-			}
-			mean := func(l []time.Duration) float64 {
-				var sum time.Duration
-				for _, d := range l {
-					sum += d
-				}
-				return float64(sum) / float64(len(l))
-			}
-			b.ReportMetric(med(ld), "dcsync-p50-ns")
-			b.ReportMetric(med(lr), "raw-p50-ns")
-			b.ReportMetric(med(ld)/med(lr), "ratio-p50")
-			b.ReportMetric(mean(ld)/mean(lr), "ratio-mean")
+			benchratio.Run(b, benchratio.Default, nil, p.dcsync, p.raw)
 		})
 	}
 }
