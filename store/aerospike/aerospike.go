@@ -25,6 +25,14 @@
 // the acquisition) and readers find the holder's token in the fence record. No Java set
 // name starts with "F#".
 //
+// Registers (driver.RegisterStore: the election's leader record, the semaphore's and
+// read-write lock's counts) live in set R#<lock set> (RegisterSetPrefix), keyed by
+// layout.IdentityKey of the key, bins dcsync_gen (the generation, checked by a filter
+// expression on every write; the record's own 16-bit generation is not used),
+// dcsync_value and dcsync_write (the id of the write that stored the generation, which
+// settles an unknown outcome). They never expire. No Java set name starts with "R#";
+// docs/stores/aerospike.md, "Registers", has the details.
+//
 // # Latch lifetime
 //
 // A latch ends TTL after its creation, by the server's clock; count updates never move

@@ -4,6 +4,14 @@
 // same counts. Tables are created on first use (the lock table by the first lock call,
 // the latch table by the first latch call) with the Java schema.
 //
+// Registers (driver.RegisterStore: the election's leader record, the semaphore's and
+// read-write lock's counts) are rows of the lock table, Salt("R#" + IdentityKey(key)),
+// beside the F# fence rows, with cells D:G (the generation, 8 bytes; every write is one
+// CheckAndMutate on it), D:V (the value) and D:W (the id of the write that stored the
+// generation, which settles an unknown outcome), none with a TTL. Java lock rows start
+// DC# or XDC#, so no Java client reads one as a lock, and ListLocks skips them;
+// docs/stores/hbase.md, "Registers", has the details.
+//
 // # Latch layout
 //
 // Latches live in table D_LTCH_<suffix>, family C (GZ), row prefix + "<client>_<latch>",

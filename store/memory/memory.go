@@ -1,6 +1,7 @@
 // Package memory is a dcsync store kept in the memory of one process: for tests, and for
 // applications whose every participant runs in one process. Operations are atomic under
 // one mutex; TTLs are enforced on read and expired entries are swept as they are met.
+// Registers (driver.RegisterStore) are a map by key, never swept.
 package memory
 
 import (

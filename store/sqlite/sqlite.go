@@ -33,6 +33,12 @@
 // several farms' cells near the limit; such a sum reads as math.MaxInt64 or
 // math.MinInt64 (its sign, which is what waiting depends on, is exact), and XDC
 // updates that bring it back towards zero are accepted.
+//
+// Registers (driver.RegisterStore: the election's leader record, the semaphore's and
+// read-write lock's counts) are rows of table dcsync_registers (level, farm, client,
+// name, gen, value), keyed like dcsync_locks (the farm at level DC, the empty string at XDC), created
+// by the first SwapRegister; a swap is one IMMEDIATE transaction that compares the
+// generation. Rows are never swept.
 package sqlite
 
 import (
