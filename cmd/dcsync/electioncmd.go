@@ -119,11 +119,8 @@ executable (no campaign); 5 leadership was lost or could not be renewed in time.
 			if c.ArgsLenAtDash() != 1 {
 				return withCode(exitUsage, errors.New("usage: dcsync election campaign NAME --value V [flags] -- CMD [ARGS...]"))
 			}
-			if f.killAfter < 0 {
-				return withCode(exitUsage, fmt.Errorf("--kill-after %v is negative", f.killAfter))
-			}
-			if c.Flags().Changed("kill-after") && f.killAfter > f.ttl/3 {
-				return withCode(exitUsage, fmt.Errorf("--kill-after %v is longer than a third of --ttl %v (at most %v)", f.killAfter, f.ttl, f.ttl/3))
+			if err := checkKillAfter(c, f.killAfter, f.ttl); err != nil {
+				return err
 			}
 			return a.runElected(c.Context(), args[0], f, args[1:])
 		},

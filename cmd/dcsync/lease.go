@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/dcsync/dcsync"
 	"github.com/dcsync/dcsync/driver"
 )
@@ -129,4 +131,26 @@ func (c *leaseClock) RefreshLock(ctx context.Context, k dcsync.Key, owner string
 		c.extend(k, sent, ttl)
 	}
 	return st, err
+}
+
+// checkKillAfter checks --kill-after of a run command (lock, rwlock, semaphore run,
+// election campaign): not negative and, when given, at most a third of the TTL.
+func checkKillAfter(c *cobra.Command, killAfter, ttl time.Duration) error {
+	if killAfter < 0 {
+		return withCode(exitUsage, fmt.Errorf("--kill-after %v is negative", killAfter))
+	}
+	if c.Flags().Changed("kill-after") && killAfter > ttl/3 {
+		return withCode(exitUsage, fmt.Errorf("--kill-after %v is longer than a third of --ttl %v (at most %v)", killAfter, ttl, ttl/3))
+	}
+	return nil
+}
+
+// checkConflictCode checks --conflict-exit-code of a run command and reports whether
+// it was given.
+func checkConflictCode(c *cobra.Command, code int) (bool, error) {
+	set := c.Flags().Changed("conflict-exit-code")
+	if set && (code < 0 || code > 255) {
+		return set, withCode(exitUsage, fmt.Errorf("--conflict-exit-code %d is not in 0..255", code))
+	}
+	return set, nil
 }

@@ -126,15 +126,12 @@ renewed in time.`,
 			if read == write {
 				return withCode(exitUsage, errors.New("give one of --read and --write"))
 			}
-			if f.killAfter < 0 {
-				return withCode(exitUsage, fmt.Errorf("--kill-after %v is negative", f.killAfter))
+			if err := checkKillAfter(c, f.killAfter, f.ttl); err != nil {
+				return err
 			}
-			if c.Flags().Changed("kill-after") && f.killAfter > f.ttl/3 {
-				return withCode(exitUsage, fmt.Errorf("--kill-after %v is longer than a third of --ttl %v (at most %v)", f.killAfter, f.ttl, f.ttl/3))
-			}
-			f.conflictSet = c.Flags().Changed("conflict-exit-code")
-			if f.conflictSet && (f.conflictCode < 0 || f.conflictCode > 255) {
-				return withCode(exitUsage, fmt.Errorf("--conflict-exit-code %d is not in 0..255", f.conflictCode))
+			var err error
+			if f.conflictSet, err = checkConflictCode(c, f.conflictCode); err != nil {
+				return err
 			}
 			mode := rwlock.Read
 			if write {

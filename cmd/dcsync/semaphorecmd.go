@@ -272,15 +272,12 @@ Exit codes: CMD's own; 3 fewer than K permits free, 4 --wait ran out (both
 			if err := checkPermits(); err != nil {
 				return err
 			}
-			if f.killAfter < 0 {
-				return withCode(exitUsage, fmt.Errorf("--kill-after %v is negative", f.killAfter))
+			if err := checkKillAfter(c, f.killAfter, f.ttl); err != nil {
+				return err
 			}
-			if c.Flags().Changed("kill-after") && f.killAfter > f.ttl/3 {
-				return withCode(exitUsage, fmt.Errorf("--kill-after %v is longer than a third of --ttl %v (at most %v)", f.killAfter, f.ttl, f.ttl/3))
-			}
-			conflictSet := c.Flags().Changed("conflict-exit-code")
-			if conflictSet && (f.conflictCode < 0 || f.conflictCode > 255) {
-				return withCode(exitUsage, fmt.Errorf("--conflict-exit-code %d is not in 0..255", f.conflictCode))
+			conflictSet, err := checkConflictCode(c, f.conflictCode)
+			if err != nil {
+				return err
 			}
 			name := args[0]
 			return a.runLeased(c.Context(), name, args[1:], f.killAfter, func(ctx context.Context) (*leaseClock, func(context.Context) (*heldLease, error), error) {
