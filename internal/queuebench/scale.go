@@ -32,6 +32,12 @@ type ScaleConfig struct {
 	BalanceWithin time.Duration
 	// Trace logs the group's progress while it balances.
 	Trace bool
+	// Handles is how many store handles the consumers are spread over, round robin
+	// (default 1: all on one handle, as one process's consumers). Each handle has its
+	// own hub and its own marks of the member slots its consumers try, as a process
+	// of its own has: Handles = Consumers starts the group as C processes of one
+	// consumer each would, racing for member slots.
+	Handles int
 }
 
 // ScaleResult is what Scale measured.
@@ -89,12 +95,16 @@ func Scale(tb testing.TB, cfg ScaleConfig) ScaleResult {
 	if _, err := queue.Create(ctx, cfg.Store, queue.Spec{Name: qname, Partitions: cfg.Partitions, Groups: []string{"g"}}, opts...); err != nil {
 		tb.Fatal(err)
 	}
-	// Each consumer's own queue handle, on the process's one store handle (so they
-	// share one hub, as a process's consumers do), opened before the clock starts.
+	// Each consumer's own queue handle, on one of cfg.Handles store handles (the
+	// consumers of one handle share its hub, as a process's consumers do), opened
+	// before the clock starts.
 	qs := make([]*queue.Queue, cfg.Consumers)
-	st := Count(cfg.Store, counts)
+	sts := make([]driver.Store, max(cfg.Handles, 1))
+	for i := range sts {
+		sts[i] = Count(cfg.Store, counts)
+	}
 	for i := range qs {
-		q, err := queue.Open(ctx, st, qname, opts...)
+		q, err := queue.Open(ctx, sts[i%len(sts)], qname, opts...)
 		if err != nil {
 			tb.Fatal(err)
 		}

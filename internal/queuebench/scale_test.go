@@ -69,7 +69,9 @@ func ints(env string, def []int) []int {
 // It runs only with DCSYNC_QUEUE_SCALE=1 (P and C default to {16, 256, 4096} x {1, 8,
 // 64}; DCSYNC_QUEUE_SCALE_P, _C and _STORES narrow them, DCSYNC_QUEUE_SCALE_IDLE sets
 // the idle window, DCSYNC_QUEUE_SCALE_BATCH=1 adds driver.LockBatcher, one lock at a
-// time, to stores without it, to count the calls a batching store would see):
+// time, to stores without it, to count the calls a batching store would see, and
+// DCSYNC_QUEUE_SCALE_HANDLES spreads the consumers over that many store handles, or one
+// each with "each", to start the group as that many processes would):
 //
 //	DCSYNC_QUEUE_SCALE=1 go test -run TestScaleMatrix -v -timeout 2h ./internal/queuebench/
 func TestScaleMatrix(t *testing.T) {
@@ -104,9 +106,15 @@ func TestScaleMatrix(t *testing.T) {
 		}
 		for _, p := range ints("DCSYNC_QUEUE_SCALE_P", []int{16, 256, 4096}) {
 			for _, c := range ints("DCSYNC_QUEUE_SCALE_C", []int{1, 8, 64}) {
+				h := 1
+				if os.Getenv("DCSYNC_QUEUE_SCALE_HANDLES") == "each" {
+					h = c
+				} else if hs := ints("DCSYNC_QUEUE_SCALE_HANDLES", nil); len(hs) > 0 {
+					h = hs[0]
+				}
 				r := queuebench.Scale(t, queuebench.ScaleConfig{Store: s, Partitions: p, Consumers: c, Idle: idle, BalanceWithin: within,
-					Trace: os.Getenv("DCSYNC_QUEUE_SCALE_TRACE") == "1"})
-				t.Logf("SCALE store=%s P=%d C=%d %v", name, p, c, r)
+					Trace: os.Getenv("DCSYNC_QUEUE_SCALE_TRACE") == "1", Handles: h})
+				t.Logf("SCALE store=%s P=%d C=%d handles=%d %v", name, p, c, h, r)
 			}
 		}
 	}
