@@ -133,6 +133,57 @@ func (c *leaseClock) RefreshLock(ctx context.Context, k dcsync.Key, owner string
 	return st, err
 }
 
+// The batched calls (driver.LockBatcher, driver.LockMover) go to the store's own
+// batched call where it has one, else one lock at a time as a front end would send
+// them, so that a run holding many locks keeps the store's batches: semaphore run's
+// permits renewed in one call per interval, rwlock run's writer reading every reader
+// slot in one call per poll. A lease taken or renewed in a batch moves its end as the
+// single calls do.
+
+// InspectLocks reads the locks of keys; reads need no lease clock.
+func (c *leaseClock) InspectLocks(ctx context.Context, keys []dcsync.Key) ([]driver.LockResult, error) {
+	return driver.InspectLocks(ctx, c.LockStore, keys)
+}
+
+// RefreshLocks records when each successful renewal of reqs was sent.
+func (c *leaseClock) RefreshLocks(ctx context.Context, reqs []driver.LockRefresh) ([]driver.LockResult, error) {
+	sent := time.Now()
+	res, err := driver.RefreshLocks(ctx, c.LockStore, reqs)
+	if err == nil {
+		for i, r := range res {
+			if r.Err == nil && i < len(reqs) {
+				c.extend(reqs[i].Key, sent, reqs[i].TTL)
+			}
+		}
+	}
+	return res, err
+}
+
+// AcquireLocks records when each successful acquisition of reqs was sent.
+func (c *leaseClock) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire) ([]driver.LockResult, error) {
+	sent := time.Now()
+	res, err := driver.AcquireLocks(ctx, c.LockStore, reqs)
+	if err == nil {
+		for i, r := range res {
+			if r.Err == nil && i < len(reqs) {
+				c.extend(reqs[i].Key, sent, reqs[i].TTL)
+			}
+		}
+	}
+	return res, err
+}
+
+// ReleaseLocks forgets the leases of reqs, as ReleaseLock does.
+func (c *leaseClock) ReleaseLocks(ctx context.Context, reqs []driver.LockRelease) ([]driver.LockResult, error) {
+	res, err := driver.ReleaseLocks(ctx, c.LockStore, reqs)
+	c.mu.Lock()
+	for _, r := range reqs {
+		delete(c.ends, r.Key)
+	}
+	c.mu.Unlock()
+	return res, err
+}
+
 // checkKillAfter checks --kill-after of a run command (lock, rwlock, semaphore run,
 // election campaign): not negative and, when given, at most a third of the TTL.
 func checkKillAfter(c *cobra.Command, killAfter, ttl time.Duration) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,32 +13,12 @@ import (
 	"github.com/dcsync/dcsync/rwlock"
 )
 
-// rwStore is the store of `rwlock run`: its lock operations through the lease clock,
-// its registers as they are, and the store's batched lock calls kept (driver.LockBatcher).
+// rwStore is the store of `rwlock run`: its lock operations through the lease clock
+// (whose batched calls keep the store's, driver.LockBatcher and driver.LockMover), its
+// registers as they are.
 type rwStore struct {
 	*leaseClock
 	driver.RegisterStore
-}
-
-// InspectLocks reads the locks of keys in the store's batched call (a writer's read of
-// every reader slot is one call per poll): reads need no lease clock.
-func (s rwStore) InspectLocks(ctx context.Context, keys []dcsync.Key) ([]driver.LockResult, error) {
-	return driver.InspectLocks(ctx, s.leaseClock.LockStore, keys)
-}
-
-// RefreshLocks renews the leases of reqs in the store's batched call and moves the
-// lease clock's end of each one renewed, as RefreshLock does.
-func (s rwStore) RefreshLocks(ctx context.Context, reqs []driver.LockRefresh) ([]driver.LockResult, error) {
-	sent := time.Now()
-	res, err := driver.RefreshLocks(ctx, s.leaseClock.LockStore, reqs)
-	if err == nil {
-		for i, r := range res {
-			if r.Err == nil && i < len(reqs) {
-				s.extend(reqs[i].Key, sent, reqs[i].TTL)
-			}
-		}
-	}
-	return res, err
 }
 
 // rwManager returns a read-write lock manager on the store, creating read-write locks

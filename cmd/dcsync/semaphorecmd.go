@@ -65,6 +65,25 @@ func (p permitStore) ReleaseLock(ctx context.Context, k dcsync.Key, owner string
 	return p.lc.ReleaseLock(ctx, k, owner)
 }
 
+// The batched lock calls go through lc too, which keeps the store's batches: the
+// permits' renewals are one call per interval whatever their number.
+
+func (p permitStore) InspectLocks(ctx context.Context, keys []dcsync.Key) ([]driver.LockResult, error) {
+	return p.lc.InspectLocks(ctx, keys)
+}
+
+func (p permitStore) RefreshLocks(ctx context.Context, reqs []driver.LockRefresh) ([]driver.LockResult, error) {
+	return p.lc.RefreshLocks(ctx, reqs)
+}
+
+func (p permitStore) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire) ([]driver.LockResult, error) {
+	return p.lc.AcquireLocks(ctx, reqs)
+}
+
+func (p permitStore) ReleaseLocks(ctx context.Context, reqs []driver.LockRelease) ([]driver.LockResult, error) {
+	return p.lc.ReleaseLocks(ctx, reqs)
+}
+
 // semaphores returns a semaphore manager on the store and the level of --level; with
 // clock, its lock calls go through a leaseClock (returned).
 func (a *app) semaphores(ctx context.Context, f *semFlags, clock bool) (*semaphore.Manager, dcsync.Level, *leaseClock, error) {
