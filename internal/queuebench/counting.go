@@ -293,7 +293,13 @@ func (w *counting) ReadQueues(ctx context.Context, name string, reads []driver.Q
 	}
 	w.c.add("ReadQueues", 1)
 	w.c.add("ReadQueues.keys", int64(len(reads)))
-	return w.br.ReadQueues(ctx, name, reads)
+	res, err := w.br.ReadQueues(ctx, name, reads)
+	n := 0
+	for _, r := range res {
+		n += len(r.Entries)
+	}
+	w.c.add("ReadQueues.entries", int64(n))
+	return res, err
 }
 
 // singleReads is a counting store seen without its ReadQueues.
@@ -404,7 +410,9 @@ func (w *counting) AppendQueue(ctx context.Context, name string, events []driver
 
 func (w *counting) ReadQueue(ctx context.Context, name string, p int, from uint64, max int) (driver.QueueRead, error) {
 	w.c.add("ReadQueue", 1)
-	return w.s.ReadQueue(ctx, name, p, from, max)
+	r, err := w.s.ReadQueue(ctx, name, p, from, max)
+	w.c.add("ReadQueue.entries", int64(len(r.Entries)))
+	return r, err
 }
 
 func (w *counting) AbortQueueSeq(ctx context.Context, name string, p int, seq uint64) (bool, error) {
