@@ -215,7 +215,8 @@ func TestClusterConformance(t *testing.T) {
 		ProcessEnv: func(t *testing.T) []string {
 			return []string{envChildAddr + "=" + seed, envChildNS + "=test"}
 		},
-		Holes: true,
+		Holes:            true,
+		ReserveQueueSeqs: reserveQueueSeqs,
 	})
 }
 

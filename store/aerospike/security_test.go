@@ -72,7 +72,8 @@ func TestConformanceTLS(t *testing.T) {
 			}
 			return s
 		},
-		Holes: true,
+		Holes:            true,
+		ReserveQueueSeqs: reserveQueueSeqs,
 		// TestConformance runs them; here the Lock and Registers parts cover the
 		// operations they use over TLS.
 		SkipPrimitives: true,

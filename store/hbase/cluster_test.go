@@ -250,6 +250,7 @@ func TestClusterConformance(t *testing.T) {
 			return []string{envZK + "=" + c.zk, envLockTable + "=" + c.cfg.LockTable,
 				envLatchSuffix + "=" + c.cfg.LatchTableSuffix, envQueueTable + "=" + c.cfg.QueueTable}
 		},
-		Holes: true,
+		Holes:            true,
+		ReserveQueueSeqs: reserveQueueSeqs,
 	})
 }

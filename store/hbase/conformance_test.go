@@ -23,23 +23,8 @@ func TestConformance(t *testing.T) {
 			return []string{envZK + "=" + zk, envLockTable + "=" + fixture.lockTable,
 				envLatchSuffix + "=" + fixture.latchSuffix, envQueueTable + "=" + queueFixture.table}
 		},
-		Holes: true,
-		ReserveQueueSeqs: func(ctx context.Context, st driver.Store, name string, p, n int) (uint64, error) {
-			s := st.(*Store)
-			table, db, err := s.qready(ctx, "test.Reserve")
-			if err != nil {
-				return 0, err
-			}
-			evs, idx := make([]driver.QueueEvent, n), make([]int, n)
-			for i := range evs {
-				evs[i].Partition, idx[i] = p, i
-			}
-			a := newAppender(s, db, table, name, "test.Reserve", time.Hour, evs)
-			if err := a.reserve(ctx, idx); err != nil {
-				return 0, err
-			}
-			return a.seq[0], nil
-		},
+		Holes:            true,
+		ReserveQueueSeqs: reserveQueueSeqs,
 	})
 }
 
@@ -61,4 +46,23 @@ func conformanceChildMain() {
 		setQueueTable(s, os.Getenv(envQueueTable))
 		return s, nil
 	})
+}
+
+// reserveQueueSeqs reserves n seqs of partition p as an append's reservation does, and
+// writes none of them: the suite's holes (drivertest.Harness.ReserveQueueSeqs).
+func reserveQueueSeqs(ctx context.Context, st driver.Store, name string, p, n int) (uint64, error) {
+	s := st.(*Store)
+	table, db, err := s.qready(ctx, "test.Reserve")
+	if err != nil {
+		return 0, err
+	}
+	evs, idx := make([]driver.QueueEvent, n), make([]int, n)
+	for i := range evs {
+		evs[i].Partition, idx[i] = p, i
+	}
+	a := newAppender(s, db, table, name, "test.Reserve", time.Hour, evs)
+	if err := a.reserve(ctx, idx); err != nil {
+		return 0, err
+	}
+	return a.seq[0], nil
 }

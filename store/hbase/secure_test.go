@@ -141,7 +141,8 @@ func TestSecureConformance(t *testing.T) {
 				envLatchSuffix + "=" + tables.Get("latch_table_suffix"), envQueueTable + "=" + queueTable,
 				envSecurity + "=" + c.query().Encode()}
 		},
-		Holes: true,
+		Holes:            true,
+		ReserveQueueSeqs: reserveQueueSeqs,
 		// TestConformance runs them; here the Lock and Registers parts cover the
 		// operations they use over Kerberos and TLS.
 		SkipPrimitives: true,
