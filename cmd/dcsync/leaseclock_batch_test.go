@@ -103,3 +103,55 @@ func TestSemaphoreRunStoreKeepsBatches(t *testing.T) {
 		t.Errorf("the lease clock still has an end (%v) after every permit was released", lc.End())
 	}
 }
+
+// cutReleases fails every release with a Connection error before it reaches the store:
+// the release's outcome is unknown, as when its reply is lost.
+type cutReleases struct{ *memory.Store }
+
+func (s cutReleases) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
+	return driver.Errorf(dcsync.Connection, "test.Release", "cut")
+}
+
+func (s cutReleases) ReleaseLocks(ctx context.Context, reqs []driver.LockRelease) ([]driver.LockResult, error) {
+	return nil, driver.Errorf(dcsync.Connection, "test.Release", "cut")
+}
+
+// The lease clock forgets a lease only when the store says it is not held: a release
+// whose outcome is unknown (single or batched) keeps the lease's end, so the
+// guardian's deadline never moves later than a lease that may still be held. Before,
+// both forgot it whatever the store answered.
+func TestLeaseClockKeepsEndOfAnUnknownRelease(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	defer mem.Close()
+	lc := newLeaseClock(cutReleases{mem})
+	short := dcsync.Key{Level: dcsync.DC, Client: "app", Farm: "dc1", Name: "short"}
+	long := dcsync.Key{Level: dcsync.DC, Client: "app", Farm: "dc1", Name: "long"}
+	if _, err := lc.AcquireLock(ctx, short, "me", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lc.AcquireLock(ctx, long, "me", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	end := lc.End()
+	if err := lc.ReleaseLock(ctx, short, "me"); err == nil {
+		t.Fatal("the cut release succeeded")
+	}
+	if !lc.End().Equal(end) {
+		t.Errorf("single: End moved from %v to %v after a release of unknown outcome", end, lc.End())
+	}
+	if _, err := lc.ReleaseLocks(ctx, []driver.LockRelease{{Key: short, Owner: "me"}}); err == nil {
+		t.Fatal("the cut batched release succeeded")
+	}
+	if !lc.End().Equal(end) {
+		t.Errorf("batched: End moved from %v to %v after a release of unknown outcome", end, lc.End())
+	}
+	// A release the store answers forgets the lease: mem's own release of short.
+	lc.LockStore = mem
+	if _, err := lc.ReleaseLocks(ctx, []driver.LockRelease{{Key: short, Owner: "me"}}); err != nil {
+		t.Fatal(err)
+	}
+	if !lc.End().After(end.Add(30 * time.Minute)) {
+		t.Errorf("End %v after short's release: want long's (an hour)", lc.End())
+	}
+}
