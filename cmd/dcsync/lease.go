@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -104,22 +103,15 @@ func (c *leaseClock) extend(k dcsync.Key, sent time.Time, ttl time.Duration) {
 	}
 }
 
-// ReleaseLock forgets k's lease once the store says it is not held (released, or
-// lost); a release whose outcome is unknown (a Connection error) keeps its end, the
-// earlier one. (The end forgetting makes later is not signalled: the guardian keeps
-// the earlier one until the next renewal.)
+// ReleaseLock forgets k's lease. (The end this makes later is not signalled: the
+// guardian keeps the earlier one until the next renewal.)
 func (c *leaseClock) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
 	err := c.LockStore.ReleaseLock(ctx, k, owner)
-	if released(err) {
-		c.mu.Lock()
-		delete(c.ends, k)
-		c.mu.Unlock()
-	}
+	c.mu.Lock()
+	delete(c.ends, k)
+	c.mu.Unlock()
 	return err
 }
-
-// released reports whether a release's error says the lease is not held any more.
-func released(err error) bool { return err == nil || errors.Is(err, dcsync.ErrLockLost) }
 
 // AcquireLock records when a successful acquisition was sent.
 func (c *leaseClock) AcquireLock(ctx context.Context, k dcsync.Key, owner string, ttl time.Duration) (driver.LockState, error) {
@@ -181,18 +173,12 @@ func (c *leaseClock) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire
 	return res, err
 }
 
-// ReleaseLocks forgets the leases of reqs the store says are not held any more, as
-// ReleaseLock does.
+// ReleaseLocks forgets the leases of reqs, as ReleaseLock does.
 func (c *leaseClock) ReleaseLocks(ctx context.Context, reqs []driver.LockRelease) ([]driver.LockResult, error) {
 	res, err := driver.ReleaseLocks(ctx, c.LockStore, reqs)
-	if err != nil {
-		return res, err
-	}
 	c.mu.Lock()
-	for i, r := range res {
-		if i < len(reqs) && released(r.Err) {
-			delete(c.ends, reqs[i].Key)
-		}
+	for _, r := range reqs {
+		delete(c.ends, r.Key)
 	}
 	c.mu.Unlock()
 	return res, err
