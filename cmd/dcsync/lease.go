@@ -103,8 +103,12 @@ func (c *leaseClock) extend(k dcsync.Key, sent time.Time, ttl time.Duration) {
 	}
 }
 
-// ReleaseLock forgets k's lease. (The end this makes later is not signalled: the
-// guardian keeps the earlier one until the next renewal.)
+// ReleaseLock forgets k's lease, whatever the store answers: the clock keeps the ends
+// of the leases the run relies on, and a lease given up (a semaphore's give-back of a
+// partial take, a final release) is not one of them even if its release failed;
+// keeping its end would stop the command at the end of a lease nobody renews. (The
+// end this makes later is not signalled: the guardian keeps the earlier one until the
+// next renewal.)
 func (c *leaseClock) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
 	err := c.LockStore.ReleaseLock(ctx, k, owner)
 	c.mu.Lock()
@@ -173,7 +177,8 @@ func (c *leaseClock) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire
 	return res, err
 }
 
-// ReleaseLocks forgets the leases of reqs, as ReleaseLock does.
+// ReleaseLocks forgets the leases of reqs whatever the store answers, as ReleaseLock
+// does.
 func (c *leaseClock) ReleaseLocks(ctx context.Context, reqs []driver.LockRelease) ([]driver.LockResult, error) {
 	res, err := driver.ReleaseLocks(ctx, c.LockStore, reqs)
 	c.mu.Lock()

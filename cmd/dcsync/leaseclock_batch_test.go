@@ -103,3 +103,49 @@ func TestSemaphoreRunStoreKeepsBatches(t *testing.T) {
 		t.Errorf("the lease clock still has an end (%v) after every permit was released", lc.End())
 	}
 }
+
+// cutReleases fails every release with a Connection error before it reaches the store:
+// the release's outcome is unknown, as when its reply is lost.
+type cutReleases struct{ *memory.Store }
+
+func (s cutReleases) ReleaseLock(ctx context.Context, k dcsync.Key, owner string) error {
+	return driver.Errorf(dcsync.Connection, "test.Release", "cut")
+}
+
+func (s cutReleases) ReleaseLocks(ctx context.Context, reqs []driver.LockRelease) ([]driver.LockResult, error) {
+	return nil, driver.Errorf(dcsync.Connection, "test.Release", "cut")
+}
+
+// A lease given up leaves the clock even when its release fails (single or batched):
+// the run no longer relies on it and KeepAlive no longer renews it, so keeping its end
+// would stop the command when that lease ends, with the leases it does hold still
+// renewed (semaphore run gives back a partial take before it retries).
+func TestLeaseClockForgetsAGivenUpLease(t *testing.T) {
+	ctx := context.Background()
+	mem := memory.New()
+	defer mem.Close()
+	lc := newLeaseClock(cutReleases{mem})
+	short := dcsync.Key{Level: dcsync.DC, Client: "app", Farm: "dc1", Name: "short"}
+	long := dcsync.Key{Level: dcsync.DC, Client: "app", Farm: "dc1", Name: "long"}
+	if _, err := lc.AcquireLock(ctx, long, "me", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	for _, release := range []func() error{
+		func() error { return lc.ReleaseLock(ctx, short, "me") },
+		func() error {
+			_, err := lc.ReleaseLocks(ctx, []driver.LockRelease{{Key: short, Owner: "me"}})
+			return err
+		},
+	} {
+		if _, err := lc.AcquireLock(ctx, short, "me", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := release(); err == nil {
+			t.Fatal("the cut release succeeded")
+		}
+		if !lc.End().After(time.Now().Add(30 * time.Minute)) {
+			t.Errorf("End %v after short was given up: want long's (an hour)", lc.End())
+		}
+		mem.ReleaseLock(ctx, short, "me")
+	}
+}
