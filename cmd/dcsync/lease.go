@@ -154,11 +154,7 @@ func (c *leaseClock) RefreshLocks(ctx context.Context, reqs []driver.LockRefresh
 	sent := time.Now()
 	res, err := driver.RefreshLocks(ctx, c.LockStore, reqs)
 	if err == nil {
-		for i, r := range res {
-			if r.Err == nil && i < len(reqs) {
-				c.extend(reqs[i].Key, sent, reqs[i].TTL)
-			}
-		}
+		c.extendEach(sent, res, len(reqs), func(i int) (dcsync.Key, time.Duration) { return reqs[i].Key, reqs[i].TTL })
 	}
 	return res, err
 }
@@ -168,13 +164,20 @@ func (c *leaseClock) AcquireLocks(ctx context.Context, reqs []driver.LockAcquire
 	sent := time.Now()
 	res, err := driver.AcquireLocks(ctx, c.LockStore, reqs)
 	if err == nil {
-		for i, r := range res {
-			if r.Err == nil && i < len(reqs) {
-				c.extend(reqs[i].Key, sent, reqs[i].TTL)
-			}
-		}
+		c.extendEach(sent, res, len(reqs), func(i int) (dcsync.Key, time.Duration) { return reqs[i].Key, reqs[i].TTL })
 	}
 	return res, err
+}
+
+// extendEach extends, as sent at sent, the lease of each of a batch's first n requests
+// whose result succeeded; lease gives request i's key and TTL.
+func (c *leaseClock) extendEach(sent time.Time, res []driver.LockResult, n int, lease func(i int) (dcsync.Key, time.Duration)) {
+	for i, r := range res {
+		if r.Err == nil && i < n {
+			k, ttl := lease(i)
+			c.extend(k, sent, ttl)
+		}
+	}
 }
 
 // ReleaseLocks forgets the leases of reqs whatever the store answers, as ReleaseLock
